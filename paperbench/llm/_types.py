@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -54,14 +55,36 @@ class ToolCall(_Frozen):
     """Set when the model's arguments were not a JSON object; ``arguments`` is then empty."""
 
 
+class ReasoningItem(_Frozen):
+    """One piece of a model's reasoning, kept exactly as the provider sent it so that it can
+    be sent back with the next turn (a tool loop with extended thinking or a reasoning model
+    continues only when its reasoning is replayed unchanged, in order).
+
+    ``type`` says whose it is: ``thinking`` and ``redacted_thinking`` are Anthropic content
+    blocks, ``reasoning`` an OpenAI Responses item. A provider sends back only its own types.
+    """
+
+    type: Literal["thinking", "redacted_thinking", "reasoning"]
+    text: str = ""
+    """The readable part: a thinking block's text, or a reasoning item's summaries joined."""
+    signature: str | None = None
+    """Anthropic: the signature of a thinking block."""
+    data: str | None = None
+    """Anthropic: a redacted_thinking block's data. OpenAI: the item's encrypted_content."""
+    id: str | None = None
+    """OpenAI: the reasoning item's id."""
+    summary: tuple[str, ...] = ()
+    """OpenAI: the reasoning item's summary texts, in order."""
+
+
 class AssistantMessage(_Frozen):
     role: Literal["assistant"] = "assistant"
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str | None = None
-    reasoning_signature: str | None = None
-    """Anthropic's signature of a thinking block, sent back so that extended thinking can
-    continue across tool calls."""
+    """The readable reasoning (thinking text or summaries); informational, never sent."""
+    reasoning_items: tuple[ReasoningItem, ...] = ()
+    """The opaque reasoning of this turn, in the order the provider sent it; sent back."""
 
 
 class ToolMessage(_Frozen):
@@ -141,7 +164,9 @@ class ModelOutput(BaseModel):
     """The validated structured output: an instance of the requested pydantic model, or the
     JSON value for a JSON Schema request; ``None`` when no structured output was asked."""
     reasoning: str | None = None
-    reasoning_signature: str | None = None
+    """The readable reasoning: thinking text or reasoning summaries."""
+    reasoning_items: list[ReasoningItem] = Field(default_factory=list)
+    """The reasoning as the provider sent it, for the next turn (see :class:`ReasoningItem`)."""
     stop_reason: StopReason = "stop"
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float | None = None
@@ -159,7 +184,7 @@ class ModelOutput(BaseModel):
             content=self.text,
             tool_calls=tuple(self.tool_calls),
             reasoning=self.reasoning,
-            reasoning_signature=self.reasoning_signature,
+            reasoning_items=tuple(self.reasoning_items),
         )
 
 
@@ -211,6 +236,13 @@ class ModelConfig(BaseModel):
             raise ValueError(f"expected 'provider/model', got {value!r}")
         return value
 
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_base_url(value)
+        return value
+
     @property
     def provider(self) -> str:
         return self.model.partition("/")[0]
@@ -226,6 +258,14 @@ class ModelConfig(BaseModel):
         values = dict(state.get("__dict__", {}))
         values["api_key"] = None
         return {**state, "__dict__": values}
+
+
+def check_base_url(value: str) -> str:
+    """``value`` if it is an http(s) URL with a host; else :class:`ValueError` saying so."""
+    parsed = urlsplit(value)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"expected an http(s) URL such as http://localhost:8000/v1, got {value!r}")
+    return value
 
 
 def env_value(name: str) -> str | None:
