@@ -10,7 +10,14 @@ import os
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 """How hard a reasoning model thinks; ``None`` leaves the provider's default."""
@@ -77,6 +84,18 @@ class ReasoningItem(_Frozen):
     """OpenAI: the reasoning item's summary texts, in order."""
 
 
+def _legacy_signature(data: Any) -> Any:
+    """Read the ``reasoning_signature`` field of earlier versions (cached answers, stored
+    conversations) as the one thinking block it stood for."""
+    if isinstance(data, dict) and "reasoning_signature" in data:
+        data = dict(data)
+        signature = data.pop("reasoning_signature")
+        if signature is not None and not data.get("reasoning_items"):
+            text = data.get("reasoning") or ""
+            data["reasoning_items"] = [{"type": "thinking", "text": text, "signature": signature}]
+    return data
+
+
 class AssistantMessage(_Frozen):
     role: Literal["assistant"] = "assistant"
     content: str = ""
@@ -85,6 +104,8 @@ class AssistantMessage(_Frozen):
     """The readable reasoning (thinking text or summaries); informational, never sent."""
     reasoning_items: tuple[ReasoningItem, ...] = ()
     """The opaque reasoning of this turn, in the order the provider sent it; sent back."""
+
+    _legacy = model_validator(mode="before")(_legacy_signature)
 
 
 class ToolMessage(_Frozen):
@@ -177,6 +198,8 @@ class ModelOutput(BaseModel):
     attempts: int = 1
     """Provider calls made, counting structured-output re-asks (not transport retries)."""
     latency_s: float = 0.0
+
+    _legacy = model_validator(mode="before")(_legacy_signature)
 
     def assistant_message(self) -> AssistantMessage:
         """This output as the next assistant turn of a conversation."""

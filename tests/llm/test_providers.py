@@ -334,3 +334,14 @@ def test_openai_prompt_cache_key_follows_the_shared_prefix(
     assert keys[0] is not None and keys[0] == keys[1]
     assert keys[2] not in (None, keys[0])
     assert keys[3] is None
+
+
+def test_outputs_cached_by_earlier_versions_still_load() -> None:
+    from paperbench.llm import ModelOutput
+
+    # an answer cached before reasoning items existed: reasoning_signature, always dumped
+    old = '{"model": "anthropic/x", "text": "a", "reasoning": "t", "reasoning_signature": "s"}'
+    [item] = ModelOutput.model_validate_json(old).reasoning_items
+    assert (item.type, item.text, item.signature) == ("thinking", "t", "s")
+    plain = '{"model": "openai/x", "text": "a", "reasoning_signature": null}'
+    assert ModelOutput.model_validate_json(plain).reasoning_items == []
