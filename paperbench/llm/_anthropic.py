@@ -4,7 +4,9 @@ Tool use, structured output (``output_config.format``), prompt caching and exten
 Prompt caching: every message marked ``cache=True`` gets a ``cache_control`` breakpoint (the
 last four count, the API's limit); when none is marked, the system prompt gets one, so a
 long shared system prefix is cached by default (``options: {prompt_cache: false}`` to stop).
-Extended thinking: ``options: {thinking_budget: N}``.
+Extended thinking: ``options: {thinking_budget: N}``; thinking and redacted_thinking blocks
+are kept on the output (``reasoning_items``) and sent back unchanged, in order, so a tool loop
+with extended thinking replays as it was sent.
 """
 
 from __future__ import annotations
@@ -13,15 +15,19 @@ import json
 from typing import Any, ClassVar
 
 import anthropic
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from anthropic.types import Message as AnthropicMessage
+from pydantic import BaseModel, ConfigDict, Field
 
+from paperbench.errors import ModelRequestError
 from paperbench.llm._registry import SDKModelAPI, Target, parse_options
 from paperbench.llm._retry import TransientError, status_error
+from paperbench.llm._schema import anthropic_schema
 from paperbench.llm._types import (
     AssistantMessage,
     Message,
     ModelOutput,
     ModelRequest,
+    ReasoningItem,
     StopReason,
     SystemMessage,
     ToolCall,
@@ -32,17 +38,6 @@ from paperbench.llm._types import (
 
 MAX_BREAKPOINTS = 4
 _EPHEMERAL = {"type": "ephemeral"}
-
-
-_MALFORMED = (
-    json.JSONDecodeError,
-    ValidationError,
-    TypeError,
-    AttributeError,
-    KeyError,
-    IndexError,
-)
-"""What a body that is not the expected JSON raises, in the SDK or while reading it."""
 
 
 class AnthropicOptions(BaseModel):
@@ -60,6 +55,7 @@ class AnthropicOptions(BaseModel):
 class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
     key_env: ClassVar[str | None] = "ANTHROPIC_API_KEY"
     base_url_env: ClassVar[str | None] = "ANTHROPIC_BASE_URL"
+    official_hosts: ClassVar[tuple[str, ...]] = ("api.anthropic.com",)
 
     client_class = anthropic.AsyncAnthropic
 
@@ -67,16 +63,24 @@ class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
         super().__init__(target)
         self.options = parse_options(AnthropicOptions, target)
 
+    @property
+    def protocol(self) -> str:
+        return "messages"
+
     async def generate(self, request: ModelRequest) -> ModelOutput:
         params = self.params(request)
         try:
             response = await self.client.messages.create(**params)
-            return self._output(response)
         except anthropic.APIError as exc:
             raise _translate(exc, self.target) from exc
-        except _MALFORMED as exc:
-            # A body that is not the JSON the SDK expects (a proxy hiccup): worth a retry.
-            raise TransientError(f"malformed response body: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            # A body that is not JSON at all (a proxy hiccup): worth a retry. Only the SDK
+            # call is guarded: an error in reading a parsed response is a bug and propagates.
+            raise TransientError(f"malformed response body (not JSON): {exc}") from exc
+        if not isinstance(response, AnthropicMessage) or response.content is None:
+            peek = " ".join(repr(response)[:120].split())
+            raise TransientError(f"malformed response: not a message: {peek}")
+        return self._output(response)
 
     def params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``messages.create`` for ``request``."""
@@ -98,30 +102,33 @@ class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
         if request.output is not None:
             output_config["format"] = {
                 "type": "json_schema",
-                "schema": request.output.json_schema,
+                "schema": anthropic_schema(request.output.json_schema, model=self.target.model),
             }
         if request.reasoning_effort is not None:
             effort = request.reasoning_effort
             output_config["effort"] = "low" if effort in ("none", "minimal") else effort
         if output_config:
             params["output_config"] = output_config
+        if request.temperature is not None:
+            # the Messages API of this SDK generation has no sampling parameters
+            raise ModelRequestError(
+                f"{self.target.model}: the Anthropic Messages API takes no temperature; "
+                "remove it from the call or the model's configuration"
+            )
         if self.options.thinking_budget is not None:
             budget = self.options.thinking_budget
             params["thinking"] = {"type": "enabled", "budget_tokens": budget}
             if max_tokens <= budget:
                 params["max_tokens"] = budget + self.options.default_max_tokens
-        elif request.temperature is not None:
-            params["temperature"] = request.temperature
         return params
 
-    def _output(self, response: Any) -> ModelOutput:
+    def _output(self, response: AnthropicMessage) -> ModelOutput:
         texts: list[str] = []
-        thinking: list[str] = []
-        signature: str | None = None
+        reasoning: list[ReasoningItem] = []
         calls: list[ToolCall] = []
         for block in response.content:
             if block.type == "text":
-                texts.append(block.text)
+                texts.append(block.text or "")
             elif block.type == "tool_use":
                 args = block.input if isinstance(block.input, dict) else {}
                 error = None if isinstance(block.input, dict) else "input is not a JSON object"
@@ -129,28 +136,42 @@ class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
                     ToolCall(id=block.id, name=block.name, arguments=args, parse_error=error)
                 )
             elif block.type == "thinking":
-                thinking.append(block.thinking)
-                signature = block.signature
+                reasoning.append(
+                    ReasoningItem(
+                        type="thinking", text=block.thinking or "", signature=block.signature
+                    )
+                )
+            elif block.type == "redacted_thinking":
+                reasoning.append(ReasoningItem(type="redacted_thinking", data=block.data))
         u = response.usage
-        read = u.cache_read_input_tokens or 0
-        written = u.cache_creation_input_tokens or 0
-        details = getattr(u, "output_tokens_details", None)
+        read = _count(u, "cache_read_input_tokens")
+        written = _count(u, "cache_creation_input_tokens")
         usage = Usage(
-            input_tokens=u.input_tokens + read + written,
+            input_tokens=_count(u, "input_tokens") + read + written,
             cached_input_tokens=read,
             cache_write_tokens=written,
-            output_tokens=u.output_tokens,
-            reasoning_tokens=(details.thinking_tokens or 0) if details else 0,
+            output_tokens=_count(u, "output_tokens"),
+            reasoning_tokens=_count(u, "output_tokens_details", "thinking_tokens"),
         )
         return ModelOutput(
             model=self.target.model,
             text="".join(texts),
             tool_calls=calls,
-            reasoning="\n".join(thinking) or None,
-            reasoning_signature=signature,
+            reasoning="\n".join(r.text for r in reasoning if r.text) or None,
+            reasoning_items=reasoning,
             stop_reason=_STOP.get(response.stop_reason or "", "unknown"),
             usage=usage,
         )
+
+
+def _count(usage: Any, *names: str) -> int:
+    """A token count from a usage object that may lack any field or hold ``None``."""
+    value = usage
+    for name in names:
+        value = getattr(value, name, None)
+        if value is None:
+            return 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 _STOP: dict[str, StopReason] = {
@@ -163,17 +184,34 @@ _STOP: dict[str, StopReason] = {
 }
 
 
-def _text_block(text: str, cache: bool) -> dict[str, Any]:
+def _text_block(text: str, cache: bool) -> list[dict[str, Any]]:
+    """A text block, or none for empty text (the API refuses empty text blocks)."""
+    if not text:
+        return []
     block: dict[str, Any] = {"type": "text", "text": text}
     if cache:
         block["cache_control"] = _EPHEMERAL
-    return block
+    return [block]
+
+
+def _reasoning_block(item: ReasoningItem) -> dict[str, Any] | None:
+    """An Anthropic thinking block to send back exactly as it came, if ``item`` is one."""
+    if item.type == "thinking" and item.signature is not None:
+        return {"type": "thinking", "thinking": item.text, "signature": item.signature}
+    if item.type == "redacted_thinking" and item.data is not None:
+        return {"type": "redacted_thinking", "data": item.data}
+    return None
 
 
 def _convert(
     messages: tuple[Message, ...], *, auto_cache: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """System blocks and alternating user/assistant turns, with cache breakpoints."""
+    """System blocks and alternating user/assistant turns, with cache breakpoints.
+
+    Consecutive messages of one role become one turn; empty text is left out, and a turn left
+    with no blocks (an empty assistant answer in a re-ask) is dropped, so the turns still
+    alternate. An assistant turn's thinking blocks go first, each exactly as it came.
+    """
     marked = [i for i, m in enumerate(messages) if getattr(m, "cache", False)]
     if not marked and auto_cache:
         systems = [i for i, m in enumerate(messages) if isinstance(m, SystemMessage)]
@@ -184,6 +222,8 @@ def _convert(
     turns: list[dict[str, Any]] = []
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
@@ -191,9 +231,9 @@ def _convert(
 
     for i, message in enumerate(messages):
         if isinstance(message, SystemMessage):
-            system.append(_text_block(message.content, i in breakpoints))
+            system.extend(_text_block(message.content, i in breakpoints))
         elif isinstance(message, UserMessage):
-            add("user", [_text_block(message.content, i in breakpoints)])
+            add("user", _text_block(message.content, i in breakpoints))
         elif isinstance(message, ToolMessage):
             result: dict[str, Any] = {
                 "type": "tool_result",
@@ -204,22 +244,13 @@ def _convert(
                 result["is_error"] = True
             add("user", [result])
         elif isinstance(message, AssistantMessage):
-            blocks: list[dict[str, Any]] = []
-            if message.reasoning_signature is not None:
-                blocks.append(
-                    {
-                        "type": "thinking",
-                        "thinking": message.reasoning or "",
-                        "signature": message.reasoning_signature,
-                    }
-                )
-            if message.content:
-                blocks.append({"type": "text", "text": message.content})
+            blocks = [b for r in message.reasoning_items if (b := _reasoning_block(r))]
+            blocks.extend(_text_block(message.content, False))
             blocks.extend(
                 {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
                 for c in message.tool_calls
             )
-            add("assistant", blocks or [{"type": "text", "text": ""}])
+            add("assistant", blocks)
     return system, turns
 
 

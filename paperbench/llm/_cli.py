@@ -110,8 +110,7 @@ def check(
             for name in models
         ]
     except ValidationError as exc:
-        err = exc.errors()[0]
-        error(f"{err['input']}: {err['msg'].removeprefix('Value error, ')}")
+        error(_flag_error(exc))
         raise typer.Exit(2) from None
     started = time.perf_counter()
     rows = asyncio.run(_check_all(configs))
@@ -130,6 +129,26 @@ def check(
         )
     if failed:
         raise typer.Exit(1)
+
+
+_FLAGS = {
+    "model": "MODELS",
+    "base_url": "--base-url",
+    "timeout_s": "--timeout",
+    "max_retry_wait_s": "--max-wait",
+}
+"""The option or argument of ``models check`` that sets each ModelConfig field."""
+
+
+def _flag_error(exc: ValidationError) -> str:
+    """One line naming the flag whose value ModelConfig refused, and why."""
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err["loc"] else ""
+    message = err["msg"].removeprefix("Value error, ")
+    value = repr(err["input"])
+    if value not in message:
+        message = f"{message}, got {value}"
+    return f"{_FLAGS.get(field, field)}: {message}"
 
 
 def _money(value: float | None) -> str:

@@ -2,26 +2,35 @@
 
 Chat Completions by default; the Responses API for OpenAI's reasoning models (o-series,
 gpt-5, codex) on OpenAI's own endpoint, or whenever ``options: {api: responses}`` asks.
-An OpenAI-compatible server (vLLM, Ollama, LiteLLM, OpenRouter) is reached by base URL and
-always through Chat Completions unless told otherwise; it gets ``max_tokens`` instead of
-``max_completion_tokens`` and a placeholder key when none is set.
+OpenAI's own endpoint is any base URL on api.openai.com (or one declared with
+``options: {official: true}``). An OpenAI-compatible server (vLLM, Ollama, LiteLLM,
+OpenRouter) is any other host, always reached through Chat Completions unless told
+otherwise; it gets ``max_tokens`` instead of ``max_completion_tokens`` and a placeholder key
+when none is set. Responses are stateless (``store: false``): a reasoning model's reasoning
+items come back encrypted and are sent back, in order, with the next turn.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Literal
 
 import openai
-from pydantic import BaseModel, ConfigDict, ValidationError
+from openai.types.chat import ChatCompletion
+from openai.types.responses import Response
+from pydantic import BaseModel, ConfigDict
 
+from paperbench.errors import ModelRequestError
 from paperbench.llm._registry import SDKModelAPI, Target, parse_options
 from paperbench.llm._retry import TransientError, status_error
+from paperbench.llm._schema import openai_schema
 from paperbench.llm._types import (
     AssistantMessage,
     ModelOutput,
     ModelRequest,
+    ReasoningItem,
     StopReason,
     SystemMessage,
     ToolCall,
@@ -30,17 +39,6 @@ from paperbench.llm._types import (
 )
 
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5", "codex")
-
-
-_MALFORMED = (
-    json.JSONDecodeError,
-    ValidationError,
-    TypeError,
-    AttributeError,
-    KeyError,
-    IndexError,
-)
-"""What a body that is not the expected JSON raises, in the SDK or while reading it."""
 
 
 class OpenAIOptions(BaseModel):
@@ -53,11 +51,16 @@ class OpenAIOptions(BaseModel):
     prompt_cache_key: bool | None = None
     """Send a ``prompt_cache_key`` derived from the messages marked ``cache=True`` (the shared
     prefix), so calls sharing it reach the same prompt cache. Default: on OpenAI's endpoint."""
+    official: bool | None = None
+    """The base URL serves OpenAI's own API (a gateway or proxy in front of it): use OpenAI's
+    parameter names and the Responses API for reasoning models. Default: only for a base URL
+    on api.openai.com; any other host is an OpenAI-compatible server."""
 
 
 class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
     key_env: ClassVar[str | None] = "OPENAI_API_KEY"
     base_url_env: ClassVar[str | None] = "OPENAI_BASE_URL"
+    official_hosts: ClassVar[tuple[str, ...]] = ("api.openai.com",)
 
     client_class = openai.AsyncOpenAI
 
@@ -66,17 +69,26 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
         self.options = parse_options(OpenAIOptions, target)
 
     @property
-    def uses_responses(self) -> bool:
+    def custom_endpoint(self) -> bool:
+        """True for an OpenAI-compatible server, False for OpenAI's own API."""
+        if self.options.official is not None:
+            return not self.options.official
+        return self.target.custom_endpoint
+
+    @property
+    def reasoning_model(self) -> bool:
+        return self.target.model_name.startswith(_REASONING_PREFIXES)
+
+    @property
+    def protocol(self) -> str:
         if self.options.api != "auto":
-            return self.options.api == "responses"
-        return not self.target.custom_endpoint and self.target.model_name.startswith(
-            _REASONING_PREFIXES
-        )
+            return self.options.api
+        return "responses" if not self.custom_endpoint and self.reasoning_model else "chat"
 
     def _cache_key(self, request: ModelRequest) -> str | None:
         wanted = self.options.prompt_cache_key
         if wanted is None:
-            wanted = not self.target.custom_endpoint
+            wanted = not self.custom_endpoint
         marked = [i for i, m in enumerate(request.messages) if getattr(m, "cache", False)]
         if not wanted or not marked:
             return None
@@ -85,15 +97,33 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
         return f"pb-{digest[:40]}"
 
     async def generate(self, request: ModelRequest) -> ModelOutput:
+        thinks = self.reasoning_model and request.reasoning_effort != "none"
+        if request.temperature is not None and thinks and not self.custom_endpoint:
+            raise ModelRequestError(
+                f"{self.target.model}: reasoning models do not accept a temperature; "
+                "remove it from the call or the model's configuration"
+            )
+        if self.protocol == "responses":
+            return await self._responses(request)
+        return await self._chat(request)
+
+    async def _send(self, create: Callable[..., Awaitable[Any]], params: dict[str, Any]) -> Any:
+        """One SDK call; its failures mapped to a retry or a refusal. Only the SDK call is
+        guarded: an error in reading a parsed response is a bug and propagates."""
         try:
-            if self.uses_responses:
-                return await self._responses(request)
-            return await self._chat(request)
+            return await create(**params)
         except openai.APIError as exc:
             raise _translate(exc, self.target) from exc
-        except _MALFORMED as exc:
-            # A body that is not the JSON the SDK expects (a proxy hiccup): worth a retry.
-            raise TransientError(f"malformed response body: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            # A body that is not JSON at all (a proxy hiccup): worth a retry.
+            raise TransientError(f"malformed response body (not JSON): {exc}") from exc
+
+    def _schema(self, request: ModelRequest) -> tuple[dict[str, Any], bool] | None:
+        if request.output is None:
+            return None
+        return openai_schema(
+            request.output.json_schema, strict=request.output.strict, model=self.target.model
+        )
 
     # -- Chat Completions ---------------------------------------------------------------
 
@@ -114,17 +144,18 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
                 }
                 for t in request.tools
             ]
-        if request.output is not None:
+        schema = self._schema(request)
+        if request.output is not None and schema is not None:
             params["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {
                     "name": request.output.name,
-                    "schema": request.output.json_schema,
-                    "strict": request.output.strict,
+                    "schema": schema[0],
+                    "strict": schema[1],
                 },
             }
         if request.max_tokens is not None:
-            key = "max_tokens" if self.target.custom_endpoint else "max_completion_tokens"
+            key = "max_tokens" if self.custom_endpoint else "max_completion_tokens"
             params[key] = request.max_tokens
         if request.temperature is not None:
             params["temperature"] = request.temperature
@@ -133,29 +164,27 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
         cache_key = self._cache_key(request)
         if cache_key is not None:
             params["prompt_cache_key"] = cache_key
-        response = await self.client.chat.completions.create(**params)
-        if not getattr(response, "choices", None):
+        response = await self._send(self.client.chat.completions.create, params)
+        if not isinstance(response, ChatCompletion):
+            raise TransientError(f"malformed response: not a chat completion: {_peek(response)}")
+        if not response.choices or response.choices[0].message is None:
             raise TransientError("malformed response: no choices")
         choice = response.choices[0]
         message = choice.message
         calls = [
             _tool_call(c.id, c.function.name, c.function.arguments)
             for c in message.tool_calls or []
-            if c.type == "function"
+            if c.type == "function" and c.function is not None
         ]
         extra = message.model_extra or {}
         reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-        usage = Usage()
-        if response.usage is not None:
-            u = response.usage
-            details = u.prompt_tokens_details
-            out_details = u.completion_tokens_details
-            usage = Usage(
-                input_tokens=u.prompt_tokens,
-                cached_input_tokens=(details.cached_tokens or 0) if details else 0,
-                output_tokens=u.completion_tokens,
-                reasoning_tokens=(out_details.reasoning_tokens or 0) if out_details else 0,
-            )
+        u = response.usage
+        usage = Usage(
+            input_tokens=_count(u, "prompt_tokens"),
+            cached_input_tokens=_count(u, "prompt_tokens_details", "cached_tokens"),
+            output_tokens=_count(u, "completion_tokens"),
+            reasoning_tokens=_count(u, "completion_tokens_details", "reasoning_tokens"),
+        )
         stop: StopReason = _CHAT_STOP.get(choice.finish_reason or "", "unknown")
         if message.refusal and not message.content:
             stop = "content_filter"
@@ -187,13 +216,14 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
                 }
                 for t in request.tools
             ]
-        if request.output is not None:
+        schema = self._schema(request)
+        if request.output is not None and schema is not None:
             params["text"] = {
                 "format": {
                     "type": "json_schema",
                     "name": request.output.name,
-                    "schema": request.output.json_schema,
-                    "strict": request.output.strict,
+                    "schema": schema[0],
+                    "strict": schema[1],
                 }
             }
         if request.max_tokens is not None:
@@ -202,36 +232,47 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
             params["temperature"] = request.temperature
         if request.reasoning_effort is not None:
             params["reasoning"] = {"effort": request.reasoning_effort, "summary": "auto"}
+        if self.reasoning_model or request.reasoning_effort is not None:
+            # store is false, so the reasoning comes back encrypted and is sent back with
+            # the next turn (see _responses_items)
+            params["include"] = ["reasoning.encrypted_content"]
         cache_key = self._cache_key(request)
         if cache_key is not None:
             params["prompt_cache_key"] = cache_key
-        response = await self.client.responses.create(**params)
-        if not hasattr(response, "output"):
-            raise TransientError("malformed response: no output")
+        response = await self._send(self.client.responses.create, params)
+        if not isinstance(response, Response) or response.output is None:
+            raise TransientError(f"malformed response: not a response object: {_peek(response)}")
         texts: list[str] = []
-        summaries: list[str] = []
+        reasoning: list[ReasoningItem] = []
         calls: list[ToolCall] = []
         refused = False
         for item in response.output:
             if item.type == "message":
-                for part in item.content:
+                for part in item.content or []:
                     if part.type == "output_text":
-                        texts.append(part.text)
+                        texts.append(part.text or "")
                     elif part.type == "refusal":
                         refused = True
             elif item.type == "function_call":
                 calls.append(_tool_call(item.call_id, item.name, item.arguments))
             elif item.type == "reasoning":
-                summaries.extend(s.text for s in item.summary)
-        usage = Usage()
-        if response.usage is not None:
-            u = response.usage
-            usage = Usage(
-                input_tokens=u.input_tokens,
-                cached_input_tokens=u.input_tokens_details.cached_tokens or 0,
-                output_tokens=u.output_tokens,
-                reasoning_tokens=u.output_tokens_details.reasoning_tokens or 0,
-            )
+                summary = tuple(s.text or "" for s in item.summary or [])
+                reasoning.append(
+                    ReasoningItem(
+                        type="reasoning",
+                        id=item.id,
+                        summary=summary,
+                        text="\n".join(summary),
+                        data=item.encrypted_content,
+                    )
+                )
+        u = response.usage
+        usage = Usage(
+            input_tokens=_count(u, "input_tokens"),
+            cached_input_tokens=_count(u, "input_tokens_details", "cached_tokens"),
+            output_tokens=_count(u, "output_tokens"),
+            reasoning_tokens=_count(u, "output_tokens_details", "reasoning_tokens"),
+        )
         stop: StopReason = "tool_calls" if calls else "stop"
         if response.status == "incomplete":
             reason = response.incomplete_details.reason if response.incomplete_details else None
@@ -242,7 +283,8 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
             model=self.target.model,
             text="".join(texts),
             tool_calls=calls,
-            reasoning="\n".join(summaries) or None,
+            reasoning="\n".join(r.text for r in reasoning if r.text) or None,
+            reasoning_items=reasoning,
             stop_reason=stop,
             usage=usage,
         )
@@ -257,7 +299,24 @@ _CHAT_STOP: dict[str, StopReason] = {
 }
 
 
-def _tool_call(call_id: str, name: str, arguments: str) -> ToolCall:
+def _count(usage: Any, *names: str) -> int:
+    """A token count from a usage object that may lack any field or hold ``None`` (servers
+    that speak the protocol loosely): 0 for whatever is missing."""
+    value = usage
+    for name in names:
+        value = getattr(value, name, None)
+        if value is None:
+            return 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _peek(value: Any) -> str:
+    return " ".join(repr(value)[:120].split())
+
+
+def _tool_call(call_id: str, name: str, arguments: Any) -> ToolCall:
+    if not isinstance(arguments, str):
+        return ToolCall(id=call_id, name=name, parse_error="arguments are not a JSON string")
     try:
         args = json.loads(arguments or "{}")
     except json.JSONDecodeError as exc:
@@ -287,7 +346,18 @@ def _chat_message(message: Any) -> dict[str, Any]:
 
 def _responses_items(message: Any) -> list[dict[str, Any]]:
     if isinstance(message, AssistantMessage):
-        items: list[dict[str, Any]] = []
+        # the turn's reasoning items first, in order (store is false: only items carrying
+        # their encrypted content can be sent back), then its text and function calls
+        items: list[dict[str, Any]] = [
+            {
+                "type": "reasoning",
+                "id": r.id,
+                "encrypted_content": r.data,
+                "summary": [{"type": "summary_text", "text": text} for text in r.summary],
+            }
+            for r in message.reasoning_items
+            if r.type == "reasoning" and r.id and r.data
+        ]
         if message.content:
             items.append({"role": "assistant", "content": message.content})
         items.extend(

@@ -14,10 +14,11 @@ import importlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any, ClassVar, Generic, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -29,7 +30,13 @@ from paperbench.errors import (
     ProviderNotInstalledError,
     UnknownProviderError,
 )
-from paperbench.llm._types import ModelConfig, ModelOutput, ModelRequest, env_value
+from paperbench.llm._types import (
+    ModelConfig,
+    ModelOutput,
+    ModelRequest,
+    check_base_url,
+    env_value,
+)
 
 ClientT = TypeVar("ClientT")
 
@@ -47,9 +54,16 @@ class ModelAPI(ABC):
     """The variable holding the API key; ``None`` if the provider needs none."""
     base_url_env: ClassVar[str | None] = None
     """The variable the SDK reads a base URL from (honoured when no base URL is given)."""
+    official_hosts: ClassVar[tuple[str, ...]] = ()
+    """The provider's own API hosts: a base URL on one of them is not a custom endpoint."""
 
     def __init__(self, target: Target) -> None:
         self.target = target
+
+    @property
+    def protocol(self) -> str:
+        """The wire protocol calls use (``chat``, ``responses``, ``messages``, ...)."""
+        return self.target.provider
 
     @property
     def connection_key(self) -> str:
@@ -126,9 +140,11 @@ class Target:
     """The registered provider that serves the call (``openai`` for a named endpoint)."""
     model_name: str
     base_url: str | None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    """Never shown in a repr (nor in ``str()``, which is the repr for a dataclass)."""
     custom_endpoint: bool = False
-    """True for a base URL that is not the provider's own (an OpenAI-compatible server)."""
+    """True for a base URL whose host is not the provider's own (an OpenAI-compatible
+    server); ``https://api.openai.com/v1`` from ``OPENAI_BASE_URL`` is not custom."""
 
     @property
     def model(self) -> str:
@@ -211,6 +227,13 @@ def _parse_endpoints(text: str, file: str) -> dict[str, Endpoint]:
         raise ConfigError(err["msg"], file=file, path=json_path(err["loc"])) from None
 
 
+def is_official(base_url: str, hosts: tuple[str, ...]) -> bool:
+    """Whether ``base_url`` is on one of the provider's own hosts (any path, slashes or
+    port): ``https://api.openai.com``, ``https://api.openai.com/v1/`` and so on."""
+    host = urlsplit(base_url).hostname
+    return host is not None and host.lower().rstrip(".") in hosts
+
+
 def resolve(config: ModelConfig) -> tuple[type[ModelAPI], Target]:
     """Find the provider of ``config.model`` and its base URL and key.
 
@@ -239,7 +262,12 @@ def resolve(config: ModelConfig) -> tuple[type[ModelAPI], Target]:
         base_url = endpoint.base_url
     if base_url is None and cls.base_url_env:
         base_url = env_value(cls.base_url_env)
-    custom = base_url is not None
+        if base_url is not None:
+            try:
+                check_base_url(base_url)
+            except ValueError as exc:
+                raise ConfigError(f"{exc}; fix or unset it", path=cls.base_url_env) from None
+    custom = base_url is not None and not is_official(base_url, cls.official_hosts)
 
     key_env = endpoint.api_key_env if endpoint is not None else cls.key_env
     api_key = config.api_key.get_secret_value() if config.api_key is not None else None

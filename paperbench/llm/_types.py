@@ -8,8 +8,16 @@ from __future__ import annotations
 
 import os
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 """How hard a reasoning model thinks; ``None`` leaves the provider's default."""
@@ -54,14 +62,50 @@ class ToolCall(_Frozen):
     """Set when the model's arguments were not a JSON object; ``arguments`` is then empty."""
 
 
+class ReasoningItem(_Frozen):
+    """One piece of a model's reasoning, kept exactly as the provider sent it so that it can
+    be sent back with the next turn (a tool loop with extended thinking or a reasoning model
+    continues only when its reasoning is replayed unchanged, in order).
+
+    ``type`` says whose it is: ``thinking`` and ``redacted_thinking`` are Anthropic content
+    blocks, ``reasoning`` an OpenAI Responses item. A provider sends back only its own types.
+    """
+
+    type: Literal["thinking", "redacted_thinking", "reasoning"]
+    text: str = ""
+    """The readable part: a thinking block's text, or a reasoning item's summaries joined."""
+    signature: str | None = None
+    """Anthropic: the signature of a thinking block."""
+    data: str | None = None
+    """Anthropic: a redacted_thinking block's data. OpenAI: the item's encrypted_content."""
+    id: str | None = None
+    """OpenAI: the reasoning item's id."""
+    summary: tuple[str, ...] = ()
+    """OpenAI: the reasoning item's summary texts, in order."""
+
+
+def _legacy_signature(data: Any) -> Any:
+    """Read the ``reasoning_signature`` field of earlier versions (cached answers, stored
+    conversations) as the one thinking block it stood for."""
+    if isinstance(data, dict) and "reasoning_signature" in data:
+        data = dict(data)
+        signature = data.pop("reasoning_signature")
+        if signature is not None and not data.get("reasoning_items"):
+            text = data.get("reasoning") or ""
+            data["reasoning_items"] = [{"type": "thinking", "text": text, "signature": signature}]
+    return data
+
+
 class AssistantMessage(_Frozen):
     role: Literal["assistant"] = "assistant"
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str | None = None
-    reasoning_signature: str | None = None
-    """Anthropic's signature of a thinking block, sent back so that extended thinking can
-    continue across tool calls."""
+    """The readable reasoning (thinking text or summaries); informational, never sent."""
+    reasoning_items: tuple[ReasoningItem, ...] = ()
+    """The opaque reasoning of this turn, in the order the provider sent it; sent back."""
+
+    _legacy = model_validator(mode="before")(_legacy_signature)
 
 
 class ToolMessage(_Frozen):
@@ -141,7 +185,9 @@ class ModelOutput(BaseModel):
     """The validated structured output: an instance of the requested pydantic model, or the
     JSON value for a JSON Schema request; ``None`` when no structured output was asked."""
     reasoning: str | None = None
-    reasoning_signature: str | None = None
+    """The readable reasoning: thinking text or reasoning summaries."""
+    reasoning_items: list[ReasoningItem] = Field(default_factory=list)
+    """The reasoning as the provider sent it, for the next turn (see :class:`ReasoningItem`)."""
     stop_reason: StopReason = "stop"
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float | None = None
@@ -153,13 +199,15 @@ class ModelOutput(BaseModel):
     """Provider calls made, counting structured-output re-asks (not transport retries)."""
     latency_s: float = 0.0
 
+    _legacy = model_validator(mode="before")(_legacy_signature)
+
     def assistant_message(self) -> AssistantMessage:
         """This output as the next assistant turn of a conversation."""
         return AssistantMessage(
             content=self.text,
             tool_calls=tuple(self.tool_calls),
             reasoning=self.reasoning,
-            reasoning_signature=self.reasoning_signature,
+            reasoning_items=tuple(self.reasoning_items),
         )
 
 
@@ -211,6 +259,13 @@ class ModelConfig(BaseModel):
             raise ValueError(f"expected 'provider/model', got {value!r}")
         return value
 
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_base_url(value)
+        return value
+
     @property
     def provider(self) -> str:
         return self.model.partition("/")[0]
@@ -226,6 +281,14 @@ class ModelConfig(BaseModel):
         values = dict(state.get("__dict__", {}))
         values["api_key"] = None
         return {**state, "__dict__": values}
+
+
+def check_base_url(value: str) -> str:
+    """``value`` if it is an http(s) URL with a host; else :class:`ValueError` saying so."""
+    parsed = urlsplit(value)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"expected an http(s) URL such as http://localhost:8000/v1, got {value!r}")
+    return value
 
 
 def env_value(name: str) -> str | None:

@@ -74,15 +74,17 @@ class SandboxSpec(BaseModel):
     network_log: Path | None = None
     """Where the egress proxy writes its request log (JSON lines) under ``filtered``."""
     gpu: GpuRequest | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    """The only environment the sandbox sees besides the image's own: nothing from the host."""
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    """The only environment the sandbox sees besides the image's own: nothing from the host.
+    Left out of the repr: it may hold a key passed in by name."""
     workdir: str = "/"
     labels: dict[str, str] = Field(default_factory=dict)
     """Extra labels, e.g. the run a sandbox belongs to (``paperbench.run``)."""
     ca_bundle: Path | None = None
     """Extra CA certificates (PEM) to trust inside the sandbox, e.g. a corporate TLS proxy's."""
-    proxy_env: dict[str, str] = Field(default_factory=dict)
-    """Standard proxy variables (HTTPS_PROXY, ...) passed in only when asked for."""
+    proxy_env: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Standard proxy variables (HTTPS_PROXY, ...) passed in only when asked for. Left out of
+    the repr: a proxy URL may hold a password."""
 
 
 class ExecResult(BaseModel):

@@ -7,9 +7,12 @@
 It answers from a script (``server.script(FakeReply(...), Fault.rate_limit(0.1), ...)``),
 else from a callback (``server.handler = lambda request: FakeReply(...)``), else with a
 default reply: the smallest JSON that fits a requested schema, or ``"ok"``. Every request is
-recorded (``server.requests``) for assertions. Faults on demand: any HTTP status with
-headers (429 with ``retry-after``, 500, 401, ...), a slow answer, a malformed body, a dropped
-connection; a schema mismatch is simply a :class:`FakeReply` whose ``text`` does not fit.
+recorded (``server.requests``) for assertions. Requests the real APIs refuse (an unknown
+parameter, an empty Anthropic text block, a strict schema that breaks OpenAI's rules, a
+thinking block sent back changed, ...) get the real APIs' 400 and error body. Faults on
+demand: any HTTP status with headers (429 with ``retry-after``, 500, 401, ...), a slow
+answer, a malformed body, an HTML page, a dropped connection; a schema mismatch is simply a
+:class:`FakeReply` whose ``text`` does not fit.
 
 It binds to 127.0.0.1 only, serves each request in a thread, and stops promptly even while a
 slow answer is pending. Used by this project's tests and benchmarks, and usable to test an
@@ -25,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import secrets
 import socket
 import threading
 import time
@@ -33,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
+
+from paperbench.testing._rules import Issued, Refusal, check
 
 Protocol = Literal["chat", "responses", "messages"]
 
@@ -66,6 +72,15 @@ class FakeReply:
     """Default: estimated from the request and reply sizes."""
     stop: Literal["stop", "max_tokens", "tool_calls"] | None = None
     reasoning: str | None = None
+    """Anthropic: a signed thinking block. Responses: a reasoning item with this summary (and
+    its encrypted content when the request asks for it). Chat: ``reasoning_content``."""
+    redacted: bool = False
+    """Anthropic: also a redacted_thinking block, after the thinking block."""
+    override: dict[str, Any] = field(default_factory=dict)
+    """Top-level fields of the response body to send instead (``None`` sends ``null``), e.g.
+    ``{"usage": None}`` or a partial ``usage``, as loosely compatible servers do."""
+    omit: tuple[str, ...] = ()
+    """Top-level fields of the response body to leave out, e.g. ``("usage",)``."""
     delay: float = 0.0
 
     def body_text(self) -> str:
@@ -76,7 +91,7 @@ class FakeReply:
 class Fault:
     """A failure to inject. Build one with the class methods."""
 
-    kind: Literal["status", "malformed", "drop"] = "status"
+    kind: Literal["status", "malformed", "html", "drop"] = "status"
     status: int = 500
     message: str = "injected failure"
     headers: tuple[tuple[str, str], ...] = ()
@@ -104,6 +119,11 @@ class Fault:
     def malformed(cls) -> Fault:
         """Status 200 with a body that is not the JSON the SDK expects."""
         return cls(kind="malformed", status=200)
+
+    @classmethod
+    def html(cls) -> Fault:
+        """Status 200 with an HTML page (a proxy's error page) instead of JSON."""
+        return cls(kind="html", status=200)
 
     @classmethod
     def drop(cls) -> Fault:
@@ -136,11 +156,19 @@ _ROUTES: dict[str, Protocol] = {
 
 
 class FakeLLMServer:
-    """The server; start it with ``with FakeLLMServer() as server:`` or :meth:`start`."""
+    """The server; start it with ``with FakeLLMServer() as server:`` or :meth:`start`.
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    With ``validate`` (the default) it refuses, with the real APIs' status and error body, the
+    requests the real APIs refuse (see :mod:`paperbench.testing._rules`): a refused request is
+    recorded but takes no scripted answer. ``validate=False`` accepts any JSON body, as a
+    loosely compatible server would.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, validate: bool = True) -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError("the fake server binds to loopback only")
+        self.validate = validate
+        self.issued = Issued()
         self._script: deque[FakeReply | Fault] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -202,6 +230,15 @@ class FakeLLMServer:
 
     def next_id(self) -> int:
         return next(self._ids)
+
+    def _refusal_for(self, request: RecordedRequest) -> Refusal | None:
+        if not self.validate:
+            return None
+        refusal = check(request.protocol, request.body, self.issued)
+        if refusal is not None:
+            with self._lock:
+                self.requests.append(request)
+        return refusal
 
     def _answer_for(self, request: RecordedRequest) -> FakeReply | Fault:
         with self._lock:
@@ -279,6 +316,10 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
             request = RecordedRequest(protocol, path, headers, body, time.time())
+            refusal = server._refusal_for(request)
+            if refusal is not None:
+                self._send(refusal.status, refusal.body(protocol))
+                return
             answer = server._answer_for(request)
             if server._wait(answer.delay):
                 return
@@ -296,6 +337,10 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             if fault.kind == "malformed":
                 self._send_bytes(200, b'{"id": "broken", "choices": [', {})
                 return
+            if fault.kind == "html":
+                page = b"<html><body>502 Bad Gateway</body></html>"
+                self._send_bytes(200, page, {}, content_type="text/html")
+                return
             if fault.status == 200:  # a slow answer that eventually succeeds
                 self._send(200, _render(server, self._last(), FakeReply(text="late")))
                 return
@@ -308,10 +353,16 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
         def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             self._send_bytes(status, json.dumps(payload).encode(), headers or {})
 
-        def _send_bytes(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+        def _send_bytes(
+            self,
+            status: int,
+            data: bytes,
+            headers: dict[str, str],
+            content_type: str = "application/json",
+        ) -> None:
             try:
                 self.send_response(status)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(data)))
                 for name, value in headers.items():
                     self.send_header(name, value)
@@ -334,6 +385,16 @@ def _error_body(protocol: Protocol, fault: Fault) -> dict[str, Any]:
 
 
 def _render(server: FakeLLMServer, request: RecordedRequest, reply: FakeReply) -> dict[str, Any]:
+    body = _render_body(server, request, reply)
+    body.update(reply.override)
+    for name in reply.omit:
+        body.pop(name, None)
+    return body
+
+
+def _render_body(
+    server: FakeLLMServer, request: RecordedRequest, reply: FakeReply
+) -> dict[str, Any]:
     usage = reply.usage or _estimate_usage(request, reply)
     text = reply.body_text()
     n = server.next_id()
@@ -372,13 +433,16 @@ def _render(server: FakeLLMServer, request: RecordedRequest, reply: FakeReply) -
     if request.protocol == "responses":
         output: list[dict[str, Any]] = []
         if reply.reasoning:
-            output.append(
-                {
-                    "type": "reasoning",
-                    "id": f"rs_{n}",
-                    "summary": [{"type": "summary_text", "text": reply.reasoning}],
-                }
-            )
+            item: dict[str, Any] = {
+                "type": "reasoning",
+                "id": f"rs_{n}",
+                "summary": [{"type": "summary_text", "text": reply.reasoning}],
+            }
+            if "reasoning.encrypted_content" in (request.body.get("include") or []):
+                item["encrypted_content"] = f"enc-{n}-{secrets.token_hex(8)}"
+                with server.issued.lock:
+                    server.issued.encrypted[item["id"]] = item["encrypted_content"]
+            output.append(item)
         if text:
             output.append(
                 {
@@ -422,13 +486,26 @@ def _render(server: FakeLLMServer, request: RecordedRequest, reply: FakeReply) -
         }
     content: list[dict[str, Any]] = []
     if reply.reasoning:
-        content.append({"type": "thinking", "thinking": reply.reasoning, "signature": f"sig{n}"})
+        signature = f"sig-{n}-{secrets.token_hex(8)}"
+        content.append({"type": "thinking", "thinking": reply.reasoning, "signature": signature})
+    if reply.redacted:
+        content.append({"type": "redacted_thinking", "data": f"redacted-{secrets.token_hex(8)}"})
+    thinking = list(content)
     if text:
         content.append({"type": "text", "text": text})
-    content.extend(
+    uses = [
         {"type": "tool_use", "id": f"toolu_{n}_{i}", "name": c.name, "input": c.arguments}
         for i, c in enumerate(reply.tool_calls)
-    )
+    ]
+    content.extend(uses)
+    with server.issued.lock:
+        for block in thinking:
+            if block["type"] == "thinking":
+                server.issued.thinking[block["signature"]] = block["thinking"]
+            else:
+                server.issued.redacted.add(block["data"])
+        for use in uses:
+            server.issued.turns[str(use["id"])] = thinking
     stop_reason = {"stop": "end_turn", "max_tokens": "max_tokens", "tool_calls": "tool_use"}[stop]
     return {
         "id": f"msg_{n}",

@@ -101,3 +101,39 @@ def test_check_usage_errors_exit_2() -> None:
     assert "provider/model" in out
     code, _ = _invoke("check")
     assert code == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--timeout", "-1"], "--timeout: Input should be greater than 0, got -1.0"),
+        (["--max-wait", "-3"], "--max-wait: Input should be greater than or equal to 0"),
+        (["--base-url", "notaurl"], "--base-url: expected an http(s) URL"),
+        (["--base-url", "localhost:8000/v1"], "--base-url: expected an http(s) URL"),
+    ],
+    ids=["timeout", "max-wait", "not-a-url", "no-scheme"],
+)
+def test_check_bad_flags_name_the_flag(args: list[str], expected: str) -> None:
+    code, out = _invoke("check", "openai/gpt-4o", *args)
+    assert code == 2
+    assert expected in out
+    assert "Traceback" not in out and "validation error" not in out
+    assert len(out.strip().splitlines()) == 1
+
+
+def test_base_url_variable_that_is_not_a_url_fails_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "notaurl")
+    code, out = _invoke("check", "openai/gpt-4o")
+    assert code == 1
+    assert "OPENAI_BASE_URL: expected an http(s) URL" in out and "got 'notaurl'" in out
+    assert "Traceback" not in out and "cannot reach" not in out
+
+
+def test_model_config_refuses_a_base_url_that_is_not_http() -> None:
+    from paperbench.llm import ModelConfig
+
+    with pytest.raises(ValueError, match="expected an http\\(s\\) URL"):
+        ModelConfig(model="openai/gpt-4o", base_url="ftp://example.org")
+    assert ModelConfig(model="openai/gpt-4o", base_url="http://127.0.0.1:8000/v1").base_url

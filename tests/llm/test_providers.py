@@ -187,16 +187,18 @@ def test_anthropic_extended_thinking_and_effort(fake_llm: FakeLLMServer) -> None
     fake_llm.script(FakeReply(text="answer", reasoning="let me think"))
     config = config_for("messages", fake_llm, options={"thinking_budget": 2048}, max_tokens=1000)
     model = Model(config)
-    out = gen(model, "q", reasoning_effort="high", temperature=0.5)
+    out = gen(model, "q", reasoning_effort="high")
     body = fake_llm.requests[-1].body
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert body["max_tokens"] > 2048
-    assert "temperature" not in body  # not allowed with thinking
     assert body["output_config"]["effort"] == "high"
     assert out.reasoning == "let me think"
-    # the signed thinking block goes back with the next turn
+    [item] = out.reasoning_items
+    assert item.type == "thinking" and item.text == "let me think" and item.signature
+    # the signed thinking block goes back with the next turn, unchanged
     gen(model, [UserMessage(content="q"), out.assistant_message(), UserMessage(content="more")])
-    assert fake_llm.requests[-1].body["messages"][1]["content"][0]["type"] == "thinking"
+    sent = fake_llm.requests[-1].body["messages"][1]["content"][0]
+    assert sent == {"type": "thinking", "thinking": "let me think", "signature": item.signature}
 
 
 def test_openai_reasoning_effort_and_max_tokens(fake_llm: FakeLLMServer) -> None:
@@ -220,22 +222,51 @@ def test_max_tokens_stop_reason(fake_llm: FakeLLMServer, protocol: str) -> None:
     assert out.stop_reason == "max_tokens"
 
 
-def _uses_responses(model: Model) -> bool:
-    from paperbench.llm._openai import OpenAIAPI
-
-    api = model.api
-    assert isinstance(api, OpenAIAPI)
-    return api.uses_responses
-
-
 def test_openai_picks_responses_for_reasoning_models(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    assert _uses_responses(Model("openai/o3")) is True
-    assert _uses_responses(Model("openai/gpt-5-mini")) is True
-    assert _uses_responses(Model("openai/gpt-4o")) is False
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    assert Model("openai/o3").api.protocol == "responses"
+    assert Model("openai/gpt-5-mini").api.protocol == "responses"
+    assert Model("openai/gpt-4o").api.protocol == "chat"
+    assert Model("anthropic/claude-haiku-4-5").api.protocol == "messages"
     # an OpenAI-compatible server speaks Chat Completions unless told otherwise
     custom = ModelConfig(model="openai/o3", base_url="http://127.0.0.1:9/v1")
-    assert _uses_responses(Model(custom)) is False
+    assert Model(custom).api.protocol == "chat"
+    told = ModelConfig(
+        model="openai/o3", base_url="http://127.0.0.1:9/v1", options={"api": "responses"}
+    )
+    assert Model(told).api.protocol == "responses"
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "https://api.openai.com/v1",
+        "https://api.openai.com/v1/",
+        "https://api.openai.com",
+        "https://API.openai.com//v1",
+        "https://api.openai.com:443/v1",
+    ],
+)
+def test_openai_base_url_variable_on_openai_is_not_custom(
+    monkeypatch: pytest.MonkeyPatch, base_url: str
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+    model = Model("openai/o3")
+    assert model.target.custom_endpoint is False
+    assert model.api.protocol == "responses"
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://llm.example.org/v1")
+    assert Model("openai/o3").target.custom_endpoint is True
+
+
+def test_openai_gateway_declared_official(fake_llm: FakeLLMServer) -> None:
+    """A base URL that serves OpenAI's own API (here the fake server, which refuses
+    ``max_tokens`` for o-series models as OpenAI does) gets OpenAI's parameter names."""
+    config = fast("openai/o3", fake_llm.openai_url, options={"official": True, "api": "chat"})
+    gen(Model(config), "q", max_tokens=64)
+    body = fake_llm.requests[-1].body
+    assert body["max_completion_tokens"] == 64 and "max_tokens" not in body
 
 
 def test_standard_base_url_variables_are_honoured(
@@ -303,3 +334,14 @@ def test_openai_prompt_cache_key_follows_the_shared_prefix(
     assert keys[0] is not None and keys[0] == keys[1]
     assert keys[2] not in (None, keys[0])
     assert keys[3] is None
+
+
+def test_outputs_cached_by_earlier_versions_still_load() -> None:
+    from paperbench.llm import ModelOutput
+
+    # an answer cached before reasoning items existed: reasoning_signature, always dumped
+    old = '{"model": "anthropic/x", "text": "a", "reasoning": "t", "reasoning_signature": "s"}'
+    [item] = ModelOutput.model_validate_json(old).reasoning_items
+    assert (item.type, item.text, item.signature) == ("thinking", "t", "s")
+    plain = '{"model": "openai/x", "text": "a", "reasoning_signature": null}'
+    assert ModelOutput.model_validate_json(plain).reasoning_items == []

@@ -82,3 +82,66 @@ def test_config_never_serialises_the_key() -> None:
     assert clone.api_key is None and clone.model == "openai/gpt-4o"
     assert config.api_key is not None  # the original keeps it
     assert GIVEN_KEY.encode() not in pickle.dumps(config)
+
+
+# Every class exported by the packages that handle keys is either built here with a key and
+# checked, or listed as holding none: a new export must be put in one of the two.
+_HOLDS_NO_SECRET = {
+    "paperbench.llm": {
+        "AssistantMessage", "BudgetCaps", "CostLedger", "CostRecord", "CostReport", "CostTotal",
+        "Endpoint", "ModelOutput", "ModelPrice", "ModelRequest", "OutputSchema", "PriceTable",
+        "ResponseCache", "SystemMessage", "ToolCall", "ToolDef", "ToolMessage",
+        "TransientError", "Usage", "UserMessage",
+    },
+    "paperbench.sandbox": {
+        "Blacklist", "BlacklistHit", "DockerBackend", "DockerEgressGateway", "EgressProxy",
+        "ExecResult", "ExtractReport", "GpuRequest", "LeftOutFile", "LocalBackend",
+        "LocalSandbox", "NetworkLogEntry", "NetworkPolicy", "Sandbox", "SandboxBackend",
+        "SandboxConfig", "SandboxLimits", "SkippedMember",
+    },
+    "paperbench.rubric": {
+        "Check", "FinegrainedCategory", "GradedTaskNode", "Issue", "RubricStats",
+        "TaskCategory", "TaskNode", "TreeSummary",
+    },
+}  # fmt: skip
+
+
+def _with_key(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[object]]:
+    from paperbench.llm import resolve
+    from paperbench.sandbox import SandboxSpec
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ENV_KEY)
+    config = ModelConfig(model="openai/gpt-4o", api_key=GIVEN_KEY)  # type: ignore[arg-type]
+    model = Model(config)
+    from_env = Model("anthropic/claude-haiku-4-5")
+    _, target = resolve(config)
+    spec = SandboxSpec(
+        image="paperbench-agent",
+        env={"OPENAI_API_KEY": GIVEN_KEY},
+        proxy_env={"HTTPS_PROXY": f"http://user:{ENV_KEY}@proxy.local:3128"},
+    )
+    return {
+        "ModelConfig": [config],
+        "Target": [target, from_env.target],
+        "Model": [model, from_env],
+        "ModelAPI": [model.api, from_env.api],
+        "SandboxSpec": [spec],
+    }
+
+
+@pytest.mark.parametrize("package", sorted(_HOLDS_NO_SECRET))
+def test_no_exported_type_shows_a_key(package: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import inspect
+
+    module = importlib.import_module(package)
+    built = _with_key(monkeypatch)
+    exported = {n for n in module.__all__ if inspect.isclass(getattr(module, n))}
+    unclassified = exported - _HOLDS_NO_SECRET[package] - set(built)
+    assert not unclassified, f"decide whether these can hold a key: {sorted(unclassified)}"
+    for name in sorted(exported & set(built)):
+        for value in built[name]:
+            assert isinstance(value, getattr(module, name))
+            for text in (repr(value), str(value)):
+                for key in (ENV_KEY, GIVEN_KEY, "ENVSECRET", "GIVENSECRET"):
+                    assert key not in text, f"{name}: {text}"

@@ -1,0 +1,365 @@
+"""The requests the real model APIs refuse, refused the same way by the fake server.
+
+Each check returns a :class:`Refusal` (HTTP 400 with the message, parameter and code the real
+API gives) or ``None``. The top-level parameters are checked against the request TypedDicts of
+the installed ``openai`` and ``anthropic`` SDKs; the rest are the rules the APIs document:
+
+- OpenAI: unknown or missing parameters; ``max_tokens`` or a temperature for a reasoning model;
+  strict JSON Schemas that break strict mode (an object not closed with
+  ``additionalProperties: false``, a property not required, an unsupported keyword, a ``$ref``
+  with siblings); Responses reasoning items sent back without their encrypted content while
+  ``store`` is false, or with content the server did not issue.
+- Anthropic: unknown or missing parameters (``max_tokens`` is required); empty text blocks;
+  a first turn that is not the user's, or turns that do not alternate; thinking blocks without
+  a signature, with a signature the server did not issue for that text, or (in a tool loop
+  with thinking on) not exactly the blocks issued with that turn; a schema object not closed.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from paperbench.llm._schema import OPENAI_STRICT_UNSUPPORTED
+
+REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5", "codex")
+"""OpenAI models that reason (they refuse ``max_tokens`` and a temperature)."""
+
+ANTHROPIC_UNSUPPORTED = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+    | {"minLength", "maxLength", "patternProperties", "minProperties", "maxProperties"}
+)
+"""Schema keywords Anthropic's structured outputs refuse."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A 400 as the real API sends it."""
+
+    message: str
+    param: str | None = None
+    code: str | None = None
+    status: int = 400
+
+    def body(self, protocol: str) -> dict[str, Any]:
+        if protocol == "messages":
+            return {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": self.message},
+            }
+        return {
+            "error": {
+                "message": self.message,
+                "type": "invalid_request_error",
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+@dataclass
+class Issued:
+    """What the server handed out and may see again: reasoning it signed or encrypted."""
+
+    thinking: dict[str, str] = field(default_factory=dict)
+    """signature -> the thinking text it signs."""
+    redacted: set[str] = field(default_factory=set)
+    turns: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Anthropic tool_use id -> the thinking blocks of the turn that made it."""
+    encrypted: dict[str, str] = field(default_factory=dict)
+    """OpenAI reasoning item id -> its encrypted content."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def check(protocol: str, body: dict[str, Any], issued: Issued) -> Refusal | None:
+    if protocol == "chat":
+        return _check_chat(body)
+    if protocol == "responses":
+        return _check_responses(body, issued)
+    return _check_messages(body, issued)
+
+
+# -- OpenAI -------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _allowed() -> dict[str, frozenset[str]]:
+    from anthropic.types import message_create_params as messages
+    from openai.types.chat import completion_create_params as chat
+    from openai.types.responses import response_create_params as responses
+
+    def keys(*typed: Any) -> frozenset[str]:
+        return frozenset(k for t in typed for k in (*t.__required_keys__, *t.__optional_keys__))
+
+    return {
+        "chat": keys(chat.CompletionCreateParamsNonStreaming, chat.CompletionCreateParamsStreaming),
+        "responses": keys(
+            responses.ResponseCreateParamsNonStreaming, responses.ResponseCreateParamsStreaming
+        ),
+        "messages": keys(
+            messages.MessageCreateParamsNonStreaming, messages.MessageCreateParamsStreaming
+        ),
+    }
+
+
+def _openai_common(
+    protocol: str, body: dict[str, Any], required: tuple[str, ...]
+) -> Refusal | None:
+    for name in body:
+        if name not in _allowed()[protocol]:
+            return Refusal(f"Unrecognized request argument supplied: {name}")
+    for name in required:
+        if name not in body:
+            return Refusal(
+                f"Missing required parameter: '{name}'.", name, "missing_required_parameter"
+            )
+    model = str(body.get("model", ""))
+    reasoning = model.startswith(REASONING_PREFIXES)
+    effort = body.get("reasoning_effort") or (body.get("reasoning") or {}).get("effort")
+    if reasoning and "temperature" in body and effort != "none":
+        return Refusal(
+            f"Unsupported value: 'temperature' does not support {body['temperature']} with "
+            "this model. Only the default (1) value is supported.",
+            "temperature",
+            "unsupported_value",
+        )
+    return None
+
+
+def _check_chat(body: dict[str, Any]) -> Refusal | None:
+    refusal = _openai_common("chat", body, ("model", "messages"))
+    if refusal is not None:
+        return refusal
+    if str(body["model"]).startswith(REASONING_PREFIXES) and "max_tokens" in body:
+        return Refusal(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+            "max_tokens",
+            "unsupported_parameter",
+        )
+    fmt = body.get("response_format") or {}
+    if fmt.get("type") == "json_schema":
+        spec = fmt.get("json_schema") or {}
+        if spec.get("strict"):
+            problem = strict_schema_problem(spec.get("schema") or {})
+            if problem is not None:
+                return Refusal(
+                    f"Invalid schema for response_format '{spec.get('name')}': {problem}",
+                    "response_format",
+                    "invalid_json_schema",
+                )
+    return None
+
+
+def _check_responses(body: dict[str, Any], issued: Issued) -> Refusal | None:
+    refusal = _openai_common("responses", body, ("model",))
+    if refusal is not None:
+        return refusal
+    fmt = (body.get("text") or {}).get("format") or {}
+    if fmt.get("type") == "json_schema" and fmt.get("strict"):
+        problem = strict_schema_problem(fmt.get("schema") or {})
+        if problem is not None:
+            return Refusal(
+                f"Invalid schema for response_format '{fmt.get('name')}': {problem}",
+                "text.format.schema",
+                "invalid_json_schema",
+            )
+    items = body.get("input")
+    if not isinstance(items, list):
+        return None
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("type") != "reasoning":
+            continue
+        item_id = str(item.get("id"))
+        with issued.lock:
+            known = issued.encrypted.get(item_id)
+        content = item.get("encrypted_content")
+        if body.get("store") is False and not content:
+            return Refusal(
+                f"Item with id '{item_id}' not found. Items are not persisted when `store` is "
+                "set to false. Try again with `store` set to true, or remove this item from "
+                "your input.",
+                "input",
+            )
+        if content and content != known:
+            return Refusal(
+                f"The encrypted content for item {item_id} could not be verified.",
+                f"input[{i}].encrypted_content",
+                "invalid_encrypted_content",
+            )
+        following = items[i + 1] if i + 1 < len(items) else None
+        if not isinstance(following, dict) or not (
+            following.get("type") in ("reasoning", "function_call")
+            or following.get("role") == "assistant"
+        ):
+            return Refusal(
+                f"Item '{item_id}' of type 'reasoning' was provided without its required "
+                "following item.",
+                "input",
+            )
+    return None
+
+
+def strict_schema_problem(schema: Any, context: tuple[str, ...] = ()) -> str | None:
+    """Why OpenAI's strict mode refuses ``schema``, or ``None``."""
+    if not isinstance(schema, dict):
+        return None
+    where = f"In context={context}, "
+    if "$ref" in schema and len(schema) > 1:
+        others = sorted(k for k in schema if k != "$ref")
+        return f"{where}$ref cannot have keywords {others}."
+    for key in schema:
+        if key in OPENAI_STRICT_UNSUPPORTED or key == "patternProperties":
+            return f"{where}'{key}' is not permitted."
+    if schema.get("type") == "object" or "properties" in schema:
+        if schema.get("additionalProperties") is not False:
+            return f"{where}'additionalProperties' is required to be supplied and to be false."
+        props = schema.get("properties") or {}
+        required = schema.get("required") or []
+        missing = [name for name in props if name not in required]
+        if missing:
+            return (
+                f"{where}'required' is required to be supplied and to be an array including "
+                f"every key in properties. Missing '{missing[0]}'."
+            )
+    for key in ("properties", "$defs", "definitions"):
+        sub = schema.get(key)
+        if isinstance(sub, dict):
+            for name, value in sub.items():
+                problem = strict_schema_problem(value, (*context, key, name))
+                if problem is not None:
+                    return problem
+    for key in ("anyOf", "allOf", "oneOf", "prefixItems"):
+        for i, value in enumerate(schema.get(key) or []):
+            problem = strict_schema_problem(value, (*context, key, str(i)))
+            if problem is not None:
+                return problem
+    if isinstance(schema.get("items"), dict):
+        return strict_schema_problem(schema["items"], (*context, "items"))
+    return None
+
+
+# -- Anthropic ----------------------------------------------------------------------------
+
+
+def _check_messages(body: dict[str, Any], issued: Issued) -> Refusal | None:
+    for name in body:
+        if name not in _allowed()["messages"]:
+            return Refusal(f"{name}: Extra inputs are not permitted")
+    for name in ("model", "messages", "max_tokens"):
+        if name not in body:
+            return Refusal(f"{name}: Field required")
+    thinking = (body.get("thinking") or {}).get("type") == "enabled"
+    if thinking and body["max_tokens"] <= body["thinking"].get("budget_tokens", 0):
+        return Refusal("`max_tokens` must be greater than `thinking.budget_tokens`.")
+    system = body.get("system")
+    if isinstance(system, list):
+        for i, block in enumerate(system):
+            if block.get("type") == "text" and not block.get("text"):
+                return Refusal(f"system.{i}: text content blocks must be non-empty")
+    schema = ((body.get("output_config") or {}).get("format") or {}).get("schema")
+    if isinstance(schema, dict):
+        problem = _anthropic_schema_problem(schema)
+        if problem is not None:
+            return Refusal(f"output_config.format.schema: {problem}")
+    return _check_turns(body["messages"], thinking, issued)
+
+
+def _check_turns(messages: Any, thinking: bool, issued: Issued) -> Refusal | None:
+    if not isinstance(messages, list) or not messages:
+        return Refusal("messages: at least one message is required")
+    if messages[0].get("role") != "user":
+        return Refusal('messages: first message must use the "user" role')
+    for i, message in enumerate(messages):
+        if i and message.get("role") == messages[i - 1].get("role"):
+            return Refusal(
+                'messages: roles must alternate between "user" and "assistant", but found '
+                f'multiple "{message.get("role")}" roles in a row'
+            )
+        content = message.get("content")
+        last = i == len(messages) - 1
+        if content in ("", []) and not (last and message.get("role") == "assistant"):
+            return Refusal(
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+        if not isinstance(content, list):
+            continue
+        for j, block in enumerate(content):
+            refusal = _check_block(block, f"messages.{i}.content.{j}", issued)
+            if refusal is not None:
+                return refusal
+    if thinking:
+        return _check_tool_loop(messages, issued)
+    return None
+
+
+def _check_block(block: Any, where: str, issued: Issued) -> Refusal | None:
+    kind = block.get("type")
+    if kind == "text" and not block.get("text"):
+        return Refusal("messages: text content blocks must be non-empty")
+    if kind == "thinking":
+        if not block.get("signature"):
+            return Refusal(f"{where}.thinking.signature: Field required")
+        with issued.lock:
+            signed = issued.thinking.get(block["signature"])
+        if signed is None or signed != block.get("thinking"):
+            return Refusal(f"{where}: Invalid `signature` in `thinking` block")
+    if kind == "redacted_thinking":
+        with issued.lock:
+            known = block.get("data") in issued.redacted
+        if not known:
+            return Refusal(f"{where}: Invalid `data` in `redacted_thinking` block")
+    return None
+
+
+def _check_tool_loop(messages: list[Any], issued: Issued) -> Refusal | None:
+    """With thinking on, the assistant turn whose tool use is being answered must carry the
+    thinking blocks it came with, unchanged and in order."""
+    last_assistant = next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"),
+        None,
+    )
+    if last_assistant is None:
+        return None
+    content = messages[last_assistant].get("content")
+    if not isinstance(content, list):
+        return None
+    uses = [b.get("id") for b in content if b.get("type") == "tool_use"]
+    with issued.lock:
+        expected = issued.turns.get(str(uses[0])) if uses else None
+    if expected is None:
+        return None
+    sent = [b for b in content if b.get("type") in ("thinking", "redacted_thinking")]
+    if sent != expected or (content and content[0].get("type") == "tool_use" and expected):
+        return Refusal(
+            f"messages.{last_assistant}.content: thinking blocks in the latest assistant "
+            "message cannot be modified. These blocks must remain as they were in the "
+            "original response."
+        )
+    return None
+
+
+def _anthropic_schema_problem(schema: Any) -> str | None:
+    if not isinstance(schema, dict):
+        return None
+    for key in schema:
+        if key in ANTHROPIC_UNSUPPORTED:
+            return f"property '{key}' is not supported"
+    if schema.get("type") == "object" and schema.get("additionalProperties") is not False:
+        return "For 'object' type, 'additionalProperties' must be explicitly set to false"
+    subs: list[Any] = []
+    for key in ("properties", "$defs", "definitions"):
+        if isinstance(schema.get(key), dict):
+            subs.extend(schema[key].values())
+    for key in ("anyOf", "allOf", "oneOf"):
+        subs.extend(schema.get(key) or [])
+    if isinstance(schema.get("items"), dict):
+        subs.append(schema["items"])
+    for sub in subs:
+        problem = _anthropic_schema_problem(sub)
+        if problem is not None:
+            return problem
+    return None
