@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import shutil
 import tarfile
@@ -21,6 +20,13 @@ from paperbench.reproduce import (
     reproduce_submission,
 )
 from paperbench.sandbox import SandboxConfig
+from tests.sandbox.docker_fixtures import (  # noqa: F401
+    TEST_LABELS,
+    docker_client,
+    docker_images,
+    reproducer_image,
+    sweep,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(REPO.glob("examples/*/reference/submission"))
@@ -238,34 +244,26 @@ def test_bundled_example_reproduces_locally(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- docker
 
-if importlib.util.find_spec("paperbench.sandbox._docker") is not None:
-    from tests.sandbox.docker_fixtures import (  # noqa: F401
-        TEST_LABELS,
-        docker_client,
-        docker_images,
-        reproducer_image,
-        sweep,
-    )
 
-    @pytest.mark.docker
-    def test_reproduce_in_docker(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-        image = request.getfixturevalue("reproducer_image")
-        client = request.getfixturevalue("docker_client")
-        sub = _submission(
-            tmp_path / "sub",
-            "python3 -c 'import numpy; print(numpy.__name__)' > made.txt\nexit 0\n",
-            {"venv/x": "fake"},
+@pytest.mark.docker
+def test_reproduce_in_docker(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    image = request.getfixturevalue("reproducer_image")
+    client = request.getfixturevalue("docker_client")
+    sub = _submission(
+        tmp_path / "sub",
+        "python3 -c 'import numpy; print(numpy.__name__)' > made.txt\nexit 0\n",
+        {"venv/x": "fake"},
+    )
+    try:
+        meta = _run(
+            sub,
+            tmp_path / "out",
+            sandbox=SandboxConfig(backend="docker"),
+            image=image,
+            labels=TEST_LABELS,
         )
-        try:
-            meta = _run(
-                sub,
-                tmp_path / "out",
-                sandbox=SandboxConfig(backend="docker"),
-                image=image,
-                labels=TEST_LABELS,
-            )
-        finally:
-            sweep(client)
-        assert meta.status == "success", meta
-        assert meta.sandbox_backend == "docker" and meta.sandbox_image == image
-        assert meta.changed_files.created == ["made.txt"] and meta.removed_dirs == ["venv"]
+    finally:
+        sweep(client)
+    assert meta.status == "success", meta
+    assert meta.sandbox_backend == "docker" and meta.sandbox_image == image
+    assert meta.changed_files.created == ["made.txt"] and meta.removed_dirs == ["venv"]

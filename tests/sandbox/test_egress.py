@@ -352,20 +352,17 @@ def test_sandbox_env_and_ca_install_command() -> None:
 
 # --- Docker: a filtered sandbox on an internal network, the proxy on its gateway --------------
 
-HAS_DOCKER_BACKEND = importlib.util.find_spec("paperbench.sandbox._docker") is not None
-if HAS_DOCKER_BACKEND:
-    from tests.sandbox.docker_fixtures import (  # noqa: F401
-        TEST_LABELS,
-        docker_client,
-        docker_images,
-        sweep,
-    )
+from tests.sandbox.docker_fixtures import (  # noqa: E402, F401
+    TEST_LABELS,
+    docker_client,
+    docker_images,
+    sweep,
+)
 
 
 @pytest.mark.docker
 # The Docker SDK leaves unix sockets of its exec streams to the garbage collector.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.skipif(not HAS_DOCKER_BACKEND, reason="the Docker backend is not in this checkout")
 async def test_docker_filtered_sandbox_goes_through_the_proxy(
     docker_client: Any,
     docker_images: dict[str, str],

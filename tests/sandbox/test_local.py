@@ -68,7 +68,7 @@ def test_plain_mode_warns_once(tmp_path: Path, caplog: pytest.LogCaptureFixture)
 
     async def main() -> None:
         for _ in range(2):
-            sb = await _start(tmp_path, isolation="plain")
+            sb = await _start(tmp_path, isolation="none")
             r = await sb.exec('echo "$PAPERBENCH_SANDBOX_ROOT"', timeout=30)
             assert r.stdout.strip() == str(sb.fs)
             await sb.stop()
@@ -123,7 +123,7 @@ def test_get_backend_local_and_auto_fallback() -> None:
 
 
 def test_sandbox_config_is_plain_data_for_other_processes(tmp_path: Path) -> None:
-    cfg = SandboxConfig(backend="local", local_root=tmp_path, local_isolation="plain")
+    cfg = SandboxConfig(backend="local", local_root=tmp_path, local_isolation="none")
     again = pickle.loads(pickle.dumps(cfg))
     assert again == SandboxConfig.model_validate_json(cfg.model_dump_json()) == cfg
     backend = asyncio.run(again.build())
