@@ -260,12 +260,15 @@ class DockerBackend(SandboxBackend):
         egress: EgressGateway | None = None,
         client: Any = None,
         fast_exec: bool | None = None,
+        disk_root: Path | None = None,
     ) -> None:
         if fast_exec is None:
             fast_exec = os.environ.get(FAST_EXEC_ENV, "1").strip().lower() not in {"0", "false"}
         self.fast_exec = fast_exec
         self.base_url = base_url
         self.work_dirs = work_dirs
+        self.disk_root = disk_root
+        """Where capped disks are made (default: the temp folder, where gc looks)."""
         self.egress = egress
         self._client = client
         self._storage_opt_ok: bool | None = None
@@ -455,7 +458,8 @@ class DockerBackend(SandboxBackend):
         """
         from docker.types import Mount
 
-        folder = Path(tempfile.gettempdir()) / f"{WORKSPACE_PREFIX}{sb.id}-disk"
+        root = self.disk_root or Path(tempfile.gettempdir())
+        folder = root / f"{WORKSPACE_PREFIX}{sb.id}-disk"
         try:
             await asyncio.to_thread(folder.mkdir)
             await asyncio.to_thread(write_owner, folder)
@@ -472,6 +476,7 @@ class DockerBackend(SandboxBackend):
             sb.disk_cap = "none"
             return [], {}
         sb.disk_cap = "loop-ext4"
+        sb.read_only_root = True
         mounts = []
         for i, folder_in in enumerate(self.work_dirs):
             source = sb.disk.mountpoint / f"d{i}"

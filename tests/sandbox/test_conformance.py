@@ -45,7 +45,6 @@ KNOWN_GAPS: dict[str, dict[str, tuple[str, str]]] = {
             "each exec is its own pid namespace: background processes end with their exec",
         ),
         "host_etc_visible": ("doc", "the host's /etc, /usr, /opt are visible read-only"),
-        "disk_mb": ("doc", "disk_mb caps each file (RLIMIT_FSIZE), not the workspace total"),
     },
     "local-none": {
         "sandbox_paths_in_commands": (
@@ -61,7 +60,6 @@ KNOWN_GAPS: dict[str, dict[str, tuple[str, str]]] = {
             "share the host network and one that ignores HTTPS_PROXY bypasses the proxy",
         ),
         "host_filesystem_visible": ("doc", "the whole host filesystem is readable"),
-        "disk_mb": ("doc", "disk_mb caps each file (RLIMIT_FSIZE), not the workspace total"),
     },
     "docker": {},
 }

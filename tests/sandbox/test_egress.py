@@ -352,12 +352,7 @@ def test_sandbox_env_and_ca_install_command() -> None:
 
 # --- Docker: a filtered sandbox on an internal network, the proxy on its gateway --------------
 
-from tests.sandbox.docker_fixtures import (  # noqa: E402, F401
-    TEST_LABELS,
-    docker_client,
-    docker_images,
-    sweep,
-)
+from tests.sandbox.docker_fixtures import TEST_LABELS, sweep  # noqa: E402
 
 
 @pytest.mark.docker
