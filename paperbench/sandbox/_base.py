@@ -8,6 +8,7 @@ Paths given to a sandbox are *sandbox paths* (absolute POSIX paths such as
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
@@ -125,10 +126,29 @@ def read_ca_bundle(path: Path, error: type[SandboxError] = SandboxError) -> byte
     return data
 
 
+@dataclass(frozen=True)
+class DiskUsage:
+    """Space on a sandbox's capped disk."""
+
+    total_bytes: int
+    free_bytes: int
+
+    @property
+    def full(self) -> bool:
+        """Less than 1 MiB (or 0.5 %) left: a writer hit the cap."""
+        return self.free_bytes < max(1 << 20, self.total_bytes // 200)
+
+
 class Sandbox(abc.ABC):
     """One running sandbox. Use as ``async with await backend.start(spec) as sb: ...``."""
 
     spec: SandboxSpec
+    disk_cap: DiskCapKind | None = None
+    """How ``spec.limits.disk_mb`` is enforced (None: no cap was asked for)."""
+
+    def disk_usage(self) -> DiskUsage | None:
+        """Space left on the capped disk, where the backend can tell (else None)."""
+        return None
 
     @abc.abstractmethod
     async def exec(

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paperbench.errors import SandboxError, SandboxUnavailableError
+from paperbench.sandbox._base import DiskUsage
 
 IMAGE_NAME = "disk.img"
 _TOOL_TIMEOUT_S = 60.0
@@ -31,17 +32,6 @@ UNCAPPED_HINT = "pass --allow-uncapped-disk to run without a disk cap"
 
 class DiskCapUnavailableError(SandboxUnavailableError):
     """The disk cap cannot be enforced on this machine."""
-
-
-@dataclass(frozen=True)
-class DiskUsage:
-    total_bytes: int
-    free_bytes: int
-
-    @property
-    def full(self) -> bool:
-        """Less than 1 MiB (or 0.5 %) left: a writer hit the cap."""
-        return self.free_bytes < max(1 << 20, self.total_bytes // 200)
 
 
 def disk_cap_problem() -> str | None:

@@ -54,6 +54,7 @@ from paperbench.sandbox import _docker_labels as L
 from paperbench.sandbox._base import (
     DEFAULT_OUTPUT_LIMIT,
     DiskCapKind,
+    DiskUsage,
     ExecResult,
     GpuRequest,
     IsolationKind,
@@ -67,7 +68,6 @@ from paperbench.sandbox._disk import (
     UNCAPPED_HINT,
     DiskCap,
     DiskCapUnavailableError,
-    DiskUsage,
 )
 from paperbench.sandbox._docker_exec import (
     KILL_SCRIPT,

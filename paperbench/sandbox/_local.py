@@ -58,6 +58,7 @@ from paperbench.sandbox._archive import make_tar_gz
 from paperbench.sandbox._base import (
     DEFAULT_OUTPUT_LIMIT,
     DiskCapKind,
+    DiskUsage,
     ExecResult,
     IsolationKind,
     NetworkPolicy,
@@ -67,7 +68,7 @@ from paperbench.sandbox._base import (
 )
 from paperbench.sandbox._capture import HeadTail, drain
 from paperbench.sandbox._cgroup import Cgroup
-from paperbench.sandbox._disk import DiskCap, DiskCapUnavailableError, DiskUsage
+from paperbench.sandbox._disk import DiskCap, DiskCapUnavailableError
 from paperbench.sandbox._local_egress import LocalEgress, LocalEgressGateway
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
 
