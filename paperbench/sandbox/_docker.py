@@ -18,7 +18,8 @@ Isolation and limits:
 - the environment is ``spec.env`` (plus ``spec.proxy_env`` and CA variables when asked), never
   the host's; the Docker socket is never mounted;
 - network ``none`` → no interface; ``full`` → the default bridge; ``filtered`` → an internal
-  network (no route out) shared only with the egress proxy.
+  network (no route out) whose only way to the host is the egress proxy's port: host firewall
+  rules on its bridge interface drop the rest (``_docker_firewall``).
 
 Fast exec path (on by default; ``DockerBackend(fast_exec=False)`` or
 ``PAPERBENCH_DOCKER_FAST_EXEC=0`` turns it off): a small stdlib exec server (``_execd.py``) is
@@ -48,6 +49,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlparse
 
 from paperbench.errors import SandboxError, SandboxUnavailableError
 from paperbench.sandbox import _docker_labels as L
@@ -89,6 +91,7 @@ from paperbench.sandbox._docker_files import (
     DockerFiles,
     docker_error,
 )
+from paperbench.sandbox._docker_firewall import HostFirewall
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
 
 WRITABLE_DIRS = ("/submission", "/home", "/root", "/tmp", "/var", "/etc", "/usr/local")
@@ -310,6 +313,11 @@ class DockerBackend(SandboxBackend):
             sb.networks.append(net["Id"])
             network_mode = f"{sb.id}-net"
             sb.egress = await self.egress.attach(network_mode, spec)
+            port = urlparse(sb.egress.proxy_url).port
+            if port is None:
+                raise SandboxError(f"egress proxy URL without a port: {sb.egress.proxy_url}")
+            sb.firewall = HostFirewall(network_mode, net["Id"], port)
+            await sb.firewall.ainstall()
 
         env = sandbox_env(spec)
         if sb.egress is not None:
@@ -521,6 +529,8 @@ class DockerSandbox(DockerFiles, Sandbox):
         self.execd: ExecServerClient | None = None
         self.fast_exec_error: str | None = None
         """Why commands take the per-exec path, when the fast path was asked for."""
+        self.firewall: HostFirewall | None = None
+        """INPUT rules leaving a filtered sandbox only the proxy port on the host."""
         self.disk: DiskCap | None = None
         self.disk_folder: Path | None = None
         self.disk_cap: DiskCapKind | None = None
@@ -731,6 +741,9 @@ class DockerSandbox(DockerFiles, Sandbox):
                 await self.egress.close()
             self.egress = None
             await asyncio.to_thread(self._remove_networks)
+        if self.firewall is not None:
+            await self.firewall.aremove()
+            self.firewall = None
 
     def _remove_all(self) -> None:
         from docker.errors import NotFound

@@ -52,7 +52,7 @@ class LocalOrphan(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["workspace", "cgroup"]
+    kind: Literal["workspace", "cgroup", "firewall-rule"]
     id: str
     name: str
     owner: str
