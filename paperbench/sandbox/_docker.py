@@ -485,6 +485,7 @@ class DockerBackend(SandboxBackend):
             return [], {}
         sb.disk_cap = "loop-ext4"
         sb.read_only_root = True
+        sb.writable_dirs = tuple(self.work_dirs)
         mounts = []
         for i, folder_in in enumerate(self.work_dirs):
             source = sb.disk.mountpoint / f"d{i}"

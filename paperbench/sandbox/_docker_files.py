@@ -40,13 +40,18 @@ class DockerFiles:
     id: str
 
     read_only_root = False
-    """The root filesystem is read-only: archives go into the writable top folder (a volume)."""
+    """The root filesystem is read-only: archives go into a writable folder (a volume)."""
+    writable_dirs: tuple[str, ...] = ()
+    """The folders that stay writable under a read-only root."""
 
     def _put_at(self, target: str) -> tuple[str, str]:
         """Where to extract an archive holding ``target``, and the member name in it."""
-        top, _, rest = target.lstrip("/").partition("/")
         if self.read_only_root:
-            return "/" + top, rest or "."  # "." : a folder's contents into the top folder
+            for top in sorted(self.writable_dirs, key=len, reverse=True):
+                if target == top:
+                    return top, "."  # a folder's contents into the writable folder itself
+                if target.startswith(top.rstrip("/") + "/"):
+                    return top, target[len(top.rstrip("/")) + 1 :]
         return "/", target.lstrip("/")
 
     def _cid(self) -> str:

@@ -370,7 +370,7 @@ async def test_docker_filtered_sandbox_goes_through_the_proxy(
     servers: Servers,
     tmp_path: Path,
 ) -> None:
-    from paperbench.sandbox._base import NetworkPolicy, SandboxSpec
+    from paperbench.sandbox._base import NetworkPolicy, SandboxLimits, SandboxSpec
     from paperbench.sandbox._docker import DockerBackend
     from paperbench.sandbox._egress_gateway import DockerEgressAttachment, DockerEgressGateway
 
@@ -388,6 +388,7 @@ async def test_docker_filtered_sandbox_goes_through_the_proxy(
         blacklist=BLACKLIST,
         network_log=log,
         labels=TEST_LABELS,
+        limits=SandboxLimits(disk_mb=256),  # a read-only root: the CA still installs
     )
     sb = await backend.start(spec)
     try:
