@@ -2,8 +2,10 @@
 
     .venv/bin/python bench/reproduce.py [--repeats 5]
 
-Prints, per backend, the median time of the ``bash reproduce.sh`` exec (including the
-sandbox's own exec start-up: bubblewrap or docker exec) and of the whole stage
+Prints, per backend and with or without the default disk cap (a loop-mounted sparse ext4
+image; the Docker root filesystem is then read-only), the median time of the
+``bash reproduce.sh`` exec (including the sandbox's own exec start-up: bubblewrap or docker
+exec) and of the whole stage
 (extract, sandbox start, upload, run, download, manifest, executed.tar.gz, metadata.json);
 the first (cold) run is shown apart. Docker is measured only when an engine answers.
 """
@@ -24,8 +26,12 @@ from paperbench.reproduce import ReproduceConfig, reproduce_submission
 from paperbench.sandbox import SandboxConfig, docker_engine_answers
 
 
-async def measure(backend: str, sub: Path, out: Path, repeats: int) -> list[tuple[float, float]]:
+async def measure(
+    backend: str, sub: Path, out: Path, repeats: int, *, capped: bool
+) -> list[tuple[float, float]]:
     cfg = ReproduceConfig(sandbox=SandboxConfig(backend=backend))  # type: ignore[arg-type]
+    if not capped:
+        cfg = cfg.model_copy(update={"limits": cfg.limits.model_copy(update={"disk_mb": None})})
     rows = []
     for _ in range(repeats + 1):
         t0 = time.monotonic()
@@ -38,20 +44,34 @@ async def measure(backend: str, sub: Path, out: Path, repeats: int) -> list[tupl
 async def main(repeats: int) -> None:
     backends = ["local"] + (["docker"] if await docker_engine_answers() else [])
     table = Table(title=f"reproduction stage on `echo hello > out.txt` (median of {repeats})")
-    for col in ["backend", "reproduce.sh ms", "stage ms", "overhead ms", "cold stage ms"]:
+    for col in [
+        "backend",
+        "disk",
+        "reproduce.sh ms",
+        "stage ms",
+        "overhead ms",
+        "cold stage ms",
+    ]:
         table.add_column(col, justify="right")
     with tempfile.TemporaryDirectory() as tmp:
         sub = Path(tmp) / "submission"
         sub.mkdir()
         (sub / "reproduce.sh").write_text("echo hello > out.txt\n")
         for backend in backends:
-            rows = await measure(backend, sub, Path(tmp) / f"out-{backend}", repeats)
-            cold, warm = rows[0], rows[1:]
-            run = statistics.median(r[0] for r in warm) * 1000
-            stage = statistics.median(r[1] for r in warm) * 1000
-            table.add_row(
-                backend, f"{run:.0f}", f"{stage:.0f}", f"{stage - run:.0f}", f"{cold[1] * 1000:.0f}"
-            )
+            for capped in (True, False):
+                out = Path(tmp) / f"out-{backend}-{capped}"
+                rows = await measure(backend, sub, out, repeats, capped=capped)
+                cold, warm = rows[0], rows[1:]
+                run = statistics.median(r[0] for r in warm) * 1000
+                stage = statistics.median(r[1] for r in warm) * 1000
+                table.add_row(
+                    backend,
+                    "capped" if capped else "uncapped",
+                    f"{run:.0f}",
+                    f"{stage:.0f}",
+                    f"{stage - run:.0f}",
+                    f"{cold[1] * 1000:.0f}",
+                )
     Console().print(table)
 
 

@@ -7,16 +7,24 @@ removes ``venv``/``.venv`` folders, runs ``bash reproduce.sh`` with a timeout an
 
     out_dir/
       reproduce.log      stdout and stderr interleaved, capped (head and tail kept)
-      executed.tar.gz    the submission after the run; files over the size limit left out
-      metadata.json      ReproductionMetadata: status, exit code, times, changed files, attempts
+      executed.tar.gz    the submission after the run under ``submission/``, as PaperBench lays
+                         it out, with ``submission/reproduce.log`` and
+                         ``submission/reproduce.log.creation_time`` (where PaperBench's judge
+                         reads them); files over the size limit left out
+      metadata.json      ReproductionMetadata: status, exit code, times, changed files, attempts,
+                         the isolation used and why, the disk cap and how it was enforced
 
 A run that fails fast (exit ≠ 0 within ``salvage_window_s``) is retried in a new sandbox up to
-``salvage_retries`` times; every attempt is recorded.
+``salvage_retries`` times; every attempt is recorded. A run that fills the sandbox's capped disk
+ends as ``disk_full`` (a line in the log says so); a write on the host that fails (e.g. its own
+disk is full) ends as ``host_error``. A ``reproduce.sh`` with CRLF line endings that fails gets
+a hint (log and metadata); it is never rewritten.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 import shutil
@@ -32,8 +40,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from paperbench._io import atomic_write_text
 from paperbench.errors import InputError, SandboxError, SandboxUnavailableError
 from paperbench.sandbox import (
+    DiskCapKind,
     ExtractReport,
     GpuRequest,
+    IsolationKind,
     LeftOutFile,
     NetworkPolicy,
     Sandbox,
@@ -53,8 +63,26 @@ LOCAL_IMAGE = "host"
 """What the local backend records as its image: the host's own system and python3."""
 
 Status = Literal[
-    "success", "failed", "timed_out", "no_reproduce_script", "sandbox_error", "cancelled"
+    "success",
+    "failed",
+    "timed_out",
+    "disk_full",
+    "no_reproduce_script",
+    "sandbox_error",
+    "host_error",
+    "cancelled",
 ]
+DEFAULT_DISK_MB = 50 * 1024
+"""The default cap of a reproduction's writable space (a sparse image: only what is written
+takes room on the host)."""
+LOG_NAME = "reproduce.log"
+CREATION_TIME_NAME = "reproduce.log.creation_time"
+ARCHIVE_TOP = "submission"
+"""executed.tar.gz holds the submission under this folder, as PaperBench's tarballs do."""
+CRLF_HINT = (
+    "reproduce.sh has Windows (CRLF) line endings, which bash reads as part of each command "
+    "('$'\\r': command not found'); convert it with dos2unix or sed -i 's/\\r$//' reproduce.sh"
+)
 _LOG_TAIL_BYTES = 4096
 _HASH_CHUNK = 1 << 20
 
@@ -81,7 +109,8 @@ class ReproduceConfig(BaseModel):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     image: str | None = None
     """Reproducer image; None: paperbench's reproducer image (docker) or the host (local)."""
-    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    limits: SandboxLimits = Field(default_factory=lambda: SandboxLimits(disk_mb=DEFAULT_DISK_MB))
+    """Resources of the reproducer sandbox; the disk is capped by default."""
     network: NetworkPolicy = NetworkPolicy.FULL
     gpu: GpuRequest | None = None
     env: dict[str, str] = Field(default_factory=dict)
@@ -102,6 +131,8 @@ class Attempt(BaseModel):
     duration_s: float = 0.0
     started_at: datetime
     log_tail: str = ""
+    disk_full: bool = False
+    """The sandbox's capped disk was full when the run ended (or the log says ENOSPC)."""
     error: str | None = None
 
 
@@ -141,6 +172,16 @@ class ReproductionMetadata(BaseModel):
     submission: str
     sandbox_backend: str | None = None
     sandbox_image: str | None = None
+    isolation: IsolationKind | None = None
+    """How reproduce.sh was kept from the host: docker, bubblewrap or none."""
+    isolation_reason: str | None = None
+    """Why that isolation: asked for, or the fallback that was taken (and allowed)."""
+    disk_cap_mb: int | None = None
+    disk_cap: DiskCapKind | None = None
+    """How the disk cap was enforced: storage_opt, loop-ext4, rlimit-fsize (per file only)
+    or none (both only when an uncapped disk was allowed)."""
+    hints: list[str] = Field(default_factory=list)
+    """What may have gone wrong and how to fix it (e.g. CRLF line endings)."""
     started_at: datetime
     finished_at: datetime | None = None
     config: ReproduceConfig
@@ -209,13 +250,20 @@ def remove_dirs(root: Path, names: tuple[str, ...]) -> list[str]:
 
 
 def default_out_dir(submission: Path) -> Path:
-    """``<name>.reproduction`` beside the submission (archive suffixes dropped)."""
-    name = submission.name
-    for suffix in (".tar.gz", ".tgz", ".tar"):
-        if name.lower().endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    return submission.parent / f"{name.rstrip('/') or 'submission'}.reproduction"
+    """``<name>.reproduction`` beside the submission; an archive keeps its suffix
+    (``sub.tar.gz.reproduction``), so a folder and its tarball never share an output folder."""
+    name = submission.name.rstrip("/") or "submission"
+    return submission.parent / f"{name}.reproduction"
+
+
+def _host_disk_error(exc: BaseException) -> OSError | None:
+    """The ENOSPC/EDQUOT error behind ``exc`` (through its causes), if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _now() -> datetime:
@@ -245,9 +293,16 @@ class _Run:
         self.config = config
         self.t0 = time.monotonic()
         self.meta = ReproductionMetadata(
-            status="sandbox_error", submission=str(submission), started_at=_now(), config=config
+            status="sandbox_error",
+            submission=str(submission),
+            started_at=_now(),
+            config=config,
+            disk_cap_mb=config.limits.disk_mb,
         )
         self.log_text = ""
+        self.log_started: float | None = None
+        """Epoch seconds when the final attempt's reproduce.sh started."""
+        self.host_disk_full = False
 
     def remaining(self) -> float:
         return self.config.timeout_s - sum(a.duration_s for a in self.meta.attempts)
@@ -259,9 +314,14 @@ class _Run:
         number = len(self.meta.attempts) + 1
         record = Attempt(attempt=number, started_at=_now())
         sb: Sandbox | None = None
+        phase = "start"
         try:
             sb = await backend.start(spec)
+            self.meta.disk_cap = sb.disk_cap
+            phase = "upload"
             await sb.upload(staged, SUBMISSION_PATH)
+            phase = "run"
+            started = time.time()
             result = await sb.exec(
                 "bash reproduce.sh 2>&1",
                 timeout=max(self.remaining(), 1.0),
@@ -272,20 +332,37 @@ class _Run:
             record.timed_out = result.timed_out
             record.duration_s = result.duration_s
             record.log_tail = result.stdout[-_LOG_TAIL_BYTES:]
+            usage = sb.disk_usage()
+            record.disk_full = result.exit_code != 0 and (
+                (usage is not None and usage.full) or "No space left on device" in record.log_tail
+            )
             fast_failure = (
                 not result.timed_out
                 and result.exit_code != 0
+                and not record.disk_full
                 and result.duration_s <= self.config.salvage_window_s
             )
             time_left = self.remaining() - result.duration_s > 1.0
             retry = fast_failure and number <= self.config.salvage_retries and time_left
             if not retry:
                 self.log_text = result.stdout + (result.stderr and "\n" + result.stderr)
+                self.log_started = started
                 self.meta.log_truncated = result.stdout_truncated
+                phase = "download"
                 await sb.download(SUBMISSION_PATH, host_out)
             return record, retry
         except SandboxError as exc:
             record.error = str(exc)
+            if _host_disk_error(exc) is not None or _says_disk_full(str(exc)):
+                if phase == "download":
+                    self.host_disk_full = True
+                    record.error = f"the host's disk is full: {exc}"
+                elif phase == "upload":
+                    record.disk_full = True
+                    record.error = (
+                        f"the submission does not fit in the sandbox's disk cap of "
+                        f"{self.config.limits.disk_mb} MB (raise it with --disk): {exc}"
+                    )
             return record, False
         finally:
             self.meta.attempts.append(record)
@@ -303,13 +380,17 @@ class _Run:
                 remove_dirs, staged, self.config.remove_dirs
             )
             before = await asyncio.to_thread(manifest, staged, self.config.hash_limit_bytes)
-            if not (staged / "reproduce.sh").is_file():
+            script = staged / "reproduce.sh"
+            if not script.is_file():
                 self.meta.status = "no_reproduce_script"
                 self.meta.error = "the submission has no reproduce.sh at its top level"
                 await self._archive(staged)
                 return self.meta
+            crlf = b"\r\n" in await asyncio.to_thread(script.read_bytes)
             backend = await self.config.sandbox.build()
             self.meta.sandbox_backend = backend.name
+            self.meta.isolation = backend.isolation_kind
+            self.meta.isolation_reason = backend.isolation_reason
             try:
                 image = await _resolve_image(backend, self.config)
             except SandboxError as exc:
@@ -335,15 +416,53 @@ class _Run:
             self.meta.timed_out = final.timed_out
             self.meta.wall_time_s = final.duration_s
             if final.error is not None:
-                self.meta.status, self.meta.error = "sandbox_error", final.error
+                self.meta.status = (
+                    "host_error"
+                    if self.host_disk_full
+                    else "disk_full"
+                    if final.disk_full
+                    else "sandbox_error"
+                )
+                self.meta.error = final.error
                 return self.meta
             self.meta.status = (
-                "timed_out" if final.timed_out else "success" if final.exit_code == 0 else "failed"
+                "timed_out"
+                if final.timed_out
+                else "success"
+                if final.exit_code == 0
+                else "disk_full"
+                if final.disk_full
+                else "failed"
             )
+            if self.meta.status == "disk_full":
+                self._note(
+                    f"the sandbox's disk cap of {self.config.limits.disk_mb} MB is full: "
+                    "reproduce.sh could not write more (raise it with --disk)"
+                )
+            if crlf and self.meta.status != "success":
+                self.meta.hints.append(CRLF_HINT)
+                self._note(CRLF_HINT)
             after = await asyncio.to_thread(manifest, host_out, self.config.hash_limit_bytes)
             self.meta.changed_files = compare(before, after)
+            await self._place_log(host_out)
             await self._archive(host_out)
             return self.meta
+
+    def _note(self, line: str) -> None:
+        """A line of paperbench's own at the end of reproduce.log."""
+        self.log_text += "" if self.log_text.endswith("\n") or not self.log_text else "\n"
+        self.log_text += f"[paperbench: {line}]\n"
+
+    async def _place_log(self, folder: Path) -> None:
+        """reproduce.log and its start time inside the executed submission, where PaperBench's
+        judge reads them."""
+
+        def write() -> None:
+            (folder / LOG_NAME).write_text(self.log_text)
+            started = int(self.log_started if self.log_started is not None else time.time())
+            (folder / CREATION_TIME_NAME).write_text(f"{started}\n")
+
+        await asyncio.to_thread(write)
 
     async def _archive(self, folder: Path) -> None:
         self.meta.files_left_out = await asyncio.to_thread(
@@ -352,14 +471,30 @@ class _Run:
             self.out_dir / "executed.tar.gz",
             self.config.max_file_bytes,
             exclude_dirs=frozenset(self.config.remove_dirs),
+            arc_prefix=ARCHIVE_TOP,
         )
 
     def finish(self) -> ReproductionMetadata:
+        """Write reproduce.log and metadata.json (last: it marks completion).
+
+        Raises:
+            SandboxError: the host cannot take them (e.g. its disk is full), said in one line.
+        """
         self.meta.finished_at = _now()
         self.meta.total_time_s = time.monotonic() - self.t0
-        atomic_write_text(self.out_dir / "reproduce.log", self.log_text)
-        atomic_write_text(self.out_dir / "metadata.json", self.meta.model_dump_json(indent=2))
+        try:
+            atomic_write_text(self.out_dir / LOG_NAME, self.log_text)
+            atomic_write_text(self.out_dir / "metadata.json", self.meta.model_dump_json(indent=2))
+        except OSError as exc:
+            raise SandboxError(
+                f"{self.out_dir}: cannot write the reproduction's results on the host "
+                f"({exc.strerror}); free some space or pass another --out"
+            ) from exc
         return self.meta
+
+
+def _says_disk_full(message: str) -> bool:
+    return "No space left on device" in message or "Disk quota exceeded" in message
 
 
 async def reproduce_submission(
@@ -391,6 +526,17 @@ async def reproduce_submission(
         await run.run()
     except (InputError, SandboxUnavailableError):
         raise  # nothing ran: no results to record
+    except OSError as exc:
+        disk = _host_disk_error(exc)
+        if disk is None:
+            run.meta.status, run.meta.error = "sandbox_error", f"{type(exc).__name__}: {exc}"
+            run.finish()
+            raise
+        run.meta.status = "host_error"
+        run.meta.error = f"writing the executed submission on the host failed: {disk.strerror}" + (
+            f" ({disk.filename})" if disk.filename else ""
+        )
+        return run.finish()
     except asyncio.CancelledError:
         run.meta.status, run.meta.error = "cancelled", "the reproduction was cancelled"
         run.finish()

@@ -10,17 +10,21 @@ from typing import Annotated, Literal
 
 import typer
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from paperbench._console import console, err_console
+from paperbench.errors import UsageError
 from paperbench.reproduce import (
+    DEFAULT_DISK_MB,
     ReproduceConfig,
     ReproductionMetadata,
     default_out_dir,
     reproduce_submission,
 )
-from paperbench.sandbox import SandboxConfig
+from paperbench.sandbox import GpuRequest, NetworkPolicy, SandboxConfig
 
 _DEFAULTS = ReproduceConfig()
+_DEFAULT_DISK_MB = _DEFAULTS.limits.disk_mb or DEFAULT_DISK_MB
 EXIT_NOT_SUCCESS = 3
 """Exit code when the reproduction ran but did not succeed (failed, timed out, no script)."""
 
@@ -34,6 +38,37 @@ def _log_to_stderr() -> None:
         logger.addHandler(handler)
 
 
+def _gpu_request(value: str | None) -> GpuRequest | None:
+    """``all``, a count (``2``) or device ids (``0,1`` / ``GPU-uuid``) → a GpuRequest."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text == "all":
+        return GpuRequest(count=-1)
+    if text.isdigit():
+        if int(text) < 1:
+            raise typer.BadParameter(
+                "give a count of at least 1, 'all', or device ids (0,1)", param_hint="--gpus"
+            )
+        return GpuRequest(count=int(text))
+    ids = [part.strip() for part in text.split(",")]
+    if not all(ids):
+        raise typer.BadParameter(
+            "give 'all', a count (2) or comma-separated device ids (0,1)", param_hint="--gpus"
+        )
+    return GpuRequest(device_ids=ids)
+
+
+def _check_out_dir(out_dir: Path, force: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: exists and is not a folder; give another --out")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise UsageError(
+            f"--out {out_dir}: the folder exists and is not empty; pass --force to overwrite "
+            "the reproduction's files in it, or give another --out"
+        )
+
+
 def reproduce(
     submission: Annotated[
         Path, typer.Argument(help="A submission folder or a .tar / .tar.gz / .tgz archive.")
@@ -41,13 +76,30 @@ def reproduce(
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out", help="Output folder (default: <submission>.reproduction beside the input)."
+            "--out",
+            help="Output folder (default: <submission>.reproduction beside the input; an "
+            "archive keeps its suffix, e.g. sub.tar.gz.reproduction). Refused when it exists "
+            "and is not empty, unless --force.",
         ),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into an --out folder that is not empty.")
+    ] = False,
     sandbox: Annotated[
         Literal["auto", "docker", "local"],
-        typer.Option(help="Sandbox backend; auto = docker when an engine answers, else local."),
+        typer.Option(
+            help="Sandbox backend; auto = docker when an engine answers, else local with "
+            "bubblewrap (said as a warning)."
+        ),
     ] = "auto",
+    allow_unsandboxed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unsandboxed",
+            help="Without bubblewrap, run reproduce.sh as PLAIN HOST SUBPROCESSES (host files "
+            "and network) instead of refusing. Said loudly and recorded as isolation none.",
+        ),
+    ] = False,
     timeout: Annotated[
         float,
         typer.Option(help="Seconds for reproduce.sh, over all attempts."),
@@ -63,18 +115,63 @@ def reproduce(
             f"{_DEFAULTS.salvage_window_s:.0f} s."
         ),
     ] = _DEFAULTS.salvage_retries,
+    cpus: Annotated[
+        float | None,
+        typer.Option(min=0.01, help="CPUs for the sandbox (default: no limit)."),
+    ] = _DEFAULTS.limits.cpus,
+    memory: Annotated[
+        int | None,
+        typer.Option(min=64, help="Memory limit in MB (no swap)."),
+    ] = _DEFAULTS.limits.memory_mb,
+    disk: Annotated[
+        int,
+        typer.Option(
+            min=16,
+            help="Cap of the sandbox's writable space in MB (a sparse image: only what is "
+            "written takes room on the host). A run that fills it ends as disk_full.",
+        ),
+    ] = _DEFAULT_DISK_MB,
+    allow_uncapped_disk: Annotated[
+        bool,
+        typer.Option(
+            "--allow-uncapped-disk",
+            help="Run without a disk cap where it cannot be enforced (needs root and loop "
+            "devices) instead of refusing. Said and recorded.",
+        ),
+    ] = False,
+    gpus: Annotated[
+        str | None,
+        typer.Option(help="GPUs for the sandbox (docker): 'all', a count (2) or device ids (0,1)."),
+    ] = None,
+    network: Annotated[
+        NetworkPolicy,
+        typer.Option(
+            help="Network of the sandbox: full, none, or filtered (only through the egress proxy)."
+        ),
+    ] = _DEFAULTS.network,
     as_json: Annotated[bool, typer.Option("--json", help="Print metadata.json.")] = False,
 ) -> None:
     """Run a submission's reproduce.sh in a fresh sandbox; write reproduce.log, executed.tar.gz
-    and metadata.json. Exit code 0 on success, 3 when the run failed or timed out, 1 for bad
-    input."""
+    and metadata.json. Exit code 0 on success, 3 when the run failed, timed out or filled its
+    disk, 1 for bad input."""
     _log_to_stderr()
     out_dir = out or default_out_dir(submission)
+    _check_out_dir(out_dir, force)
     config = ReproduceConfig(
         timeout_s=timeout,
         salvage_retries=retries,
         image=image,
-        sandbox=SandboxConfig(backend=sandbox),
+        sandbox=SandboxConfig(backend=sandbox, allow_unsandboxed=allow_unsandboxed),
+        limits=_DEFAULTS.limits.model_copy(
+            update={
+                "cpus": cpus,
+                "memory_mb": memory,
+                "disk_mb": disk,
+                "allow_uncapped_disk": allow_uncapped_disk,
+            }
+        ),
+        gpu=_gpu_request(gpus),
+        network=network,
     )
     with err_console.status(f"reproducing {submission} ..."):
         meta = asyncio.run(reproduce_submission(submission, out_dir, config))
@@ -92,12 +189,16 @@ def _summary(meta: ReproductionMetadata, out_dir: Path) -> None:
     console.print(
         f"[bold {colour}]{meta.status}[/]  exit code {meta.exit_code}  "
         f"{meta.wall_time_s:.1f} s  attempts {len(meta.attempts)}  "
-        f"sandbox {meta.sandbox_backend or '-'} ({meta.sandbox_image or '-'})"
+        f"sandbox {meta.sandbox_backend or '-'} ({meta.sandbox_image or '-'}), "
+        f"isolation {meta.isolation or '-'}, disk cap {meta.disk_cap_mb or '-'} MB "
+        f"({meta.disk_cap or '-'})"
     )
     console.print(
         f"files: {len(changed.created)} created, {len(changed.modified)} modified, "
         f"{len(changed.deleted)} deleted; {len(meta.files_left_out)} left out of executed.tar.gz"
     )
     if meta.error:
-        console.print(f"[red]{meta.error}[/]", markup=True)
+        console.print(f"[red]{escape(meta.error)}[/]", markup=True)
+    for hint in meta.hints:
+        console.print(f"hint: {hint}", markup=False)
     console.print(f"results in {out_dir}", markup=False)

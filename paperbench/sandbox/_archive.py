@@ -389,8 +389,12 @@ def make_tar_gz(
     max_file_bytes: int | None = None,
     *,
     exclude_dirs: frozenset[str] = frozenset(),
+    arc_prefix: str = "",
 ) -> list[LeftOutFile]:
     """Write ``folder``'s contents as a tar.gz at ``dest`` (atomically); return what was left out.
+
+    ``arc_prefix`` puts every member under that folder (``submission/...``); paths in the
+    returned list stay relative to ``folder``.
 
     Left out: files over ``max_file_bytes``, folders named in ``exclude_dirs``, symlinks that
     point outside ``folder``, and special files (FIFOs, sockets, devices).
@@ -403,7 +407,13 @@ def make_tar_gz(
         raise InputError("not a folder", file=root)
     target = Path(dest)
     left_out: list[LeftOutFile] = []
+
+    def arc(rel: str) -> str:
+        return f"{arc_prefix}/{rel}" if arc_prefix else rel
+
     with atomic_open(target) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        if arc_prefix:
+            tar.add(str(root), arcname=arc_prefix, recursive=False)
         for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
             kept_dirs = []
             for d in sorted(dirnames):
@@ -418,9 +428,9 @@ def make_tar_gz(
                 rel = os.path.relpath(full, root).replace(os.sep, "/")
                 st = os.lstat(full)
                 if stat.S_ISDIR(st.st_mode):
-                    tar.add(full, arcname=rel, recursive=False)
+                    tar.add(full, arcname=arc(rel), recursive=False)
                 elif stat.S_ISLNK(st.st_mode):
-                    _add_link(tar, root, full, rel, left_out)
+                    _add_link(tar, root, full, rel, arc(rel), left_out)
                 elif stat.S_ISREG(st.st_mode):
                     if max_file_bytes is not None and st.st_size > max_file_bytes:
                         left_out.append(
@@ -431,14 +441,19 @@ def make_tar_gz(
                             )
                         )
                     else:
-                        tar.add(full, arcname=rel, recursive=False)
+                        tar.add(full, arcname=arc(rel), recursive=False)
                 else:
                     left_out.append(LeftOutFile(path=rel, reason="special file"))
     return left_out
 
 
 def _add_link(
-    tar: tarfile.TarFile, root: Path, full: str, rel: str, left_out: list[LeftOutFile]
+    tar: tarfile.TarFile,
+    root: Path,
+    full: str,
+    rel: str,
+    arcname: str,
+    left_out: list[LeftOutFile],
 ) -> None:
     link = os.readlink(full)
     reason = _link_target_inside(rel, link)
@@ -447,4 +462,4 @@ def _add_link(
     if reason:
         left_out.append(LeftOutFile(path=rel, reason=reason))
     else:
-        tar.add(full, arcname=rel, recursive=False)
+        tar.add(full, arcname=arcname, recursive=False)

@@ -8,10 +8,11 @@ Paths given to a sandbox are *sandbox paths* (absolute POSIX paths such as
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -58,7 +59,10 @@ class SandboxLimits(BaseModel):
     memory_mb: int | None = 8192
     pids: int | None = 1024
     disk_mb: int | None = None
-    """Size cap of the writable area, where the backend can enforce it."""
+    """Size cap of the writable area (None: uncapped). A backend that cannot enforce it
+    refuses to start unless ``allow_uncapped_disk``."""
+    allow_uncapped_disk: bool = False
+    """Run without a disk cap when ``disk_mb`` cannot be enforced (said and recorded)."""
 
 
 class SandboxSpec(BaseModel):
@@ -124,10 +128,29 @@ def read_ca_bundle(path: Path, error: type[SandboxError] = SandboxError) -> byte
     return data
 
 
+@dataclass(frozen=True)
+class DiskUsage:
+    """Space on a sandbox's capped disk."""
+
+    total_bytes: int
+    free_bytes: int
+
+    @property
+    def full(self) -> bool:
+        """Less than 1 MiB (or 0.5 %) left: a writer hit the cap."""
+        return self.free_bytes < max(1 << 20, self.total_bytes // 200)
+
+
 class Sandbox(abc.ABC):
     """One running sandbox. Use as ``async with await backend.start(spec) as sb: ...``."""
 
     spec: SandboxSpec
+    disk_cap: DiskCapKind | None = None
+    """How ``spec.limits.disk_mb`` is enforced (None: no cap was asked for)."""
+
+    def disk_usage(self) -> DiskUsage | None:
+        """Space left on the capped disk, where the backend can tell (else None)."""
+        return None
 
     @abc.abstractmethod
     async def exec(
@@ -202,10 +225,24 @@ class Sandbox(abc.ABC):
         await self.stop()
 
 
+DiskCapKind = Literal["storage_opt", "loop-ext4", "rlimit-fsize", "none"]
+"""How a sandbox enforces ``limits.disk_mb``: the engine's ``storage_opt`` size, a loop-mounted
+ext4 image, a per-file size limit only, or not at all (allowed by ``allow_uncapped_disk``)."""
+
+IsolationKind = Literal["docker", "bubblewrap", "none"]
+"""How a backend's sandboxes are isolated from the host: what a run records."""
+
+
 class SandboxBackend(abc.ABC):
-    """Starts sandboxes of one kind."""
+    """Starts sandboxes of one kind.
+
+    ``isolation_kind`` says how its sandboxes are kept from the host and ``isolation_reason``
+    why this backend was chosen (asked for, or a fallback): a run records both.
+    """
 
     name: str
+    isolation_kind: IsolationKind
+    isolation_reason: str = ""
 
     @abc.abstractmethod
     async def start(self, spec: SandboxSpec) -> Sandbox:

@@ -41,12 +41,16 @@ def gc(
 ) -> None:
     """Remove what crashed runs left behind: Docker containers, networks and volumes whose
     creating process is gone (found by their ``paperbench.*`` labels), and local sandbox
-    workspaces and cgroups whose owner is gone. Images are kept."""
+    workspaces, cgroups and capped disks (loop-mounted images) whose owner is gone, and host
+    firewall rules of filtered networks that are gone. Images are kept."""
     from paperbench.sandbox._docker import connect
+    from paperbench.sandbox._docker_firewall import reap_firewall_rules
     from paperbench.sandbox._gc import Orphan, find_orphans, reap
     from paperbench.sandbox._local_gc import LocalOrphan, reap_local_orphans
 
-    orphans: list[Orphan | LocalOrphan] = [*reap_local_orphans(dry_run=dry_run)]
+    # Containers first: their capped disks (loop-mounted images) are reaped with the local
+    # workspaces, once nothing uses them.
+    orphans: list[Orphan | LocalOrphan] = []
     try:
         client = connect()
     except SandboxUnavailableError as exc:
@@ -54,6 +58,19 @@ def gc(
     else:
         found = find_orphans(client, everything=everything)
         orphans.extend(found if dry_run else reap(client, found))
+    orphans.extend(reap_local_orphans(dry_run=dry_run))
+    orphans.extend(
+        LocalOrphan(
+            kind="firewall-rule",
+            id=rule,
+            name=rule,
+            owner="?",
+            created="?",
+            reason="its network is gone",
+            removed=not dry_run,
+        )
+        for rule in reap_firewall_rules(dry_run=dry_run)
+    )
     if as_json:
         console.print_json(json.dumps([o.model_dump() for o in orphans]))
         return

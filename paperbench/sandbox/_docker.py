@@ -9,13 +9,17 @@ Isolation and limits:
 - ``cpus`` → ``nano_cpus``; ``memory_mb`` → ``mem_limit`` = ``memswap_limit`` (no swap);
   ``pids`` → ``pids_limit``; ``gpu`` → ``device_requests``;
 - ``disk_mb``: overlay2 ``storage_opt`` size where the engine supports it (xfs with pquota);
-  otherwise the work folders (``/home`` by default) are a size-capped tmpfs volume and ``/tmp``
-  a size-capped tmpfs. Known gap: the rest of the root filesystem is then not capped, and the
-  tmpfs pages count against the container's memory;
+  otherwise the root filesystem is read-only and the writable folders (``WRITABLE_DIRS``:
+  /submission, /home, /root, /tmp, /var, /etc, /usr/local) are volumes bound to one sparse
+  ext4 image of ``disk_mb`` MB loop-mounted on the host (``_disk``), filled from the image on
+  first use; ``/run`` is a 16 MB tmpfs. The image is unmounted and deleted with the sandbox.
+  When neither can be done the start is refused unless ``limits.allow_uncapped_disk`` (then
+  a warning, and ``disk_cap == "none"``);
 - the environment is ``spec.env`` (plus ``spec.proxy_env`` and CA variables when asked), never
   the host's; the Docker socket is never mounted;
 - network ``none`` → no interface; ``full`` → the default bridge; ``filtered`` → an internal
-  network (no route out) shared only with the egress proxy.
+  network (no route out) whose only way to the host is the egress proxy's port: host firewall
+  rules on its bridge interface drop the rest (``_docker_firewall``).
 
 Fast exec path (on by default; ``DockerBackend(fast_exec=False)`` or
 ``PAPERBENCH_DOCKER_FAST_EXEC=0`` turns it off): a small stdlib exec server (``_execd.py``) is
@@ -37,25 +41,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlparse
 
 from paperbench.errors import SandboxError, SandboxUnavailableError
 from paperbench.sandbox import _docker_labels as L
 from paperbench.sandbox._base import (
     DEFAULT_OUTPUT_LIMIT,
+    DiskCapKind,
+    DiskUsage,
     ExecResult,
     GpuRequest,
+    IsolationKind,
     NetworkPolicy,
     Sandbox,
     SandboxBackend,
     SandboxSpec,
 )
 from paperbench.sandbox._capture import HeadTail
+from paperbench.sandbox._disk import (
+    UNCAPPED_HINT,
+    DiskCap,
+    DiskCapUnavailableError,
+)
 from paperbench.sandbox._docker_exec import (
     KILL_SCRIPT,
     MARKER_ENV,
@@ -76,6 +91,14 @@ from paperbench.sandbox._docker_files import (
     DockerFiles,
     docker_error,
 )
+from paperbench.sandbox._docker_firewall import HostFirewall
+from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
+
+WRITABLE_DIRS = ("/submission", "/home", "/root", "/tmp", "/var", "/etc", "/usr/local")
+"""Folders kept writable (on the capped disk) when the root filesystem is read-only."""
+RUN_TMPFS = {"/run": "rw,nosuid,nodev,size=16m,mode=755"}
+
+log = logging.getLogger("paperbench.sandbox")
 
 INIT_SCRIPT = 'trap "exit 0" TERM; while :; do sleep 2147483647 & wait $!; done'
 """PID 1: survives ``kill -9 -1`` from inside (the kernel protects a namespace's init)."""
@@ -155,6 +178,7 @@ def host_config_args(
     disk_mounts: list[Any],
     tmpfs: dict[str, str],
     storage_size_mb: int | None,
+    read_only: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for ``APIClient.create_host_config`` (pure: tests inspect them)."""
     lim = spec.limits
@@ -167,6 +191,8 @@ def host_config_args(
         "device_requests": device_requests(spec.gpu),
         "init": False,
     }
+    if read_only:
+        args["read_only"] = True
     if lim.cpus is not None:
         args["nano_cpus"] = int(lim.cpus * 1_000_000_000)
     if lim.memory_mb is not None:
@@ -218,28 +244,34 @@ def _default_gateway(api: Any) -> EgressGateway:
 class DockerBackend(SandboxBackend):
     """Sandboxes as Docker containers.
 
-    ``work_dirs`` are the folders made size-capped when ``disk_mb`` is set and the engine has no
-    ``storage_opt`` support. ``egress`` provides the proxy for ``network=filtered``.
+    ``work_dirs`` are the folders kept writable, on a loop-mounted image of ``disk_mb`` MB,
+    when the engine has no ``storage_opt`` support (the rest of the root filesystem is then
+    read-only). ``egress`` provides the proxy for ``network=filtered``.
     ``fast_exec`` (default: on unless ``PAPERBENCH_DOCKER_FAST_EXEC=0``) runs commands through
     the in-container exec server (see the module docstring).
     """
 
     name = "docker"
+    isolation_kind: IsolationKind = "docker"
+    isolation_reason = "Docker backend asked for"
 
     def __init__(
         self,
         *,
         base_url: str | None = None,
-        work_dirs: tuple[str, ...] = ("/home",),
+        work_dirs: tuple[str, ...] = WRITABLE_DIRS,
         egress: EgressGateway | None = None,
         client: Any = None,
         fast_exec: bool | None = None,
+        disk_root: Path | None = None,
     ) -> None:
         if fast_exec is None:
             fast_exec = os.environ.get(FAST_EXEC_ENV, "1").strip().lower() not in {"0", "false"}
         self.fast_exec = fast_exec
         self.base_url = base_url
         self.work_dirs = work_dirs
+        self.disk_root = disk_root
+        """Where capped disks are made (default: the temp folder, where gc looks)."""
         self.egress = egress
         self._client = client
         self._storage_opt_ok: bool | None = None
@@ -281,6 +313,11 @@ class DockerBackend(SandboxBackend):
             sb.networks.append(net["Id"])
             network_mode = f"{sb.id}-net"
             sb.egress = await self.egress.attach(network_mode, spec)
+            port = urlparse(sb.egress.proxy_url).port
+            if port is None:
+                raise SandboxError(f"egress proxy URL without a port: {sb.egress.proxy_url}")
+            sb.firewall = HostFirewall(network_mode, net["Id"], port)
+            await sb.firewall.ainstall()
 
         env = sandbox_env(spec)
         if sb.egress is not None:
@@ -311,6 +348,7 @@ class DockerBackend(SandboxBackend):
                     disk_mounts=mnts + ([bind] if bind is not None else []),
                     tmpfs=tmp,
                     storage_size_mb=storage,
+                    read_only=sb.disk is not None,
                 )
             )
             if fast:  # the frames on stdout are no log; the server is reached by attaching
@@ -336,6 +374,7 @@ class DockerBackend(SandboxBackend):
                 sb.container_id = await asyncio.to_thread(create, storage_mb, mounts, tmpfs)
                 if storage_mb is not None:
                     self._storage_opt_ok = True
+                    sb.disk_cap = "storage_opt"
             except Exception as exc:
                 if storage_mb is not None and "storage-opt" in str(exc):
                     self._storage_opt_ok = False
@@ -419,22 +458,49 @@ class DockerBackend(SandboxBackend):
     async def _disk_volumes(
         self, sb: DockerSandbox, disk_mb: int, base_labels: dict[str, str]
     ) -> tuple[list[Any], dict[str, str]]:
+        """Volumes for ``work_dirs`` on a loop-mounted image of ``disk_mb`` MB (see the module
+        docstring); none when the cap cannot be made and an uncapped disk was allowed.
+
+        Raises:
+            DiskCapUnavailableError: the cap cannot be made and an uncapped disk was not allowed.
+        """
         from docker.types import Mount
 
+        root = self.disk_root or Path(tempfile.gettempdir())
+        folder = root / f"{WORKSPACE_PREFIX}{sb.id}-disk"
+        try:
+            await asyncio.to_thread(folder.mkdir)
+            await asyncio.to_thread(write_owner, folder)
+            sb.disk_folder = folder
+            sb.disk = await asyncio.to_thread(DiskCap.create, folder, disk_mb)
+        except (DiskCapUnavailableError, OSError) as exc:
+            if not sb.spec.limits.allow_uncapped_disk:
+                if isinstance(exc, OSError):
+                    raise DiskCapUnavailableError(
+                        f"cannot cap the sandbox disk: {exc}; {UNCAPPED_HINT}"
+                    ) from exc
+                raise
+            log.warning("the sandbox's disk is NOT capped (allowed): %s", exc)
+            sb.disk_cap = "none"
+            return [], {}
+        sb.disk_cap = "loop-ext4"
+        sb.read_only_root = True
+        sb.writable_dirs = tuple(self.work_dirs)
         mounts = []
-        for i, folder in enumerate(self.work_dirs):
+        for i, folder_in in enumerate(self.work_dirs):
+            source = sb.disk.mountpoint / f"d{i}"
+            await asyncio.to_thread(source.mkdir)
             name = f"{sb.id}-disk{i}"
             await asyncio.to_thread(
                 sb.api.create_volume,
                 name,
                 driver="local",
-                driver_opts={"type": "tmpfs", "device": "tmpfs", "o": f"size={disk_mb}m,mode=0755"},
+                driver_opts={"type": "none", "o": "bind", "device": str(source)},
                 labels=L.labels("volume", base_labels),
             )
             sb.volumes.append(name)
-            mounts.append(Mount(target=folder, source=name, type="volume"))
-        tmpfs = {"/tmp": f"rw,exec,nosuid,nodev,size={disk_mb}m,mode=1777"}
-        return mounts, tmpfs
+            mounts.append(Mount(target=folder_in, source=name, type="volume"))
+        return mounts, dict(RUN_TMPFS)
 
     @staticmethod
     def _create_error(exc: Exception, spec: SandboxSpec) -> SandboxError:
@@ -464,6 +530,16 @@ class DockerSandbox(DockerFiles, Sandbox):
         self.execd: ExecServerClient | None = None
         self.fast_exec_error: str | None = None
         """Why commands take the per-exec path, when the fast path was asked for."""
+        self.firewall: HostFirewall | None = None
+        """INPUT rules leaving a filtered sandbox only the proxy port on the host."""
+        self.disk: DiskCap | None = None
+        self.disk_folder: Path | None = None
+        self.disk_cap: DiskCapKind | None = None
+        """How ``limits.disk_mb`` is enforced: ``storage_opt``, ``loop-ext4`` or ``none``."""
+
+    def disk_usage(self) -> DiskUsage | None:
+        """Space on the capped disk (loop-ext4 only)."""
+        return self.disk.usage() if self.disk is not None else None
 
     def __repr__(self) -> str:
         return f"DockerSandbox(id={self.id!r}, image={self.spec.image!r})"
@@ -666,6 +742,9 @@ class DockerSandbox(DockerFiles, Sandbox):
                 await self.egress.close()
             self.egress = None
             await asyncio.to_thread(self._remove_networks)
+        if self.firewall is not None:
+            await self.firewall.aremove()
+            self.firewall = None
 
     def _remove_all(self) -> None:
         from docker.errors import NotFound
@@ -679,6 +758,9 @@ class DockerSandbox(DockerFiles, Sandbox):
         for name in self.volumes:
             with contextlib.suppress(NotFound):
                 self.api.remove_volume(name, force=True)
+        if self.disk_folder is not None:
+            with contextlib.suppress(OSError):
+                remove_tree(self.disk_folder)
         self._remove_networks()
 
     def _remove_networks(self) -> None:

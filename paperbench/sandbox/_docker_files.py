@@ -39,6 +39,21 @@ class DockerFiles:
     api: Any
     id: str
 
+    read_only_root = False
+    """The root filesystem is read-only: archives go into a writable folder (a volume)."""
+    writable_dirs: tuple[str, ...] = ()
+    """The folders that stay writable under a read-only root."""
+
+    def _put_at(self, target: str) -> tuple[str, str]:
+        """Where to extract an archive holding ``target``, and the member name in it."""
+        if self.read_only_root:
+            for top in sorted(self.writable_dirs, key=len, reverse=True):
+                if target == top:
+                    return top, "."  # a folder's contents into the writable folder itself
+                if target.startswith(top.rstrip("/") + "/"):
+                    return top, target[len(top.rstrip("/")) + 1 :]
+        return "/", target.lstrip("/")
+
     def _cid(self) -> str:
         raise NotImplementedError
 
@@ -48,15 +63,16 @@ class DockerFiles:
         cid = self._cid()
         src = Path(src)
         target = sandbox_path(dest)
+        at, arcname = self._put_at(target)
         if not src.exists():
             raise SandboxError(f"upload: {src} does not exist")
 
         def put() -> None:
             with tempfile.TemporaryFile() as buf:
                 with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                    tar.add(str(src), arcname=target.lstrip("/"), filter=root_owned)
+                    tar.add(str(src), arcname=arcname, filter=root_owned)
                 buf.seek(0)
-                self.api.put_archive(cid, "/", buf)
+                self.api.put_archive(cid, at, buf)
 
         try:
             await asyncio.to_thread(put)
@@ -66,15 +82,16 @@ class DockerFiles:
     async def write_file(self, path: str, data: bytes) -> None:
         cid = self._cid()
         target = sandbox_path(path)
+        at, arcname = self._put_at(target)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            info = tarfile.TarInfo(target.lstrip("/"))
+            info = tarfile.TarInfo(arcname)
             info.size = len(data)
             info.mode = 0o644
             info.mtime = int(time.time())
             tar.addfile(info, io.BytesIO(data))
         try:
-            await asyncio.to_thread(self.api.put_archive, cid, "/", buf.getvalue())
+            await asyncio.to_thread(self.api.put_archive, cid, at, buf.getvalue())
         except Exception as exc:
             raise docker_error(exc, f"write {path} in sandbox {self.id}") from exc
 

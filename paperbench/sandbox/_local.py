@@ -14,10 +14,16 @@ Isolation modes:
   Under ``filtered`` every command joins one network namespace per sandbox whose only way out
   is the egress proxy (see ``_local_egress``: a long-lived bwrap keeps the namespace and runs
   the bridge to the proxy's unix socket).
-* ``plain`` (no bwrap): a plain subprocess in its own session, cwd inside the workspace and
-  ``PAPERBENCH_SANDBOX_ROOT`` naming the folder sandbox paths map into. A loud warning is logged
-  once. Gaps: commands see the host filesystem and network, and absolute sandbox paths written
-  in commands are not rewritten; ``filtered`` only sets the proxy variables (advisory).
+* ``none`` (no bwrap; only when asked): a plain subprocess in its own session, cwd inside the
+  workspace and ``PAPERBENCH_SANDBOX_ROOT`` naming the folder sandbox paths map into. A loud
+  warning is logged. Gaps: commands see the host filesystem and network, and absolute sandbox
+  paths written in commands are not rewritten; ``filtered`` only sets the proxy variables
+  (advisory).
+
+With ``disk_mb`` the workspace's ``fs`` folder is a loop-mounted ext4 image of that size
+(``_disk``), so the sandbox's writable space is capped in total; where that cannot be made the
+start is refused unless ``limits.allow_uncapped_disk`` (then only RLIMIT_FSIZE caps each file,
+said as a warning and reported by ``disk_cap``).
 
 In both modes the environment is only ``spec.env`` plus PATH/HOME/LANG (never the host's),
 rlimits apply (no core dumps; RLIMIT_FSIZE from ``disk_mb``; RLIMIT_AS from ``memory_mb`` when
@@ -47,11 +53,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from paperbench.errors import SandboxError
+from paperbench.errors import SandboxError, SandboxUnavailableError
 from paperbench.sandbox._archive import make_tar_gz
 from paperbench.sandbox._base import (
     DEFAULT_OUTPUT_LIMIT,
+    DiskCapKind,
+    DiskUsage,
     ExecResult,
+    IsolationKind,
     NetworkPolicy,
     Sandbox,
     SandboxBackend,
@@ -59,12 +68,13 @@ from paperbench.sandbox._base import (
 )
 from paperbench.sandbox._capture import HeadTail, drain
 from paperbench.sandbox._cgroup import Cgroup
+from paperbench.sandbox._disk import DiskCap, DiskCapUnavailableError
 from paperbench.sandbox._local_egress import LocalEgress, LocalEgressGateway
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
 
 log = logging.getLogger("paperbench.sandbox")
 
-Isolation = Literal["auto", "bwrap", "plain"]
+Isolation = Literal["auto", "bwrap", "none"]
 
 SYSTEM_TOPS = frozenset(
     {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt", "proc", "sys", "dev"}
@@ -78,20 +88,17 @@ _HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 _KILL_GRACE_S = 2.0
 _CA_IN_SANDBOX = "/run/paperbench/ca-bundle.pem"
 
-_warned_plain = False
 _python_cache: dict[str, tuple[str, list[str]]] = {}
 
-
-def _warn_plain_once() -> None:
-    global _warned_plain
-    if _warned_plain:
-        return
-    _warned_plain = True
-    log.warning(
-        "the local sandbox runs WITHOUT bubblewrap: commands are PLAIN SUBPROCESSES that see "
-        "the host filesystem and network. Install bubblewrap (apt-get install bubblewrap) or "
-        "use --sandbox docker for untrusted code."
-    )
+NO_BWRAP_HINT = (
+    "install bubblewrap (apt-get install bubblewrap), start Docker (scripts/ensure-docker.sh), "
+    "or pass --allow-unsandboxed to run reproduce.sh as plain host subprocesses"
+)
+UNSANDBOXED_WARNING = (
+    "the local sandbox runs WITHOUT bubblewrap: commands are PLAIN SUBPROCESSES that see "
+    "the host filesystem and network. Install bubblewrap (apt-get install bubblewrap) or "
+    "use --sandbox docker for untrusted code."
+)
 
 
 async def _resolve_python(name: str) -> tuple[str, list[str]]:
@@ -128,6 +135,12 @@ class LocalBackend(SandboxBackend):
     """Starts :class:`LocalSandbox` workspaces under ``root`` (default: the temp folder).
 
     ``egress`` starts the proxy for ``network=filtered`` (default: a ``LocalEgressGateway``).
+    ``isolation="auto"`` is bubblewrap; without it the backend refuses to start unless
+    ``allow_unsandboxed`` (then ``none``, with a loud warning). ``isolation="none"`` is asked
+    for explicitly and warned about the same way.
+
+    Raises:
+        SandboxUnavailableError: bubblewrap is needed and not installed.
     """
 
     name = "local"
@@ -141,21 +154,43 @@ class LocalBackend(SandboxBackend):
         ro_binds: list[Path] | None = None,
         cgroups: bool = True,
         egress: LocalEgressGateway | None = None,
+        allow_unsandboxed: bool = False,
     ) -> None:
         self.root = root
         self.egress = egress
+        have_bwrap = shutil.which("bwrap") is not None
         if isolation == "auto":
-            isolation = "bwrap" if shutil.which("bwrap") else "plain"
-        elif isolation == "bwrap" and not shutil.which("bwrap"):
-            raise SandboxError("local sandbox: bwrap not found; install bubblewrap")
-        self.isolation: Literal["bwrap", "plain"] = isolation
+            if not have_bwrap and not allow_unsandboxed:
+                raise SandboxUnavailableError(
+                    "local sandbox: bubblewrap (bwrap) is not installed, so commands would run "
+                    f"unsandboxed on the host: {NO_BWRAP_HINT}"
+                )
+            isolation = "bwrap" if have_bwrap else "none"
+            reason = (
+                "local backend: bubblewrap found"
+                if have_bwrap
+                else "bubblewrap is not installed and running unsandboxed was allowed "
+                "(--allow-unsandboxed)"
+            )
+        elif isolation == "bwrap":
+            if not have_bwrap:
+                raise SandboxUnavailableError(
+                    "local sandbox: bwrap not found; "
+                    "install bubblewrap (apt-get install bubblewrap)"
+                )
+            reason = "local backend: bubblewrap asked for"
+        else:
+            reason = "local backend: isolation none asked for"
+        self.isolation: Literal["bwrap", "none"] = isolation
+        self.isolation_kind: IsolationKind = "bubblewrap" if isolation == "bwrap" else "none"
+        self.isolation_reason = reason
+        if isolation == "none":
+            log.warning(UNSANDBOXED_WARNING)
         self.python = python
         self.ro_binds = list(ro_binds or [])
         self.cgroups = cgroups
 
     async def start(self, spec: SandboxSpec) -> LocalSandbox:
-        if self.isolation == "plain":
-            _warn_plain_once()
         path_dirs: list[str] = []
         binds = [str(p) for p in self.ro_binds]
         if self.python:
@@ -171,6 +206,23 @@ class LocalBackend(SandboxBackend):
             raise SandboxError(
                 f"local sandbox: cannot create a workspace in {root}: {exc}"
             ) from exc
+        disk: DiskCap | None = None
+        disk_cap: DiskCapKind | None = None
+        if spec.limits.disk_mb is not None:
+            try:
+                disk = await asyncio.to_thread(DiskCap.create, workspace, spec.limits.disk_mb)
+                disk_cap = "loop-ext4"
+            except (DiskCapUnavailableError, SandboxError) as exc:
+                if not spec.limits.allow_uncapped_disk or not isinstance(
+                    exc, DiskCapUnavailableError
+                ):
+                    await asyncio.to_thread(remove_tree, workspace)
+                    raise
+                log.warning(
+                    "the sandbox's disk is NOT capped in total (allowed; each file still is): %s",
+                    exc,
+                )
+                disk_cap = "rlimit-fsize"
         cgroup = None
         if self.cgroups:
             cgroup = await asyncio.to_thread(
@@ -186,6 +238,7 @@ class LocalBackend(SandboxBackend):
             ro_binds=list(dict.fromkeys(binds)),
             cgroup=cgroup,
         )
+        sb.disk, sb.disk_cap = disk, disk_cap
         try:
             await asyncio.to_thread(sb._prepare)
         except OSError as exc:
@@ -215,7 +268,7 @@ class LocalSandbox(Sandbox):
         spec: SandboxSpec,
         workspace: Path,
         *,
-        isolation: Literal["bwrap", "plain"],
+        isolation: Literal["bwrap", "none"],
         path: str,
         ro_binds: list[str],
         cgroup: Cgroup | None,
@@ -232,6 +285,13 @@ class LocalSandbox(Sandbox):
         self._stopped = False
         self._ca_file: Path | None = None
         self._egress: LocalEgress | None = None
+        self.disk: DiskCap | None = None
+        self.disk_cap: DiskCapKind | None = None
+        """How ``limits.disk_mb`` is enforced: ``loop-ext4`` or ``rlimit-fsize`` (allowed)."""
+
+    def disk_usage(self) -> DiskUsage | None:
+        """Space on the capped disk (loop-ext4 only)."""
+        return self.disk.usage() if self.disk is not None else None
 
     # ------------------------------------------------------------------ paths
 
@@ -273,7 +333,7 @@ class LocalSandbox(Sandbox):
         return sorted(p.name for p in self.fs.iterdir() if p.is_dir() and not p.is_symlink())
 
     def _prepare(self) -> None:
-        self.fs.mkdir()
+        self.fs.mkdir(exist_ok=True)  # the capped disk's mount point already exists
         for top in ("tmp", HOME.lstrip("/")):
             (self.fs / top).mkdir(exist_ok=True)
         (self.fs / "tmp").chmod(0o1777)
@@ -298,7 +358,7 @@ class LocalSandbox(Sandbox):
 
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
         env = {"PATH": self._path, "HOME": HOME, "LANG": "C.UTF-8"}
-        if self.isolation == "plain":
+        if self.isolation == "none":
             env["HOME"] = str(self.fs / HOME.lstrip("/"))
             env["TMPDIR"] = str(self.fs / "tmp")
             env["PAPERBENCH_SANDBOX_ROOT"] = str(self.fs)

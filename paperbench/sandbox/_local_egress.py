@@ -193,7 +193,7 @@ class LocalEgressGateway:
         workspace: Path,
         spec: SandboxSpec,
         *,
-        isolation: Literal["bwrap", "plain"],
+        isolation: Literal["bwrap", "none"],
         keeper_argv: list[str],
         keeper_env: dict[str, str],
     ) -> LocalEgress:
@@ -232,7 +232,7 @@ class LocalEgressGateway:
         try:
             bundle = folder / "ca-bundle.pem"
             _write_bundle(bundle, endpoint.ca_cert_path)
-            if isolation == "plain":
+            if isolation == "none":
                 _warn_plain_once()
                 return LocalEgress(proxy, endpoint, sandbox_env(endpoint, ca_path=str(bundle)))
             env = sandbox_env(endpoint, "127.0.0.1", proxy_port=self.port, ca_path=CA_IN_SANDBOX)

@@ -26,6 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from paperbench.sandbox._disk import unmount_under
 from paperbench.sandbox._docker_labels import owner_alive, owner_id
 
 WORKSPACE_PREFIX = "paperbench-sbx-"
@@ -51,7 +52,7 @@ class LocalOrphan(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["workspace", "cgroup"]
+    kind: Literal["workspace", "cgroup", "firewall-rule"]
     id: str
     name: str
     owner: str
@@ -175,7 +176,9 @@ def _processes_inside(workspace: Path) -> list[int]:
 
 
 def remove_tree(path: Path) -> None:
-    """``rm -rf path``, also through folders a sandbox made unreadable."""
+    """``rm -rf path``, also through folders a sandbox made unreadable, after unmounting the
+    sandbox's capped disk (anything mounted under ``path``)."""
+    unmount_under(path)
 
     def fix(func: Callable[..., object], p: str, _: object) -> None:
         with contextlib.suppress(OSError):

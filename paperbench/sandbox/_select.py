@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import importlib.util
 import logging
 import os
 from pathlib import Path
@@ -36,11 +35,16 @@ class SandboxConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     backend: BackendName = "auto"
-    """``auto``: Docker when an engine answers, else local."""
+    """``auto``: Docker when an engine answers, else local with bubblewrap (said as a
+    warning); never plain host subprocesses unless ``allow_unsandboxed``."""
     local_root: Path | None = None
     """Where local workspaces are created (default: the system temp folder)."""
     local_isolation: Isolation = "auto"
-    """``auto``: bubblewrap when installed, else plain subprocesses (with a loud warning)."""
+    """``auto``: bubblewrap, refused without it unless ``allow_unsandboxed``; ``none``: plain
+    host subprocesses, asked for explicitly (with a loud warning)."""
+    allow_unsandboxed: bool = False
+    """Allow the local backend to fall back to plain host subprocesses when bubblewrap is
+    missing (said loudly and recorded as isolation ``none``)."""
     local_python: str | None = "python3"
     """The host interpreter put first on the local sandbox's PATH (None: system PATH only)."""
     local_ro_binds: list[Path] = Field(default_factory=list)
@@ -90,11 +94,6 @@ async def docker_engine_answers(base_url: str | None = None) -> bool:
     return len(parts) >= 2 and parts[1] == b"200"
 
 
-def docker_module_present() -> bool:
-    """Whether this install has the Docker backend at all."""
-    return importlib.util.find_spec("paperbench.sandbox._docker") is not None
-
-
 def _build_docker(config: SandboxConfig) -> SandboxBackend:
     module = importlib.import_module("paperbench.sandbox._docker")
     backend_cls = module.DockerBackend
@@ -112,6 +111,7 @@ def build_local(config: SandboxConfig) -> LocalBackend:
         python=config.local_python,
         ro_binds=list(config.local_ro_binds),
         cgroups=config.local_cgroups,
+        allow_unsandboxed=config.allow_unsandboxed,
     )
 
 
@@ -126,18 +126,26 @@ async def get_backend(
     cfg = (config or SandboxConfig()).model_copy(update={"backend": name})
     if name == "local":
         return build_local(cfg)
+    url = docker_url(cfg.docker_base_url)
     if name == "docker":
-        if not docker_module_present():
-            raise SandboxUnavailableError(
-                "this paperbench has no Docker backend; use --sandbox local"
-            )
         if not await docker_engine_answers(cfg.docker_base_url):
             raise SandboxUnavailableError(
-                f"no Docker engine answers at {docker_url(cfg.docker_base_url)}: start Docker "
+                f"no Docker engine answers at {url}: start Docker "
                 "(scripts/ensure-docker.sh) or use --sandbox local"
             )
         return _build_docker(cfg)
-    if docker_module_present() and await docker_engine_answers(cfg.docker_base_url):
-        return _build_docker(cfg)
-    log.info("no Docker engine answers: using the local sandbox backend")
-    return build_local(cfg)
+    if await docker_engine_answers(cfg.docker_base_url):
+        backend = _build_docker(cfg)
+        backend.isolation_reason = f"auto: a Docker engine answers at {url}"
+        return backend
+    try:
+        local = build_local(cfg)
+    except SandboxUnavailableError as exc:
+        raise SandboxUnavailableError(f"no Docker engine answers at {url}, and {exc}") from None
+    local.isolation_reason = f"auto: no Docker engine answers at {url}; {local.isolation_reason}"
+    log.warning(
+        "no Docker engine answers at %s: using the local sandbox backend (%s)",
+        url,
+        "bubblewrap" if local.isolation == "bwrap" else "NO isolation",
+    )
+    return local

@@ -83,7 +83,7 @@ def _docker(_: Path, __: EgressOptions | None) -> SandboxBackend:
 
 BACKEND_PARAMS = [
     pytest.param(BackendCase("local-bwrap", _local("bwrap")), id="local-bwrap"),
-    pytest.param(BackendCase("local-plain", _local("plain")), id="local-plain"),
+    pytest.param(BackendCase("local-none", _local("none")), id="local-none"),
     # marked `docker`: fails loudly when no engine answers (never skipped)
     pytest.param(BackendCase("docker", _docker), id="docker", marks=pytest.mark.docker),
 ]

@@ -45,9 +45,8 @@ KNOWN_GAPS: dict[str, dict[str, tuple[str, str]]] = {
             "each exec is its own pid namespace: background processes end with their exec",
         ),
         "host_etc_visible": ("doc", "the host's /etc, /usr, /opt are visible read-only"),
-        "disk_mb": ("doc", "disk_mb caps each file (RLIMIT_FSIZE), not the workspace total"),
     },
-    "local-plain": {
+    "local-none": {
         "sandbox_paths_in_commands": (
             "run",
             "plain mode maps sandbox paths only for cwd/HOME/TMPDIR; absolute paths written "
@@ -61,7 +60,6 @@ KNOWN_GAPS: dict[str, dict[str, tuple[str, str]]] = {
             "share the host network and one that ignores HTTPS_PROXY bypasses the proxy",
         ),
         "host_filesystem_visible": ("doc", "the whole host filesystem is readable"),
-        "disk_mb": ("doc", "disk_mb caps each file (RLIMIT_FSIZE), not the workspace total"),
     },
     "docker": {},
 }
@@ -70,7 +68,7 @@ KNOWN_GAPS: dict[str, dict[str, tuple[str, str]]] = {
 # cgroup is writable (e.g. an unprivileged container) the fork-bomb test is SKIPPED, a known gap
 # of that machine said in the skip reason: root ignores RLIMIT_NPROC, so rlimits alone are not
 # a hard limit. Docker's hostile-code tests live in tests/sandbox/test_docker.py.
-HOSTILE_ON = {"local-bwrap", "local-plain"}
+HOSTILE_ON = {"local-bwrap", "local-none"}
 
 
 def expect_gap(request: pytest.FixtureRequest, case: BackendCase, name: str) -> None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -32,6 +34,7 @@ from paperbench.sandbox._docker import (
 )
 from paperbench.sandbox._gc import find_orphans, reap
 from paperbench.sandbox._images import IMAGES, ImageOptions, debian_mirror, ensure_images
+from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, reap_local_orphans
 
 from .docker_fixtures import *  # noqa: F403  (the fixtures)
 from .docker_fixtures import SESSION_ID, SESSION_LABEL, TEST_LABELS, sweep
@@ -188,16 +191,25 @@ def test_container_labels_limits_and_cleanup(
     assert not hc["Privileged"] and hc["NetworkMode"] == "none"
     binds = json.dumps(info["Mounts"]) + json.dumps(hc.get("Binds"))
     assert "docker.sock" not in binds
-    r = run(sb.exec("df -m /home /tmp | tail -n 2", timeout=10))
-    sizes = [line.split()[1] for line in r.stdout.splitlines()]
-    assert sizes == ["32", "32"], r.stdout  # both capped at 32 MB
+    # No storage_opt on overlay2/ext4: a read-only root and the writable folders on one
+    # loop-mounted image of 32 MB.
+    assert sb.disk_cap == "loop-ext4" and hc["ReadonlyRootfs"] is True
+    r = run(sb.exec("df -m /home /tmp /submission /usr/local | tail -n 4", timeout=10))
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert len({row[0] for row in rows}) == 1 and all(int(row[1]) <= 32 for row in rows)
+    r = run(sb.exec("touch /usr/bin/x; echo rc=$?", timeout=10))
+    assert "rc=1" in r.stdout and "Read-only file system" in r.stderr
     volumes = list(sb.volumes)
     assert volumes
+    disk_folder = sb.disk_folder
+    assert disk_folder is not None and disk_folder.exists()
     run(sb.stop())
     run(sb.stop())  # twice is fine
     assert not docker_client.api.containers(all=True, filters={"id": sb.container_id})
     names = {v["Name"] for v in docker_client.api.volumes()["Volumes"] or []}
     assert not names & set(volumes)
+    assert not disk_folder.exists()
+    assert str(disk_folder) not in Path("/proc/self/mountinfo").read_text()
     with pytest.raises(SandboxError, match="stopped"):
         run(sb.exec("true", timeout=5))
 
@@ -395,16 +407,25 @@ def test_huge_log_is_capped(start_sandbox: Any, run: Any) -> None:
 
 @pytest.mark.docker
 def test_disk_fill_is_capped(start_sandbox: Any, run: Any) -> None:
+    """An endless writer over many files and folders stops at the cap in total, and the
+    host's disk gives no more than the cap."""
+    free_before = shutil.disk_usage(tempfile.gettempdir()).free
     sb = start_sandbox(limits=HOSTILE)
     r = run(
         sb.exec(
-            "head -c 200000000 /dev/zero > /home/fill; echo rc=$?; du -m /home/fill | cut -f1",
+            "i=0; while head -c 4000000 /dev/zero > /home/f$i; do i=$((i+1)); done; "
+            "head -c 4000000 /dev/zero > /tmp/more; echo rc=$?; "
+            "head -c 4000000 /dev/zero > /var/more; echo rc=$?; "
+            "du -cm /home /tmp /var /usr/local /etc /root /submission | tail -n 1 | cut -f1",
             timeout=60,
         )
     )
     assert "rc=1" in r.stdout and "No space left" in r.stderr
     assert int(r.stdout.split()[-1]) <= 64
-    ok = run(sb.exec("rm /home/fill && echo ok", timeout=10))
+    assert free_before - shutil.disk_usage(tempfile.gettempdir()).free <= 72 << 20
+    usage = sb.disk_usage()
+    assert usage is not None and usage.full
+    ok = run(sb.exec("rm /home/f* && echo ok", timeout=10))
     assert ok.stdout == "ok\n"
 
 
@@ -449,14 +470,15 @@ def test_writes_outside_the_work_dir_stay_in_the_container(start_sandbox: Any, r
 
 @pytest.mark.docker
 def test_crashed_owner_leaves_an_orphan_that_gc_reaps(
-    docker_client: Any, reproducer_image: str
+    docker_client: Any, reproducer_image: str, tmp_path: Path
 ) -> None:
     code = textwrap.dedent(f"""
         import asyncio, os
+        from pathlib import Path
         from paperbench.sandbox._base import SandboxSpec, SandboxLimits
         from paperbench.sandbox._docker import DockerBackend
         async def main():
-            sb = await DockerBackend().start(SandboxSpec(
+            sb = await DockerBackend(disk_root=Path({str(tmp_path)!r})).start(SandboxSpec(
                 image={reproducer_image!r}, limits=SandboxLimits(disk_mb=16),
                 labels={{{SESSION_LABEL!r}: {SESSION_ID!r}, "paperbench.run": "crash"}}))
             print(sb.container_id, sb.id, flush=True)
@@ -478,14 +500,21 @@ def test_crashed_owner_leaves_an_orphan_that_gc_reaps(
             for o in find_orphans(docker_client)
             if o.id == cid[:12] or o.name.startswith(sandbox_id)
         ]
-        kinds = sorted(o.kind for o in orphans)
+        kinds = sorted(set(o.kind for o in orphans))
         assert kinds == ["container", "volume"], orphans
         assert all(o.reason == "owner process gone" for o in orphans)
         done = reap(docker_client, orphans)
         assert all(o.removed for o in done), done
         assert not docker_client.api.containers(all=True, filters={"id": cid})
+        # The capped disk (a loop-mounted image) is reaped like a local workspace.
+        disk = tmp_path / f"{WORKSPACE_PREFIX}{sandbox_id}-disk"
+        assert str(disk) in Path("/proc/self/mountinfo").read_text()
+        local = reap_local_orphans(tmp_path)
+        assert [(o.name, o.removed) for o in local] == [(disk.name, True)], local
+        assert not disk.exists() and str(disk) not in Path("/proc/self/mountinfo").read_text()
     finally:
         sweep(docker_client)
+        reap_local_orphans(tmp_path)
 
 
 @pytest.mark.docker

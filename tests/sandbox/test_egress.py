@@ -8,12 +8,15 @@ The first run creates the egress environment (mitmproxy in its own venv, about 3
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -352,20 +355,13 @@ def test_sandbox_env_and_ca_install_command() -> None:
 
 # --- Docker: a filtered sandbox on an internal network, the proxy on its gateway --------------
 
-HAS_DOCKER_BACKEND = importlib.util.find_spec("paperbench.sandbox._docker") is not None
-if HAS_DOCKER_BACKEND:
-    from tests.sandbox.docker_fixtures import (  # noqa: F401
-        TEST_LABELS,
-        docker_client,
-        docker_images,
-        sweep,
-    )
+from paperbench.sandbox._docker_firewall import COMMENT_PREFIX, our_rules  # noqa: E402
+from tests.sandbox.docker_fixtures import TEST_LABELS, sweep  # noqa: E402
 
 
 @pytest.mark.docker
 # The Docker SDK leaves unix sockets of its exec streams to the garbage collector.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.skipif(not HAS_DOCKER_BACKEND, reason="the Docker backend is not in this checkout")
 async def test_docker_filtered_sandbox_goes_through_the_proxy(
     docker_client: Any,
     docker_images: dict[str, str],
@@ -374,7 +370,7 @@ async def test_docker_filtered_sandbox_goes_through_the_proxy(
     servers: Servers,
     tmp_path: Path,
 ) -> None:
-    from paperbench.sandbox._base import NetworkPolicy, SandboxSpec
+    from paperbench.sandbox._base import NetworkPolicy, SandboxLimits, SandboxSpec
     from paperbench.sandbox._docker import DockerBackend
     from paperbench.sandbox._egress_gateway import DockerEgressAttachment, DockerEgressGateway
 
@@ -392,6 +388,7 @@ async def test_docker_filtered_sandbox_goes_through_the_proxy(
         blacklist=BLACKLIST,
         network_log=log,
         labels=TEST_LABELS,
+        limits=SandboxLimits(disk_mb=256),  # a read-only root: the CA still installs
     )
     sb = await backend.start(spec)
     try:
@@ -421,14 +418,62 @@ async def test_docker_filtered_sandbox_goes_through_the_proxy(
             ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", host_url], env=env, timeout=30
         )
         assert r.stdout == "403"
+        # Directly, a host service on another port of the gateway address is unreachable
+        # (host firewall rules on the network's bridge), while the proxy port still answers.
+        rules = our_rules()
+        assert sum(f"{COMMENT_PREFIX}{sb.id}-net" in line for line in rules) == 2, rules
+        host = attachment.endpoint.host
+        probe = (
+            "import socket,sys\n"
+            "s=socket.socket(); s.settimeout(3)\n"
+            "try:\n s.connect((sys.argv[1], int(sys.argv[2]))); print('open')\n"
+            "except OSError as e:\n print('closed', e)\n"
+        )
+        with _host_listener() as port:
+            r = await sb.exec(["python3", "-c", probe, host, str(port)], timeout=30)
+            assert r.stdout.startswith("closed"), r.stdout + r.stderr
+        r = await sb.exec(["python3", "-c", probe, host, str(attachment.endpoint.port)], timeout=30)
+        assert r.stdout.startswith("open"), r.stdout + r.stderr
     finally:
         await sb.stop()
         sweep(docker_client)
     assert not attachment.proxy.running
+    assert not any(f"{COMMENT_PREFIX}{sb.id}-net" in line for line in our_rules())
     verdicts = {(e.url, e.verdict) for e in read_network_log(log)}
     assert (ok, "allowed") in verdicts
     assert (bad, "blocked") in verdicts
     assert (repo + "/info/refs?service=git-upload-pack", "blocked") in verdicts
+
+
+@contextlib.contextmanager
+def _host_listener() -> Iterator[int]:
+    """A TCP listener on 0.0.0.0 of the host (any free port) that accepts and closes."""
+    server = socket.create_server(("0.0.0.0", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                conn.close()
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
+
+
+def test_host_listener_is_reachable_without_the_firewall() -> None:
+    """The probe's counterpart: the listener answers on the host itself."""
+    with _host_listener() as port, socket.create_connection(("127.0.0.1", port), timeout=3):
+        pass
 
 
 def is_loopback(host: str) -> bool:

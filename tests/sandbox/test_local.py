@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,6 @@ from paperbench.sandbox import (
     LocalSandbox,
     SandboxConfig,
     SandboxSpec,
-    _local,
     get_backend,
 )
 
@@ -63,12 +63,25 @@ def test_links_planted_in_the_sandbox_never_reach_the_host(tmp_path: Path) -> No
     assert not (tmp_path / "got").exists()
 
 
-def test_plain_mode_warns_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    _local._warned_plain = False
+def _path_without(tmp_path: Path, *tools: str) -> str:
+    """A PATH holding only python3 and bash: no bwrap, no mkfs.ext4 (``tools`` are added)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name in ("python3", "bash", *tools):
+        found = shutil.which(name)
+        assert found is not None
+        (bindir / name).symlink_to(found)
+    return str(bindir)
 
+
+def test_none_isolation_is_asked_for_and_warned_per_backend(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async def main() -> None:
+        backend = LocalBackend(tmp_path, isolation="none")
+        assert backend.isolation_kind == "none"
         for _ in range(2):
-            sb = await _start(tmp_path, isolation="plain")
+            sb = await backend.start(SandboxSpec(image="host", workdir="/home/submission"))
             r = await sb.exec('echo "$PAPERBENCH_SANDBOX_ROOT"', timeout=30)
             assert r.stdout.strip() == str(sb.fs)
             await sb.stop()
@@ -76,20 +89,83 @@ def test_plain_mode_warns_once(tmp_path: Path, caplog: pytest.LogCaptureFixture)
     with caplog.at_level(logging.WARNING, logger="paperbench.sandbox"):
         asyncio.run(main())
     warnings = [r for r in caplog.records if "WITHOUT bubblewrap" in r.getMessage()]
-    assert len(warnings) == 1
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
 
 
-def test_file_size_limit_applies(tmp_path: Path) -> None:
+def test_auto_without_bubblewrap_is_refused_with_how_to_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", _path_without(tmp_path))
+    with pytest.raises(SandboxUnavailableError) as info:
+        LocalBackend(tmp_path)
+    message = str(info.value)
+    assert "install bubblewrap" in message and "--allow-unsandboxed" in message
+    assert "scripts/ensure-docker.sh" in message
+    # auto with no Docker engine either: the same refusal, never plain host subprocesses.
+    cfg = SandboxConfig(docker_base_url="unix:///nonexistent/docker.sock", local_root=tmp_path)
+    with pytest.raises(SandboxUnavailableError, match=r"no Docker engine answers.*bubblewrap"):
+        asyncio.run(get_backend("auto", config=cfg))
+
+
+def test_auto_without_bubblewrap_when_allowed_warns_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("PATH", _path_without(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="paperbench.sandbox"):
+        backend = LocalBackend(tmp_path / "ws", allow_unsandboxed=True)
+    assert backend.isolation == "none" and backend.isolation_kind == "none"
+    assert "--allow-unsandboxed" in backend.isolation_reason
+    assert any("WITHOUT bubblewrap" in r.getMessage() for r in caplog.records)
+
+
+def test_disk_cap_stops_an_endless_writer_in_bubblewrap(tmp_path: Path) -> None:
+    """A script that writes without end stops at the cap, in total over many files; the
+    host's free space goes down by no more than the cap."""
+
     async def main() -> None:
-        sb = await _start(tmp_path, limits={"disk_mb": 1})
+        free_before = shutil.disk_usage(tmp_path).free
+        sb = await _start(tmp_path, isolation="bwrap", limits={"disk_mb": 32})
         try:
+            assert sb.disk_cap == "loop-ext4" and sb.isolation == "bwrap"
+            r = await sb.exec(
+                "i=0; while head -c 4000000 /dev/zero > f$i; do i=$((i+1)); done; "
+                "head -c 4000000 /dev/zero > /tmp/more; echo rc=$? files=$i; du -sm . | cut -f1",
+                timeout=60,
+            )
+            assert "No space left on device" in r.stderr
+            used_mb = int(r.stdout.split()[-1])
+            assert 20 <= used_mb <= 32, r.stdout
+            usage = sb.disk_usage()
+            assert usage is not None and usage.full
+            assert free_before - shutil.disk_usage(tmp_path).free <= 40 << 20
+        finally:
+            await sb.stop()
+        assert not sb.workspace.exists()
+        assert str(sb.workspace) not in Path("/proc/self/mountinfo").read_text()
+
+    asyncio.run(main())
+
+
+def test_disk_cap_refused_when_it_cannot_be_made_unless_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("PATH", _path_without(tmp_path, "bwrap"))
+
+    async def main() -> None:
+        with pytest.raises(SandboxUnavailableError, match=r"mkfs\.ext4.*--allow-uncapped-disk"):
+            await _start(tmp_path / "ws", limits={"disk_mb": 32})
+        assert list((tmp_path / "ws").iterdir()) == []  # nothing left behind
+        sb = await _start(tmp_path / "ws", limits={"disk_mb": 1, "allow_uncapped_disk": True})
+        try:
+            assert sb.disk_cap == "rlimit-fsize" and sb.disk_usage() is None
             r = await sb.exec("head -c 3000000 /dev/zero > big; echo rc=$?", timeout=30)
-            assert "rc=0" not in r.stdout
-            assert (sb.fs / "home" / "submission" / "big").stat().st_size <= 1 << 20
+            assert "rc=0" not in r.stdout  # each file is still capped
         finally:
             await sb.stop()
 
-    asyncio.run(main())
+    with caplog.at_level(logging.WARNING, logger="paperbench.sandbox"):
+        asyncio.run(main())
+    assert any("NOT capped" in r.getMessage() for r in caplog.records)
 
 
 def test_extra_ca_bundle_is_trusted_inside(tmp_path: Path) -> None:
@@ -110,12 +186,18 @@ def test_extra_ca_bundle_is_trusted_inside(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- chooser
 
 
-def test_get_backend_local_and_auto_fallback() -> None:
+def test_get_backend_local_and_auto_fallback(caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> None:
         assert (await get_backend("local")).name == "local"
-        # No engine answers at this address: auto falls back to local.
+        # No engine answers at this address: auto falls back to local with bubblewrap,
+        # said as a warning and recorded as the reason.
         cfg = SandboxConfig(docker_base_url="unix:///nonexistent/docker.sock")
-        assert (await get_backend("auto", config=cfg)).name == "local"
+        with caplog.at_level(logging.INFO, logger="paperbench.sandbox"):
+            backend = await get_backend("auto", config=cfg)
+        assert backend.name == "local" and backend.isolation_kind == "bubblewrap"
+        assert "no Docker engine answers" in backend.isolation_reason
+        said = [r for r in caplog.records if "no Docker engine answers" in r.getMessage()]
+        assert said and all(r.levelno == logging.WARNING for r in said)
         with pytest.raises(SandboxUnavailableError, match=r"--sandbox local"):
             await get_backend("docker", config=cfg)
 
@@ -123,7 +205,7 @@ def test_get_backend_local_and_auto_fallback() -> None:
 
 
 def test_sandbox_config_is_plain_data_for_other_processes(tmp_path: Path) -> None:
-    cfg = SandboxConfig(backend="local", local_root=tmp_path, local_isolation="plain")
+    cfg = SandboxConfig(backend="local", local_root=tmp_path, local_isolation="none")
     again = pickle.loads(pickle.dumps(cfg))
     assert again == SandboxConfig.model_validate_json(cfg.model_dump_json()) == cfg
     backend = asyncio.run(again.build())

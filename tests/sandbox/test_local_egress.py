@@ -126,7 +126,7 @@ def test_plain_mode_sets_the_proxy_and_warns_that_it_is_advisory(
 
     async def main() -> None:
         with caplog.at_level(logging.WARNING, logger="paperbench.sandbox"):
-            sb = await _start(tmp_path / "ws", egress_python, isolation="plain")
+            sb = await _start(tmp_path / "ws", egress_python, isolation="none")
         try:
             assert sb._egress is not None
             url = sb._egress.endpoint.url
@@ -144,5 +144,5 @@ def test_bad_blacklist_is_one_clear_error_and_leaves_nothing(
 ) -> None:
     root = tmp_path / "ws"
     with pytest.raises(EgressProxyError, match="blacklist"):
-        asyncio.run(_start(root, egress_python, isolation="plain", blacklist=["not a url"]))
+        asyncio.run(_start(root, egress_python, isolation="none", blacklist=["not a url"]))
     assert list(root.iterdir()) == []
