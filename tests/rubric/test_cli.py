@@ -64,7 +64,7 @@ def test_score_recomputes_and_reports_consistency(tmp_path: Path) -> None:
     rows = json.loads(result.output)
     assert set(rows[0]) == {
         "file", "root_score", "stored_root_score", "coverage",
-        "invalid_leaves", "leaves", "consistent",
+        "invalid_leaves", "invalid_leaves_scored", "leaves", "consistent", "disqualified",
     }  # fmt: skip
     assert rows[0]["root_score"] == 0.75 and rows[0]["coverage"] == 0.75
     assert rows[0]["invalid_leaves"] == 1 and rows[0]["consistent"] is True
