@@ -175,7 +175,7 @@ class _BadNumber:
     def describe(self) -> str:
         text = self.text
         if text.lstrip("-").isdigit() and len(text) > 24:
-            return f"expected a number, found an integer of {len(text.lstrip('-'))} digits"
+            return f"number out of range: found an integer of {len(text.lstrip('-'))} digits"
         if len(text) > 24:
             text = text[:20] + "…"
         return f"expected a finite number, found {text}"
