@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 from rich.text import Text
 
 console = Console(highlight=False, soft_wrap=True)
@@ -28,3 +30,17 @@ def error(line: str) -> None:
 def warning(line: str) -> None:
     """Print one warning line (plain text, like ``error``)."""
     err_console.print(Text.assemble(("warning:", "yellow"), " ", printable(line)))
+
+
+def print_table(table: Table) -> None:
+    """Print a table on stdout: at the terminal's width on a terminal (long cells fold), at
+    its natural width when piped, so files and pipes get whole ids and titles. The title is
+    its own line, never wrapped to the table's width."""
+    target = console
+    if not console.is_terminal:
+        natural = Measurement.get(console, console.options.update(width=10_000), table).maximum
+        target = Console(file=console.file, width=max(console.width, natural), highlight=False)
+    if table.title:
+        target.print(Text(str(table.title), style="italic"))
+        table.title = None
+    target.print(table)

@@ -13,7 +13,7 @@ from typer._click import Command, Context
 from typer.core import TyperGroup, TyperOption
 
 from paperbench import __version__
-from paperbench._console import console, error, printable, warning
+from paperbench._console import console, error, print_table, printable, warning
 from paperbench.errors import PaperbenchError, UsageError
 from paperbench.llm._cli import app as models_app
 from paperbench.papers import DATA_DIR_ENV, LFS_POINTER_MESSAGE, PaperSource
@@ -149,10 +149,13 @@ def papers_list(
 
 def _papers_table(rows: list[dict[str, Any]]) -> None:
     table = Table(title=f"{len(rows)} papers")
-    table.add_column("id", overflow="fold", max_width=40)
-    table.add_column("title", overflow="ellipsis", no_wrap=True, ratio=1, min_width=10)
+    longest = max((len(str(row["id"])) for row in rows), default=2)
+    # At 80 columns: id and title fold or wrap within their minimum widths, never one word
+    # a line; piped, the table keeps its natural width (print_table).
+    table.add_column("id", overflow="fold", min_width=min(longest, 14))
+    table.add_column("title", overflow="fold", min_width=16)
     table.add_column("paper.md", no_wrap=True)
-    for column in ["addendum", "judge addendum", "blacklist"]:
+    for column in ["addendum", "judge", "blacklist"]:
         table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
         if row["error"]:
@@ -168,7 +171,7 @@ def _papers_table(rows: list[dict[str, Any]]) -> None:
             "yes" if row["judge_addendum"] else "-",
             str(row["blacklist"]),
         )
-    console.print(table)
+    print_table(table)
     if any(row.get("paper_md") == "lfs-pointer" for row in rows):
         warning(f"paper.md {LFS_POINTER_MESSAGE} (the papers marked LFS pointer)")
 

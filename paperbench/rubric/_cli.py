@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from paperbench._console import console, error, printable, warning
+from paperbench._console import console, error, print_table, printable, warning
 from paperbench.errors import InputError, PaperbenchError
 from paperbench.papers import DATA_DIR_ENV, LFS_POINTER_MESSAGE, PaperSource
 from paperbench.rubric._aggregate import TreeSummary, aggregate, summarize
@@ -168,19 +168,19 @@ def stats(
             caption="CD Code Development · CE Code Execution · RA Result Analysis; "
             "weight = effective share of the root",
         )
-        table.add_column("paper", overflow="fold", ratio=1, min_width=12)
+        table.add_column("paper", overflow="fold", min_width=_name_width(p for p, _ in papers))
         for column in ["nodes", "leaves", "depth", "leaves CD·CE·RA", "weight CD·CE·RA"]:
             table.add_column(column, justify="right", no_wrap=True)
         for pid, s in papers:
             _stats_row(table, pid, s)
         _stats_row(table, "total", total, style="bold")
-        console.print(table)
+        print_table(table)
         fine = Table(title="Leaves by finegrained category")
         fine.add_column("finegrained category")
         fine.add_column("leaves", justify="right")
         for name, count in total.leaves_by_finegrained_category.items():
             fine.add_row(name, str(count))
-        console.print(fine)
+        print_table(fine)
     if failed:
         raise typer.Exit(1)
 
@@ -232,7 +232,7 @@ def score(
 def _score_table(rows: list[tuple[Path, TreeSummary]]) -> None:
     labels, common = _short_labels([f for f, _ in rows])
     table = Table(title=f"Graded trees{common}")
-    table.add_column("file", overflow="fold", ratio=1, min_width=12)
+    table.add_column("file", overflow="fold", min_width=_name_width(labels))
     for column in ["score", "stored", "coverage", "invalid", "leaves", "consistent"]:
         table.add_column(column, justify="right", no_wrap=column != "consistent")
     for (_, s), label in zip(rows, labels, strict=True):
@@ -248,7 +248,12 @@ def _score_table(rows: list[tuple[Path, TreeSummary]]) -> None:
             str(s.leaves),
             consistent,
         )
-    console.print(table)
+    print_table(table)
+
+
+def _name_width(names: Iterable[str], cap: int = 14) -> int:
+    """A name column's minimum width: the longest name, up to ``cap`` (then it folds)."""
+    return min(max((len(n) for n in names), default=4), cap)
 
 
 def _short_labels(files: list[Path]) -> tuple[list[str], str]:
