@@ -35,10 +35,11 @@ class Issue(BaseModel):
 
     file: str
     path: str
+    """The JSON path, or "" for a problem with the file itself (missing, not UTF-8)."""
     message: str
 
     def line(self) -> str:
-        return f"{self.file}: {self.path}: {self.message}"
+        return ": ".join(part for part in (self.file, self.path, self.message) if part)
 
 
 def schema(kind: TreeKind) -> dict[str, Any]:
@@ -381,7 +382,7 @@ def inspect_file(
     try:
         text = read_text(path)
     except InputError as exc:
-        return None, [Issue(file=str(path), path="$", message=exc.message)]
+        return None, [Issue(file=str(path), path="", message=exc.message)]
     tree, issues = inspect_text(text, file=path, kind=kind)
     if tree is not None and not isinstance(tree, GradedTaskNode):
         issues = check_file_issues(tree, file=path)
