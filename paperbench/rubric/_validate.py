@@ -113,6 +113,14 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), "a number" if isinstance(value, int | float) else "a value")
 
 
+def _show_number(value: Any) -> str:
+    """A number as found, an integer of hundreds of digits by its length."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**24:
+        digits = int(abs(value).bit_length() * math.log10(2)) + 1  # str() fails past 4,300
+        return f"an integer of about {digits} digits"
+    return repr(value)
+
+
 def _message(err: _SchemaError, kind: TreeKind) -> tuple[list[str | int], str] | None:
     """The JSON path and a one-line message, or None when another error says it already."""
     where, inst, keyword = err.where, err.instance, err.keyword
@@ -146,7 +154,7 @@ def _message(err: _SchemaError, kind: TreeKind) -> tuple[list[str | int], str] |
         return where, f"expected {err.keyword_value}, found {_json_type(inst)}"
     if keyword in {"minimum", "maximum", "exclusiveMinimum"}:
         op = {"minimum": "≥", "maximum": "≤", "exclusiveMinimum": ">"}[keyword]
-        return where, f"must be {op} {err.keyword_value}, found {inst!r}"
+        return where, f"must be {op} {err.keyword_value}, found {_show_number(inst)}"
     if where and where[-1] == "valid_score":
         return where, f"expected a boolean, found {json.dumps(inst)}"
     return where, err.text
@@ -182,26 +190,37 @@ class _BadNumber:
         return f"expected a finite number, found {text}"
 
 
-_INT_DIGITS = 300
-"""Integers longer than this are beyond any float and any bound: refused before conversion."""
-
-
-def _parse_int(text: str) -> int | _BadNumber:
-    return _BadNumber(text) if len(text) > _INT_DIGITS else int(text)
-
-
-def _parse_float(text: str) -> float | _BadNumber:
-    value = float(text)
-    return value if math.isfinite(value) else _BadNumber(text)
-
-
 def parse_tree_json(text: str, *, file: str | Path) -> Any:
     """Parse JSON text; numbers no tree can hold become markers that ``_number_issues``
     reports (Python's json module would give NaN, inf, or fail on a 5,000-digit integer)."""
+    return _parse(text, file)[0]
+
+
+def _parse(text: str, file: str | Path) -> tuple[Any, bool]:
+    """(data, whether it holds a bad-number marker). Integers are parsed by the C scanner;
+    only floats and the rare NaN/Infinity constants go through a hook."""
+    markers: list[_BadNumber] = []
+
+    def bad(literal: str) -> _BadNumber:
+        markers.append(_BadNumber(literal))
+        return markers[-1]
+
+    def parse_float(literal: str) -> float | _BadNumber:
+        value = float(literal)
+        return value if math.isfinite(value) else bad(literal)
+
+    def parse_int(literal: str) -> int | _BadNumber:
+        return bad(literal) if len(literal.lstrip("-")) > 300 else int(literal)
+
     try:
-        return json.loads(
-            text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_BadNumber
-        )
+        try:
+            data = json.loads(text, parse_float=parse_float, parse_constant=bad)
+        except json.JSONDecodeError:
+            raise
+        except ValueError:  # an integer past Python's conversion limit (4,300 digits)
+            data = json.loads(
+                text, parse_float=parse_float, parse_constant=bad, parse_int=parse_int
+            )
     except json.JSONDecodeError as exc:
         raise InputError(
             f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", file=file
@@ -212,6 +231,15 @@ def parse_tree_json(text: str, *, file: str | Path) -> Any:
             f"{MAX_DEPTH} levels",
             file=file,
         ) from None
+    return data, bool(markers)
+
+
+def _bad_number(value: Any) -> _BadNumber | None:
+    if isinstance(value, _BadNumber):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):  # data parsed elsewhere
+        return _BadNumber(repr(value).replace("nan", "NaN").replace("inf", "Infinity"))
+    return None
 
 
 def _number_issues(data: Any, file: str) -> tuple[list[Issue], set[str]]:
@@ -228,9 +256,10 @@ def _number_issues(data: Any, file: str) -> tuple[list[Issue], set[str]]:
         else:
             continue
         for key, item in list(items):
-            if isinstance(item, _BadNumber):
+            bad = _bad_number(item)
+            if bad is not None:
                 issues.append(
-                    Issue(file=file, path=json_path([*where, key]), message=item.describe())
+                    Issue(file=file, path=json_path([*where, key]), message=bad.describe())
                 )
                 value[key] = 0
             elif isinstance(item, dict | list):
@@ -297,7 +326,7 @@ def _wrong_kind(found: TreeKind, expected: TreeKind, file: str) -> Issue:
 
 
 def inspect_data(
-    data: Any, *, file: str, kind: TreeKind | None = None
+    data: Any, *, file: str, kind: TreeKind | None = None, scan_numbers: bool = True
 ) -> tuple[TaskNode | None, list[Issue]]:
     """Validate parsed JSON against the schema, then build the tree: (tree or None, issues).
 
@@ -319,7 +348,10 @@ def inspect_data(
     if too_deep is not None:
         msg = f"the tree is deeper than {MAX_DEPTH} levels; paperbench refuses deeper trees"
         return None, [Issue(file=file, path=too_deep, message=msg)]
-    issues, neutralised = _number_issues(data, file)
+    issues: list[Issue] = []
+    neutralised: set[str] = set()
+    if scan_numbers:
+        issues, neutralised = _number_issues(data, file)
     issues += [i for i in _schema_issues(data, kind, file) if i.path not in neutralised]
     if issues:
         return None, issues
@@ -368,10 +400,10 @@ def inspect_text(
     text: str, *, file: str | Path, kind: TreeKind | None = None
 ) -> tuple[TaskNode | None, list[Issue]]:
     try:
-        data = parse_tree_json(text, file=file)
+        data, has_markers = _parse(text, file)
     except InputError as exc:
         return None, [Issue(file=str(file), path="$", message=exc.message)]
-    return inspect_data(data, file=str(file), kind=kind)
+    return inspect_data(data, file=str(file), kind=kind, scan_numbers=has_markers)
 
 
 def inspect_file(
