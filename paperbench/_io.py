@@ -14,10 +14,16 @@ from paperbench.errors import InputError
 
 
 def json_path(loc: Sequence[str | int]) -> str:
-    """Render a location such as ``("sub_tasks", 3, "weight")`` as ``$.sub_tasks[3].weight``."""
+    """Render a location such as ``("sub_tasks", 3, "weight")`` as ``$.sub_tasks[3].weight``;
+    a key that is not a plain name is quoted: ``$.check.files["/x/c.py"]``."""
     out = "$"
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.isidentifier():
+            out += f".{part}"
+        else:
+            out += f"[{json.dumps(part, ensure_ascii=False)}]"
     return out
 
 

@@ -27,10 +27,16 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from paperbench._io import json_path, read_text
 from paperbench.errors import LfsPointerError, PaperError, UsageError
 from paperbench.rubric import TaskNode, load_rubric
+from paperbench.sandbox import Blacklist
 
 DATA_DIR_ENV = "PAPERBENCH_DATA_DIR"
 HOME_ENV = "PAPERBENCH_HOME"
 LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/v1"
+LFS_POINTER_MESSAGE = (
+    "is a Git LFS pointer, not the file's content: run 'git lfs pull' in the data "
+    "directory's repository"
+)
+"""The one wording of this fault, in every command."""
 
 Layout = Literal["repo", "data-dir"]
 
@@ -55,22 +61,21 @@ def is_lfs_pointer(path: Path) -> bool:
 def read_paper_text(path: Path) -> str:
     """Read a text file of a paper, refusing a Git LFS pointer with how to fix it."""
     if is_lfs_pointer(path):
-        raise LfsPointerError(
-            "is a Git LFS pointer, not the file's content: run `git lfs pull` in the data "
-            "directory's repository",
-            file=path,
-        )
+        raise LfsPointerError(LFS_POINTER_MESSAGE, file=path)
     return read_text(path)
 
 
-def parse_blacklist(text: str) -> list[str]:
-    """URLs of a blacklist file: one a line, '#' comments, the single word 'none' for empty."""
-    urls: list[str] = []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if line and line.lower() != "none":
-            urls.append(line)
-    return urls
+def parse_blacklist(text: str, *, file: str | Path | None = None) -> list[str]:
+    """URLs of a blacklist file, read by the sandbox's parser (the one the egress proxy
+    enforces): one a line, '#' comments, the single word 'none' for an empty list.
+
+    Raises:
+        PaperError: a line is not one URL with a host, or 'none' beside URLs.
+    """
+    try:
+        return Blacklist.parse(text).urls
+    except ValueError as exc:
+        raise PaperError(str(exc), file=file) from None
 
 
 class Paper(BaseModel):
@@ -105,7 +110,9 @@ class Paper(BaseModel):
         return read_paper_text(self.judge_addendum) if self.judge_addendum else ""
 
     def blacklist(self) -> list[str]:
-        return parse_blacklist(read_text(self.blacklist_file)) if self.blacklist_file else []
+        if self.blacklist_file is None:
+            return []
+        return parse_blacklist(read_text(self.blacklist_file), file=self.blacklist_file)
 
     def rubric(self) -> TaskNode:
         return load_rubric(self.rubric_file)

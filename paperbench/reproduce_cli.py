@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -69,6 +70,12 @@ def _check_out_dir(out_dir: Path, force: bool) -> None:
         )
 
 
+def _positive_seconds(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise typer.BadParameter(f"expected a number of seconds > 0, found {value}")
+    return value
+
+
 def reproduce(
     submission: Annotated[
         Path, typer.Argument(help="A submission folder or a .tar / .tar.gz / .tgz archive.")
@@ -102,7 +109,9 @@ def reproduce(
     ] = False,
     timeout: Annotated[
         float,
-        typer.Option(help="Seconds for reproduce.sh, over all attempts."),
+        typer.Option(
+            help="Seconds for reproduce.sh, over all attempts.", callback=_positive_seconds
+        ),
     ] = _DEFAULTS.timeout_s,
     image: Annotated[
         str | None,
@@ -111,8 +120,9 @@ def reproduce(
     retries: Annotated[
         int,
         typer.Option(
+            min=0,
             help=f"Salvage retries, each in a new sandbox, after a run that fails within "
-            f"{_DEFAULTS.salvage_window_s:.0f} s."
+            f"{_DEFAULTS.salvage_window_s:.0f} s.",
         ),
     ] = _DEFAULTS.salvage_retries,
     cpus: Annotated[

@@ -1,16 +1,22 @@
-"""Rubric trees and graded trees: models, files, aggregation, transforms, statistics."""
+"""Rubric trees and graded trees: models, files, aggregation, transforms, statistics.
+
+The public names are pinned by ``tests/rubric/test_schema.py``; everything else in the
+``_*`` modules is internal.
+"""
 
 from paperbench.rubric._aggregate import (
     TreeSummary,
     aggregate,
     coverage,
+    disqualify,
     effective_weights,
     score_from_children,
     summarize,
 )
-from paperbench.rubric._load import MAX_DEPTH, dumps_tree, load_graded, load_rubric, write_tree
+from paperbench.rubric._load import dumps_tree, load_graded, load_rubric, load_tree, write_tree
 from paperbench.rubric._model import (
     LEAF_CATEGORIES,
+    MAX_WEIGHT,
     Check,
     FinegrainedCategory,
     GradedTaskNode,
@@ -21,14 +27,22 @@ from paperbench.rubric._model import (
     iter_nodes,
     node_at,
     path_to_json_path,
+    rebuild,
     tree_depth,
 )
+from paperbench.rubric._schema import TreeKind, build_schema
 from paperbench.rubric._stats import RubricStats, rubric_stats, total_stats
-from paperbench.rubric._transforms import code_dev, cut_at_depth, outline, prior_criteria
+from paperbench.rubric._transforms import (
+    code_dev,
+    cut_at_depth,
+    outline,
+    prior_criteria,
+    resources_provided,
+)
 from paperbench.rubric._validate import (
+    MAX_DEPTH,
     Issue,
     expand_paths,
-    inspect_data,
     inspect_file,
     validate_data,
     validate_file,
@@ -37,6 +51,7 @@ from paperbench.rubric._validate import (
 __all__ = [
     "LEAF_CATEGORIES",
     "MAX_DEPTH",
+    "MAX_WEIGHT",
     "Check",
     "FinegrainedCategory",
     "GradedTaskNode",
@@ -45,24 +60,29 @@ __all__ = [
     "RubricStats",
     "TaskCategory",
     "TaskNode",
+    "TreeKind",
     "TreeSummary",
     "aggregate",
+    "build_schema",
     "code_dev",
     "coverage",
     "cut_at_depth",
+    "disqualify",
     "dumps_tree",
     "effective_weights",
     "expand_paths",
-    "inspect_data",
     "inspect_file",
     "iter_leaves",
     "iter_nodes",
     "load_graded",
     "load_rubric",
+    "load_tree",
     "node_at",
     "outline",
     "path_to_json_path",
     "prior_criteria",
+    "rebuild",
+    "resources_provided",
     "rubric_stats",
     "score_from_children",
     "summarize",

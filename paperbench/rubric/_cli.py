@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from paperbench._console import console, error, warning
+from paperbench._console import console, error, print_table, printable, warning
 from paperbench.errors import InputError, PaperbenchError
-from paperbench.papers import DATA_DIR_ENV, PaperSource
-from paperbench.rubric._aggregate import summarize
-from paperbench.rubric._load import load_graded, load_rubric
-from paperbench.rubric._model import LEAF_CATEGORIES, TaskNode, iter_nodes
+from paperbench.papers import DATA_DIR_ENV, LFS_POINTER_MESSAGE, PaperSource
+from paperbench.rubric._aggregate import TreeSummary, aggregate, summarize
+from paperbench.rubric._load import load_graded, load_rubric, load_tree
+from paperbench.rubric._model import (
+    LEAF_CATEGORIES,
+    GradedTaskNode,
+    TaskNode,
+    iter_nodes,
+    path_to_json_path,
+)
 from paperbench.rubric._render import render_tree, score_style
 from paperbench.rubric._stats import RubricStats, rubric_stats, total_stats
+from paperbench.rubric._transforms import code_dev, resources_provided
 from paperbench.rubric._validate import expand_paths, validate_file
 
 app = typer.Typer(help="Validate, inspect and score rubric trees and graded trees.")
@@ -28,6 +37,37 @@ DataDirOption = Annotated[
         "--data-dir", envvar=DATA_DIR_ENV, help="A PaperBench data directory (holds papers/)."
     ),
 ]
+ResourcesOption = Annotated[
+    bool,
+    typer.Option(
+        "--resources-provided",
+        help="Weight 0 for leaves of finegrained category 'Dataset and Model Acquisition' "
+        "(datasets and models were given to the agent), as PaperBench's option.",
+    ),
+]
+CodeDevOption = Annotated[
+    bool,
+    typer.Option(
+        "--code-dev",
+        help="Keep only Code Development leaves (PaperBench's Code-Dev); a tree without one "
+        "becomes its root as one Code Development leaf.",
+    ),
+]
+
+N = TypeVar("N", bound=TaskNode)
+
+
+def _transform(*, resources: bool, code_only: bool = False) -> Callable[[N], N]:
+    """The scoring options as one transform, applied in PaperBench's order."""
+
+    def apply(tree: N) -> N:
+        if code_only:
+            tree = code_dev(tree)
+        if resources:
+            tree = resources_provided(tree)
+        return tree
+
+    return apply
 
 
 @app.command()
@@ -37,14 +77,12 @@ def validate(
 ) -> None:
     """Check files against the published JSON Schemas: every problem, one line each."""
     files = expand_paths(paths)
-    if not files:
-        raise InputError("no .json files found", file=", ".join(map(str, paths)))
     issues = [issue for f in files for issue in validate_file(f)]
     if as_json:
         console.print_json(data={"files": len(files), "issues": [i.model_dump() for i in issues]})
     else:
         for issue in issues:
-            console.print(issue.line(), markup=False)
+            console.print(printable(issue.line()), markup=False)
         bad = len({i.file for i in issues})
         console.print(f"{len(files)} files checked, {bad} with problems, {len(issues)} problems")
     if issues:
@@ -53,25 +91,36 @@ def validate(
 
 def _stats_targets(
     paths: list[Path] | None, data_dir: Path | None, split: str | None
-) -> list[tuple[str, Path]]:
-    """(paper id, rubric file) pairs from explicit paths or from a paper source."""
+) -> tuple[list[tuple[str, Path]], bool]:
+    """(paper id, rubric file) pairs from explicit paths or from a paper source, and whether
+    a paper could not be used (its error already printed)."""
     if paths:
         out = []
         for f in expand_paths(paths):
             paper_id = f.parent.name if f.name == "rubric.json" else f.stem
             out.append((paper_id, f))
-        return out
+        return out, False
     source = PaperSource.resolve(data_dir)
+    ids = source.split(split) if split else source.paper_ids()
+    if not ids:
+        raise InputError("no paper folders found", file=source.papers_folder)
     targets = []
-    for paper_id in source.split(split) if split else source.paper_ids():
-        paper = source.load(paper_id)
+    pointers: list[Path] = []
+    failed = False
+    for paper_id in ids:
+        try:
+            paper = source.load(paper_id)
+        except PaperbenchError as exc:
+            error(str(exc))
+            failed = True
+            continue
         if paper.paper_md_is_lfs_pointer:
-            warning(
-                f"{paper.paper_md}: is a Git LFS pointer (run `git lfs pull`); "
-                "statistics need only the rubric"
-            )
+            pointers.append(paper.paper_md)
         targets.append((paper.id, paper.rubric_file))
-    return targets
+    if pointers:
+        more = f" (and {len(pointers) - 1} more papers)" if len(pointers) > 1 else ""
+        warning(f"{pointers[0]}: {LFS_POINTER_MESSAGE}{more}; statistics need only the rubric")
+    return targets, failed
 
 
 def _stats_row(table: Table, name: str, s: RubricStats, style: str = "") -> None:
@@ -79,7 +128,9 @@ def _stats_row(table: Table, name: str, s: RubricStats, style: str = "") -> None
     shares = " · ".join(
         f"{s.weight_share_by_category.get(c.value, 0.0):.0%}" for c in LEAF_CATEGORIES
     )
-    table.add_row(name, str(s.nodes), str(s.leaves), str(s.max_depth), cats, shares, style=style)
+    table.add_row(
+        Text(name), str(s.nodes), str(s.leaves), str(s.max_depth), cats, shares, style=style
+    )
 
 
 @app.command()
@@ -89,14 +140,16 @@ def stats(
     ] = None,
     data_dir: DataDirOption = None,
     split: Annotated[str | None, typer.Option(help="A named split, e.g. lite, dev, all.")] = None,
+    resources: ResourcesOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Sizes, depth, leaves by category and effective weight share by category."""
     papers: list[tuple[str, RubricStats]] = []
-    failed = False
-    for paper_id, rubric_file in _stats_targets(paths, data_dir, split):
+    targets, failed = _stats_targets(paths, data_dir, split)
+    transform = _transform(resources=resources)
+    for paper_id, rubric_file in targets:
         try:
-            papers.append((paper_id, rubric_stats(load_rubric(rubric_file))))
+            papers.append((paper_id, rubric_stats(transform(load_rubric(rubric_file)))))
         except PaperbenchError as exc:
             error(str(exc))
             failed = True
@@ -106,72 +159,101 @@ def stats(
             data={
                 "papers": [{"id": pid, **s.model_dump()} for pid, s in papers],
                 "total": total.model_dump(),
+                "resources_provided": resources,
             }
         )
-    else:
+    elif papers:
         table = Table(
-            title="Rubric statistics",
+            title="Rubric statistics" + (" (resources provided)" if resources else ""),
             caption="CD Code Development · CE Code Execution · RA Result Analysis; "
             "weight = effective share of the root",
         )
-        table.add_column(
-            "paper",
-            overflow="fold",
-            min_width=min(max(len(p) for p, _ in papers), 30) if papers else None,
-        )
+        table.add_column("paper", overflow="fold", min_width=_name_width(p for p, _ in papers))
         for column in ["nodes", "leaves", "depth", "leaves CD·CE·RA", "weight CD·CE·RA"]:
-            table.add_column(column, justify="right")
+            table.add_column(column, justify="right", no_wrap=True)
         for pid, s in papers:
             _stats_row(table, pid, s)
         _stats_row(table, "total", total, style="bold")
-        console.print(table)
+        print_table(table)
         fine = Table(title="Leaves by finegrained category")
         fine.add_column("finegrained category")
         fine.add_column("leaves", justify="right")
         for name, count in total.leaves_by_finegrained_category.items():
             fine.add_row(name, str(count))
-        console.print(fine)
+        print_table(fine)
     if failed:
         raise typer.Exit(1)
+
+
+def _warn_about(f: Path, s: TreeSummary) -> None:
+    if s.disqualified is not None:
+        warning(f"{f}: disqualified ({s.disqualified}); it scores 0")
+    if s.invalid_leaves_scored:
+        n = len(s.invalid_leaves_scored)
+        warning(
+            f"{f}: {s.invalid_leaves_scored[0]}: an invalid leaf stores a score above 0"
+            + (f" (and {n - 1} more)" if n > 1 else "")
+            + "; invalid leaves count as 0"
+        )
 
 
 @app.command()
 def score(
     graded: Annotated[list[Path], typer.Argument(help="Graded-tree files (grade.json, ...).")],
+    resources: ResourcesOption = False,
+    code_only: CodeDevOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Re-aggregate graded trees from their leaves: root score, coverage, consistency."""
-    rows = []
+    """Re-aggregate graded trees from their leaves: root score, coverage, consistency.
+
+    An invalid leaf counts as 0 in the score, whatever it stores; coverage is the share of
+    the root's weight that was validly graded."""
+    rows: list[tuple[Path, TreeSummary]] = []
     failed = False
+    transform = _transform(resources=resources, code_only=code_only)
     for f in graded:
         try:
-            rows.append((f, summarize(load_graded(f))))
+            rows.append((f, summarize(transform(load_graded(f)))))
         except PaperbenchError as exc:
             error(str(exc))
             failed = True
+    for f, s in rows:
+        _warn_about(f, s)
     if as_json:
         console.print_json(
             data=[{"file": str(f), **s.model_dump(exclude={"inconsistent_paths"})} for f, s in rows]
         )
-    else:
-        labels, common = _short_labels([f for f, _ in rows])
-        table = Table(title=f"Graded trees{common}")
-        table.add_column("file", overflow="fold", min_width=min(max(map(len, labels)), 40))
-        for column in ["score", "stored", "coverage", "invalid", "leaves", "consistent"]:
-            table.add_column(column, justify="right")
-        for (_, s), label in zip(rows, labels, strict=True):
-            table.add_row(
-                label,
-                f"[{score_style(s.root_score)}]{s.root_score:.4f}[/]",
-                f"{s.stored_root_score:.4f}",
-                f"{s.coverage:.1%}",
-                str(s.invalid_leaves),
-                str(s.leaves),
-                "yes" if s.consistent else f"[red]no[/] ({', '.join(s.inconsistent_paths[:3])})",
-            )
-        console.print(table)
+    elif rows:
+        _score_table(rows)
     if failed:
         raise typer.Exit(1)
+
+
+def _score_table(rows: list[tuple[Path, TreeSummary]]) -> None:
+    labels, common = _short_labels([f for f, _ in rows])
+    table = Table(title=f"Graded trees{common}")
+    table.add_column("file", overflow="fold", min_width=_name_width(labels))
+    for column in ["score", "stored", "coverage", "invalid", "leaves", "consistent"]:
+        table.add_column(column, justify="right", no_wrap=column != "consistent")
+    for (_, s), label in zip(rows, labels, strict=True):
+        consistent = Text("yes")
+        if not s.consistent:
+            consistent = Text.assemble(("no", "red"), f" ({', '.join(s.inconsistent_paths[:3])})")
+        table.add_row(
+            Text(printable(label)),
+            Text(f"{s.root_score:.4f}", style=score_style(s.root_score)),
+            f"{s.stored_root_score:.4f}",
+            f"{s.coverage:.1%}",
+            str(s.invalid_leaves),
+            str(s.leaves),
+            consistent,
+        )
+    print_table(table)
+
+
+def _name_width(names: Iterable[str], cap: int = 14) -> int:
+    """A name column's minimum width: the longest name, up to ``cap`` (then it folds)."""
+    return min(max((len(n) for n in names), default=4), cap)
 
 
 def _short_labels(files: list[Path]) -> tuple[list[str], str]:
@@ -189,12 +271,10 @@ def _short_labels(files: list[Path]) -> tuple[list[str], str]:
     labels = [str(p.relative_to(common)) for p in parents]
     if any(label == "." for label in labels):
         return [str(f) for f in files], ""
-    return labels, f" under {common}/ ({names.pop()})"
+    return labels, f" under {printable(str(common))}/ ({printable(names.pop())})"
 
 
 def _same_shape(rubric: TaskNode, graded: TaskNode) -> str | None:
-    from paperbench.rubric._model import path_to_json_path
-
     pairs = zip(iter_nodes(rubric), iter_nodes(graded), strict=False)
     for (path, a), (gpath, b) in pairs:
         if path != gpath or a.id != b.id:
@@ -209,8 +289,11 @@ def show(
     grades: Annotated[
         Path | None, typer.Option(help="A graded tree of this rubric: show its scores.")
     ] = None,
+    resources: ResourcesOption = False,
 ) -> None:
-    """Print a tree with weights and categories; with --grades, scores and invalid leaves."""
+    """Print a tree with weights and categories; graded trees with their scores as
+    recomputed from the leaves, invalid leaves and the nodes above them marked."""
+    transform = _transform(resources=resources)
     tree: TaskNode
     if grades is not None:
         rubric = load_rubric(file)
@@ -219,8 +302,8 @@ def show(
         if mismatch is not None:
             raise InputError(f"does not grade {file} (nodes differ)", file=grades, path=mismatch)
     else:
-        try:
-            tree = load_rubric(file)
-        except InputError:
-            tree = load_graded(file)
+        tree = load_tree(file)
+    tree = transform(tree)
+    if isinstance(tree, GradedTaskNode):
+        tree = aggregate(tree)
     console.print(render_tree(tree, max_depth=depth))

@@ -8,17 +8,19 @@ recursion limit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
-from typing import Annotated, Any, Generic, Self, TypeVar
+from typing import Annotated, Any, Self, TypeVar
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
+    WithJsonSchema,
     model_validator,
 )
 
@@ -51,8 +53,48 @@ class FinegrainedCategory(StrEnum):
     LOGGING_ANALYSIS = "Logging, Analysis & Presentation"
 
 
-Weight = Annotated[StrictInt | StrictFloat, Field(ge=0, allow_inf_nan=False)]
-"""A node's weight: a number ≥ 0 (the official data uses small integers, kept as ints)."""
+MAX_WEIGHT = 10**15
+"""Largest weight accepted: sums of weights stay finite and exact, so scores are never
+silently wrong (PaperBench's rubrics use small integers)."""
+
+
+def _number_schema(description: str, **bounds: float) -> WithJsonSchema:
+    """The JSON Schema of a number field: the same bounds as its pydantic constraints."""
+    names = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum"}
+    schema: dict[str, Any] = {"type": "number", **{names[k]: v for k, v in bounds.items()}}
+    return WithJsonSchema({**schema, "description": description})
+
+
+# A JSON number keeps its type (int or float) as in the file. Each member of the union carries
+# the bounds, so an integer with hundreds of digits is refused by comparison, never converted.
+Weight = Annotated[
+    Annotated[StrictInt, Field(ge=0, le=MAX_WEIGHT)]
+    | Annotated[StrictFloat, Field(ge=0, le=MAX_WEIGHT, allow_inf_nan=False)],
+    _number_schema(
+        "Relative weight among siblings (the official data uses small integers).",
+        ge=0,
+        le=MAX_WEIGHT,
+    ),
+]
+Score = Annotated[
+    Annotated[StrictInt, Field(ge=0, le=1)]
+    | Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)],
+    _number_schema(
+        "Leaf: the grader's score. Internal: sum(w*s)/sum(w) over the children (0 if the "
+        "weights sum to 0), where an invalid leaf counts as 0.",
+        ge=0,
+        le=1,
+    ),
+]
+Timeout = Annotated[
+    Annotated[StrictInt, Field(gt=0, le=MAX_WEIGHT)]
+    | Annotated[StrictFloat, Field(gt=0, le=MAX_WEIGHT, allow_inf_nan=False)],
+    _number_schema("Seconds before the check is killed and fails.", gt=0, le=MAX_WEIGHT),
+]
+
+
+def _nullable_enum(values: type[StrEnum], description: str) -> Any:
+    return WithJsonSchema({"enum": [None, *(v.value for v in values)], "description": description})
 
 
 class Check(BaseModel):
@@ -66,26 +108,58 @@ class Check(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    command: str = Field(min_length=1)
-    timeout_s: Annotated[StrictInt | StrictFloat, Field(gt=0, allow_inf_nan=False)] = 300
-    files: dict[str, str] = Field(default_factory=dict)
+    command: str = Field(min_length=1, description="Shell command, run with bash in /submission.")
+    timeout_s: Timeout = 300
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Sandbox path -> path relative to the rubric file's folder.",
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(exclude_unset=True)
 
 
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise ValueError("expected an object, found null (leave the field out instead)")
+    return value
+
+
+def _shape_rules(schema: dict[str, Any]) -> None:
+    """The JSON Schema form of ``TaskNode._category_fits_shape``."""
+    schema["if"] = {"required": ["sub_tasks"], "properties": {"sub_tasks": {"minItems": 1}}}
+    schema["then"] = {
+        "properties": {"task_category": {"const": None}},
+        "not": {"required": ["check"]},
+    }
+    schema["else"] = {
+        "required": ["task_category"],
+        "properties": {"task_category": {"enum": [c.value for c in TaskCategory]}},
+    }
+
+
 class TaskNode(BaseModel):
     """One rubric node. A leaf has a ``task_category``; an internal node has ``None``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_shape_rules)
 
-    id: str
-    requirements: str
+    id: str = Field(description="Opaque identifier; not always a UUID, not always unique.")
+    requirements: str = Field(description="What the submission must do for this node.")
     weight: Weight
     sub_tasks: list[TaskNode] = Field(default_factory=list)
-    task_category: TaskCategory | None = None
-    finegrained_task_category: FinegrainedCategory | None = None
-    check: Check | None = None
+    task_category: Annotated[
+        TaskCategory | None,
+        _nullable_enum(
+            TaskCategory,
+            "Leaves: the category ('Subtree' only where a whole subtree was graded as one "
+            "unit at a depth limit). Internal nodes: null.",
+        ),
+    ] = None
+    finegrained_task_category: Annotated[
+        FinegrainedCategory | None, _nullable_enum(FinegrainedCategory, "Leaves, optional.")
+    ] = None
+    check: Annotated[Check | None, BeforeValidator(_not_null)] = None
+    """Absent on most leaves; never null in a file."""
 
     @model_validator(mode="after")
     def _category_fits_shape(self) -> Self:
@@ -115,7 +189,7 @@ class TaskNode(BaseModel):
 
 def _tolerant_bool(value: Any) -> Any:
     # Real PaperBench grade files sometimes hold 1.0 / 0.0 here.
-    if isinstance(value, float) and value in (0.0, 1.0):
+    if isinstance(value, int | float) and not isinstance(value, bool) and value in (0, 1):
         return bool(value)
     return value
 
@@ -125,17 +199,33 @@ def _tolerant_metadata(value: Any) -> Any:
     return None if value == "" else value
 
 
-Score = Annotated[StrictInt | StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)]
-
-
 class GradedTaskNode(TaskNode):
     """A rubric node with its grade: leaves hold the grader's score, internal nodes the mean."""
 
     sub_tasks: list[GradedTaskNode] = Field(default_factory=list)  # type: ignore[assignment]
     score: Score
-    valid_score: Annotated[bool, BeforeValidator(_tolerant_bool)]
+    valid_score: Annotated[
+        StrictBool,
+        BeforeValidator(_tolerant_bool),
+        WithJsonSchema(
+            {
+                "anyOf": [{"type": "boolean"}, {"enum": [0, 1]}],
+                "description": "False when the judge failed after its retries (such a leaf "
+                "counts as 0); 1.0/0.0 tolerated as found in real files.",
+            }
+        ),
+    ]
     explanation: str
-    judge_metadata: Annotated[dict[str, Any] | None, BeforeValidator(_tolerant_metadata)] = None
+    judge_metadata: Annotated[
+        dict[str, Any] | None,
+        BeforeValidator(_tolerant_metadata),
+        WithJsonSchema(
+            {
+                "anyOf": [{"type": "object"}, {"type": "null"}, {"const": ""}],
+                "description": "Judge-specific data; an empty string is tolerated as 'none'.",
+            }
+        ),
+    ] = None
 
     def to_dict(self) -> dict[str, Any]:
         """The node as PaperBench writes grade files (field order as in expected_result.json)."""
@@ -245,20 +335,18 @@ def path_to_json_path(path: NodePath) -> str:
     return "$" + "".join(f".sub_tasks[{i}]" for i in path)
 
 
-class TreeBuilder(Generic[N]):
-    """Rebuild a frozen tree bottom-up without recursion.
+R = TypeVar("R")
 
-    ``rebuild(root, fn)`` calls ``fn(node, new_children)`` for every node after its children,
-    where ``new_children`` are the results for its children; ``fn`` returns the replacement
-    node, or ``None`` to drop the node.
+
+def rebuild(root: N, fn: Callable[[NodePath, N, list[R]], R | None]) -> R | None:
+    """Rebuild a tree bottom-up without recursion.
+
+    ``fn(path, node, children)`` is called for every node after its children, with the
+    results for its children (those for which ``fn`` returned ``None`` left out); what it
+    returns replaces the node, ``None`` drops it. Returns the result for the root.
     """
-
-    @staticmethod
-    def rebuild(root: N, fn: Any) -> N | None:
-        results: dict[NodePath, Any] = {}
-        order = list(iter_nodes(root))
-        for path, node in reversed(order):
-            kids = [results.pop((*path, i)) for i in range(len(node.sub_tasks))]
-            results[path] = fn(node, [k for k in kids if k is not None])
-        result: N | None = results[()]
-        return result
+    results: dict[NodePath, R | None] = {}
+    for path, node in reversed(list(iter_nodes(root))):
+        kids = [results.pop((*path, i)) for i in range(len(node.sub_tasks))]
+        results[path] = fn(path, node, [k for k in kids if k is not None])
+    return results[()]

@@ -1,11 +1,11 @@
-"""Rubric and graded trees as rich trees."""
+"""Rubric and graded trees as rich trees (file text shown as written, never as markup)."""
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
 
+from paperbench._console import printable
 from paperbench.rubric._model import GradedTaskNode, NodePath, TaskNode, iter_nodes
 
 _CATEGORY_STYLE = {
@@ -27,8 +27,10 @@ def score_style(score: float) -> str:
 def _label(node: TaskNode, width: int) -> Text:
     text = Text()
     if isinstance(node, GradedTaskNode):
-        if node.valid_score:
+        if node.sub_tasks or node.valid_score:
             text.append(f"{node.score:.2f} ", style=f"bold {score_style(node.score)}")
+            if not node.valid_score:
+                text.append("(invalid below) ", style="bold red")
         else:
             text.append("INVALID ", style="bold white on red")
     text.append(f"w={node.weight} ", style="dim")
@@ -37,10 +39,10 @@ def _label(node: TaskNode, width: int) -> Text:
         text.append(f"[{category}] ", style=_CATEGORY_STYLE.get(category, ""))
     if node.check is not None:
         text.append("[check] ", style="bold green")
-    requirements = " ".join(node.requirements.split())
+    requirements = printable(" ".join(node.requirements.split()))
     if len(requirements) > width:
         requirements = requirements[: width - 1] + "…"
-    text.append(escape(requirements))
+    text.append(requirements)  # a Text is never read as markup: brackets stay as written
     return text
 
 

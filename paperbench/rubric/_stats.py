@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from paperbench.rubric._model import LEAF_CATEGORIES, FinegrainedCategory, TaskNode
+from paperbench.rubric._aggregate import effective_weights
+from paperbench.rubric._model import LEAF_CATEGORIES, FinegrainedCategory, TaskNode, iter_nodes
 
 UNSPECIFIED = "Unspecified"
 """Key for leaves without a finegrained_task_category."""
@@ -25,33 +26,25 @@ class RubricStats(BaseModel):
 
 
 def rubric_stats(root: TaskNode) -> RubricStats:
-    """One iterative pass: each node carries its depth and its share of the root."""
+    """Sizes, depth, and each leaf category's share of the root (its effective weights)."""
+    shares = effective_weights(root)
     by_category: Counter[str] = Counter()
     by_fine: Counter[str] = Counter()
     share: dict[str, float] = {c.value: 0.0 for c in LEAF_CATEGORIES}
-    nodes = leaves = max_depth = 0
-    stack: list[tuple[TaskNode, int, float]] = [(root, 1, 1.0)]
-    while stack:
-        node, depth, node_share = stack.pop()
+    nodes = max_depth = 0
+    for path, node in iter_nodes(root):
         nodes += 1
-        max_depth = max(max_depth, depth)
-        children = node.sub_tasks
-        if children:
-            total = sum(child.weight for child in children)
-            for child in children:
-                stack.append(
-                    (child, depth + 1, node_share * child.weight / total if total else 0.0)
-                )
+        max_depth = max(max_depth, len(path) + 1)
+        if node.sub_tasks:
             continue
-        leaves += 1
         category = node.task_category.value if node.task_category else UNSPECIFIED
         by_category[category] += 1
         fine = node.finegrained_task_category
         by_fine[fine.value if fine else UNSPECIFIED] += 1
-        share[category] = share.get(category, 0.0) + node_share
+        share[category] = share.get(category, 0.0) + shares[path]
     return RubricStats(
         nodes=nodes,
-        leaves=leaves,
+        leaves=sum(by_category.values()),
         max_depth=max_depth,
         leaves_by_category=_ordered(by_category, [c.value for c in LEAF_CATEGORIES]),
         leaves_by_finegrained_category=_ordered(by_fine, [c.value for c in FinegrainedCategory]),

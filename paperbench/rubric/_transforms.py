@@ -1,4 +1,4 @@
-"""Tree transforms: Code-Dev, cutting at a depth, and a leaf's prior criteria."""
+"""Tree transforms: Code-Dev, resources provided, cutting at a depth, a leaf's prior criteria."""
 
 from __future__ import annotations
 
@@ -6,36 +6,72 @@ from typing import TypeVar
 
 from paperbench.rubric._aggregate import aggregate
 from paperbench.rubric._model import (
+    FinegrainedCategory,
     GradedTaskNode,
     NodePath,
     TaskCategory,
     TaskNode,
     iter_nodes,
     node_at,
+    rebuild,
 )
 
 N = TypeVar("N", bound=TaskNode)
 
+NO_CODE_DEVELOPMENT = (
+    "Not graded: the rubric has no Code Development leaf, so Code-Dev grades the whole "
+    "rubric as one Code Development leaf."
+)
 
-def code_dev(root: N) -> N | None:
-    """Keep only Code Development leaves; drop internal nodes left empty.
 
-    Returns ``None`` when the tree has no Code Development leaf at all. A graded tree is
-    re-aggregated, so the weighted mean renormalises over what is left.
+def _finish(tree: N) -> N:
+    """Re-aggregate a graded tree after a transform; a rubric is returned as it is."""
+    if isinstance(tree, GradedTaskNode):
+        return aggregate(tree)  # type: ignore[return-value]
+    return tree
+
+
+def code_dev(root: N) -> N:
+    """Keep only Code Development leaves; drop internal nodes left empty (PaperBench's
+    ``code_only``). A graded tree is re-aggregated, so the weighted mean renormalises.
+
+    Like PaperBench, a tree without any Code Development leaf becomes its root alone, as one
+    Code Development leaf (the judge then grades the whole rubric as one unit). For a graded
+    tree that leaf was never graded that way: it is returned invalid, scoring 0.
     """
-    done: dict[NodePath, N | None] = {}
-    for path, node in reversed(list(iter_nodes(root))):
+
+    def step(_: NodePath, node: N, kids: list[N]) -> N | None:
         if not node.sub_tasks:
-            keep = node.task_category == TaskCategory.CODE_DEVELOPMENT
-            done[path] = node if keep else None
-            continue
-        kids = [done.pop((*path, i)) for i in range(len(node.sub_tasks))]
-        kept = [k for k in kids if k is not None]
-        done[path] = node.model_copy(update={"sub_tasks": kept}) if kept else None
-    result = done[()]
-    if isinstance(result, GradedTaskNode):
-        return aggregate(result)  # type: ignore[return-value]
-    return result
+            return node if node.task_category == TaskCategory.CODE_DEVELOPMENT else None
+        return node.model_copy(update={"sub_tasks": kids}) if kids else None
+
+    kept = rebuild(root, step)
+    if kept is not None:
+        return _finish(kept)
+    update: dict[str, object] = {
+        "sub_tasks": [],
+        "task_category": TaskCategory.CODE_DEVELOPMENT,
+    }
+    if isinstance(root, GradedTaskNode):
+        update |= {"score": 0.0, "valid_score": False, "explanation": NO_CODE_DEVELOPMENT}
+    return root.model_copy(update=update)
+
+
+def resources_provided(root: N) -> N:
+    """PaperBench's ``resources_provided``: every leaf whose finegrained category is
+    'Dataset and Model Acquisition' gets weight 0 (the datasets and models were given to the
+    agent). A graded tree is re-aggregated."""
+
+    def step(_: NodePath, node: N, kids: list[N]) -> N:
+        if not node.sub_tasks:
+            if node.finegrained_task_category == FinegrainedCategory.DATASET_AND_MODEL:
+                return node.model_copy(update={"weight": 0})
+            return node
+        return node.model_copy(update={"sub_tasks": kids})
+
+    result = rebuild(root, step)
+    assert result is not None
+    return _finish(result)
 
 
 def outline(root: TaskNode) -> str:
@@ -56,13 +92,13 @@ def cut_at_depth(root: TaskNode, max_depth: int) -> TaskNode:
     """
     if max_depth < 1:
         raise ValueError("max_depth must be at least 1")
-    done: dict[NodePath, TaskNode] = {}
-    for path, node in reversed(list(iter_nodes(root))):
+
+    def step(path: NodePath, node: TaskNode, kids: list[TaskNode]) -> TaskNode | None:
         level = len(path) + 1
         if level > max_depth:
-            continue  # folded into an ancestor's outline
+            return None  # folded into an ancestor's outline
         if node.sub_tasks and level == max_depth:
-            done[path] = TaskNode(
+            return TaskNode(
                 id=node.id,
                 requirements=outline(node),
                 weight=node.weight,
@@ -70,13 +106,13 @@ def cut_at_depth(root: TaskNode, max_depth: int) -> TaskNode:
                 task_category=TaskCategory.SUBTREE,
                 finegrained_task_category=None,
             )
-            continue
         if not node.sub_tasks:
-            done[path] = node
-            continue
-        kids = [done.pop((*path, i)) for i in range(len(node.sub_tasks))]
-        done[path] = node.model_copy(update={"sub_tasks": kids})
-    return done[()]
+            return node
+        return node.model_copy(update={"sub_tasks": kids})
+
+    result = rebuild(root, step)
+    assert result is not None
+    return result
 
 
 def prior_criteria(root: N, leaf: NodePath) -> list[tuple[NodePath, N]]:

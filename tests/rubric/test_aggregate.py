@@ -67,8 +67,9 @@ def test_one_leaf_at_one_gives_its_effective_weight(data: dict, pick: st.DataObj
 
     def set_scores(d: dict, path: tuple[int, ...]) -> dict:
         kids = [set_scores(c, (*path, i)) for i, c in enumerate(d["sub_tasks"])]
-        score = (1.0 if path == chosen else 0.0) if not kids else d["score"]
-        return {**d, "score": score, "sub_tasks": kids}
+        if kids:
+            return {**d, "sub_tasks": kids}
+        return {**d, "score": 1.0 if path == chosen else 0.0, "valid_score": path == chosen}
 
     one_hot = tree(set_scores(data, ()))
     assert math.isclose(one_hot.score, effective_weights(base)[chosen], abs_tol=1e-12)
@@ -104,3 +105,32 @@ def test_inconsistent_stored_scores_are_reported() -> None:
     s = summarize(GradedTaskNode.model_validate(data))
     assert not s.consistent
     assert s.inconsistent_paths == ["$.sub_tasks[1]"]
+
+
+@given(graded_trees())
+def test_an_invalid_leaf_counts_as_zero_whatever_it_stores(data: dict) -> None:
+    def raise_invalid(d: dict) -> dict:
+        kids = [raise_invalid(k) for k in d["sub_tasks"]]
+        if kids:
+            return {**d, "sub_tasks": kids}
+        return {**d, "score": d["score"] if d["valid_score"] else 1.0}
+
+    def headline(d: dict) -> float:
+        return summarize(GradedTaskNode.model_validate(d)).root_score
+
+    assert headline(raise_invalid(data)) == headline(data) == headline(_zero_invalid(data))
+
+
+def _zero_invalid(d: dict) -> dict:
+    kids = [_zero_invalid(k) for k in d["sub_tasks"]]
+    if kids:
+        return {**d, "sub_tasks": kids}
+    return {**d, "score": d["score"] if d["valid_score"] else 0.0}
+
+
+def test_summary_names_invalid_leaves_that_store_a_score() -> None:
+    data = graded_node(graded_leaf(1.0), graded_leaf(1.0, valid=False))
+    data["score"] = 1.0  # as a tool that ignores validity would store it
+    s = summarize(GradedTaskNode.model_validate(data))
+    assert s.root_score == 0.5 and s.stored_root_score == 1.0
+    assert s.invalid_leaves_scored == ["$.sub_tasks[1]"] and not s.consistent

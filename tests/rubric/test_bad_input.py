@@ -103,7 +103,9 @@ def test_non_utf8_file(tmp_path: Path) -> None:
     f.write_bytes(b'{"id": "\xff\xfe"}')
     result = runner.invoke(app, ["rubric", "validate", str(f)])
     assert result.exit_code == 1
-    assert f"{f}: $: not valid UTF-8 (byte 0xff at offset 8)" in result.output
+    assert f"{f}: not valid UTF-8 (byte 0xff at offset 8)" in result.output
+    # the same words from a command that loads the file
+    assert f"{f}: not valid UTF-8" in runner.invoke(app, ["rubric", "stats", str(f)]).output
 
 
 def test_every_problem_in_every_file_is_listed(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def test_score_recomputes_and_reports_consistency(tmp_path: Path) -> None:
     rows = json.loads(result.output)
     assert set(rows[0]) == {
         "file", "root_score", "stored_root_score", "coverage",
-        "invalid_leaves", "leaves", "consistent",
+        "invalid_leaves", "invalid_leaves_scored", "leaves", "consistent", "disqualified",
     }  # fmt: skip
     assert rows[0]["root_score"] == 0.75 and rows[0]["coverage"] == 0.75
     assert rows[0]["invalid_leaves"] == 1 and rows[0]["consistent"] is True
@@ -119,3 +119,98 @@ def test_score_table_labels_drop_what_every_file_shares(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert f"under {tmp_path / 'ex'}/ (expected_result.json)" in result.output
     assert "│ a " in result.output and "│ b " in result.output
+
+
+def test_show_keeps_rubric_text_as_written_and_escapes_control_characters(
+    tmp_path: Path,
+) -> None:
+    rubric = node(leaf(1), leaf(1))
+    rubric["sub_tasks"][0]["requirements"] = "use [bold]x[/bold] and a[0] \\ path"
+    rubric["sub_tasks"][1]["requirements"] = "red \x1b[31mtext\x07 here"
+    r = _write(tmp_path / "r.json", rubric)
+    result = runner.invoke(app, ["rubric", "show", str(r)])
+    assert result.exit_code == 0, result.output
+    assert "use [bold]x[/bold] and a[0] \\ path" in result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "red \\x1b[31mtext\\x07 here" in result.output
+
+
+def test_show_reports_a_broken_rubric_as_a_rubric(tmp_path: Path) -> None:
+    rubric = node(leaf(1), leaf(-2))
+    r = _write(tmp_path / "r.json", rubric)
+    result = runner.invoke(app, ["rubric", "show", str(r)])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {r}: $.sub_tasks[1].weight: must be ≥ 0, found -2"
+
+
+def test_show_marks_internal_nodes_above_an_invalid_leaf(tmp_path: Path) -> None:
+    g = graded_node(graded_leaf(1.0), graded_node(graded_leaf(1.0, valid=False), graded_leaf(1.0)))
+    f = _write(tmp_path / "g.json", g)
+    lines = runner.invoke(app, ["rubric", "show", str(f)]).output.splitlines()
+    assert "(invalid below)" in lines[0] and "(invalid below)" in lines[2]
+    assert "INVALID" in lines[3] and "invalid below" not in lines[1]
+    assert lines[0].startswith("0.75 ")  # the invalid leaf counts as 0
+
+
+def test_score_warns_when_an_invalid_leaf_stores_a_score(tmp_path: Path) -> None:
+    g = graded_node(graded_leaf(1.0), graded_leaf(1.0, valid=False))
+    g["score"] = 1.0
+    f = _write(tmp_path / "g.json", g)
+    result = runner.invoke(app, ["rubric", "score", str(f), "--json"])
+    assert result.exit_code == 0
+    row = json.loads(result.stdout)[0]
+    assert row["root_score"] == 0.5 and row["invalid_leaves_scored"] == ["$.sub_tasks[1]"]
+    assert f"{f}: $.sub_tasks[1]: an invalid leaf stores a score above 0" in result.output
+
+
+def test_resources_provided_and_code_dev_change_the_score(tmp_path: Path) -> None:
+    acquire = graded_leaf(0.0, finegrained_task_category="Dataset and Model Acquisition")
+    execute = graded_leaf(0.0, category="Code Execution")
+    g = _write(tmp_path / "g.json", graded_node(graded_leaf(1.0), acquire, execute))
+
+    def score(*flags: str) -> float:
+        result = runner.invoke(app, ["rubric", "score", str(g), "--json", *flags])
+        assert result.exit_code == 0, result.output
+        return float(json.loads(result.stdout)[0]["root_score"])
+
+    assert score() == 1 / 3
+    assert score("--resources-provided") == 0.5
+    assert score("--code-dev") == 0.5  # the acquisition leaf is Code Development too
+    assert score("--code-dev", "--resources-provided") == 1.0
+    stats = runner.invoke(app, ["rubric", "stats", str(g), "--json", "--resources-provided"])
+    assert json.loads(stats.stdout)["resources_provided"] is True
+
+
+def test_validate_checks_that_check_files_exist_inside_the_rubric_folder(tmp_path: Path) -> None:
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "checks" / "ok.py").write_text("")
+    (tmp_path.parent / "outside.py").write_text("")
+    rubric = node(
+        leaf(1, check={"command": "c", "files": {"/c/ok.py": "checks/ok.py"}}),
+        leaf(1, check={"command": "c", "files": {"/c/gone.py": "checks/gone.py"}}),
+        leaf(1, check={"command": "c", "files": {"/c/out.py": "../outside.py"}}),
+    )
+    r = _write(tmp_path / "r.json", rubric)
+    result = runner.invoke(app, ["rubric", "validate", str(r)])
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.startswith(str(r))]
+    assert len(lines) == 2
+    assert lines[0].startswith(f'{r}: $.sub_tasks[1].check.files["/c/gone.py"]: ')
+    assert "'checks/gone.py' not found" in lines[0]
+    assert lines[1].startswith(f'{r}: $.sub_tasks[2].check.files["/c/out.py"]: ')
+    assert "outside the rubric's folder" in lines[1]
+
+
+def test_papers_list_piped_keeps_ids_and_titles_whole(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    title = "A Rather Long Title About Calibration Of Overconfident Classifiers In Practice"
+    folder = data / "papers" / "a-fairly-long-paper-identifier-2024"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(
+        f"id: a-fairly-long-paper-identifier-2024\ntitle: {title}\n"
+    )
+    (folder / "paper.md").write_text("# p")
+    (folder / "rubric.json").write_text(json.dumps(node(leaf(1))))
+    result = runner.invoke(app, ["papers", "list", "--data-dir", str(data)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert title in result.output and "a-fairly-long-paper-identifier-2024" in result.output

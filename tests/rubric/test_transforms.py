@@ -6,10 +6,13 @@ from paperbench.rubric import (
     TaskNode,
     code_dev,
     cut_at_depth,
+    disqualify,
     effective_weights,
     iter_leaves,
     prior_criteria,
+    resources_provided,
     rubric_stats,
+    summarize,
     tree_depth,
 )
 from tests.rubric.trees import graded_leaf, graded_node, leaf, node
@@ -40,8 +43,53 @@ def test_code_dev_renormalises_a_graded_tree() -> None:
     assert cd is not None and cd.score == 1.0
 
 
-def test_code_dev_of_a_tree_without_code_development_is_none() -> None:
-    assert code_dev(TaskNode.model_validate(node(leaf(1, "Code Execution")))) is None
+def test_code_dev_without_code_development_grades_the_root_as_one_leaf() -> None:
+    # PaperBench: task_tree.code_only() or task_tree.set_task_category("Code
+    # Development").set_sub_tasks([])
+    rubric = TaskNode.model_validate(node(leaf(1, "Code Execution"), leaf(1, "Result Analysis")))
+    cd = code_dev(rubric)
+    assert cd.sub_tasks == [] and cd.task_category == TaskCategory.CODE_DEVELOPMENT
+    assert (cd.id, cd.requirements, cd.weight) == (rubric.id, rubric.requirements, rubric.weight)
+    graded = code_dev(
+        GradedTaskNode.model_validate(graded_node(graded_leaf(1.0, category="Result Analysis")))
+    )
+    assert (graded.score, graded.valid_score) == (0.0, False)
+    assert "no Code Development leaf" in graded.explanation
+    assert summarize(graded).root_score == 0.0 and summarize(graded).coverage == 0.0
+
+
+def test_resources_provided_zeroes_dataset_and_model_acquisition_leaves() -> None:
+    acquire = graded_leaf(0.0, weight=3, finegrained_task_category="Dataset and Model Acquisition")
+    other = graded_leaf(1.0, weight=1, finegrained_task_category="Method Implementation")
+    inner = graded_node(acquire, other, weight=2)
+    g = GradedTaskNode.model_validate(graded_node(inner, graded_leaf(0.0, weight=2)))
+    assert summarize(g).root_score == 0.5 * 0.25
+    rp = resources_provided(g)
+    assert rp.sub_tasks[0].sub_tasks[0].weight == 0 and rp.sub_tasks[0].sub_tasks[1].weight == 1
+    assert rp.score == 0.5 and summarize(rp).consistent
+    rubric = resources_provided(g.to_rubric())
+    assert [leaf.weight for _, leaf in iter_leaves(rubric)] == [0, 1, 2]
+
+
+def test_disqualify_scores_zero_and_records_why() -> None:
+    g = GradedTaskNode.model_validate(graded_node(graded_leaf(1.0), graded_node(graded_leaf(1.0))))
+    out = disqualify(g, "fetched a blacklisted repository")
+    s = summarize(out)
+    assert (s.root_score, s.disqualified, s.consistent) == (
+        0.0,
+        "fetched a blacklisted repository",
+        True,
+    )
+    assert all(
+        leaf.score == 0.0 and "blacklisted" in leaf.explanation for _, leaf in iter_leaves(out)
+    )
+    from_rubric = summarize(disqualify(g.to_rubric(), "no submission"))
+    assert (from_rubric.root_score, from_rubric.disqualified, from_rubric.coverage) == (
+        0.0,
+        "no submission",
+        1.0,
+    )
+    assert summarize(g).disqualified is None
 
 
 def test_cut_at_depth_turns_deep_subtrees_into_subtree_units() -> None:

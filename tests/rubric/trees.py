@@ -43,7 +43,9 @@ def graded_node(*children: dict[str, Any], weight: float = 1) -> dict[str, Any]:
     out = _graded(base, 0.0, True, "Aggregated score from sub-tasks.")
     out["sub_tasks"] = list(children)
     total = sum(c["weight"] for c in children)
-    out["score"] = sum(c["score"] * c["weight"] for c in children) / total if total else 0.0
+    counted = [0.0 if not c["sub_tasks"] and not c["valid_score"] else c["score"] for c in children]
+    weighted = sum(s * c["weight"] for s, c in zip(counted, children, strict=True))
+    out["score"] = weighted / total if total else 0.0  # an invalid leaf counts as 0
     return out
 
 
