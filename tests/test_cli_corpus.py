@@ -367,6 +367,14 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
         "models check --timeout abc": BadCall(
             ["models", "check", "openai/x", "--base-url", closed, "--timeout", "abc"], "--timeout"
         ),
+        "models check --timeout -1": BadCall(
+            ["models", "check", "openai/x", "--base-url", closed, "--timeout", "-1"], "--timeout"
+        ),
+        "models check --base-url notaurl": BadCall(
+            ["models", "check", "openai/x", "--base-url", "notaurl"],
+            "--base-url",
+            frozenset({1, 2}),
+        ),
         "models list --bogus": BadCall(["models", "list", "--bogus"], "--bogus"),
         "images build --ca-bundle missing": BadCall(
             ["images", "build", "--ca-bundle", str(tmp_path / "ca.pem")], "--ca-bundle"
@@ -379,18 +387,6 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
     }
 
 
-# Cases another area fixes (the models check flags belong to paperbench/llm). They fail
-# today; strict xfail turns green into a failure, so drop the marker once they pass.
-PENDING_OTHER_AREAS: dict[str, BadCall] = {
-    "models check --timeout -1": BadCall(
-        ["models", "check", "openai/x", "--base-url", "http://127.0.0.1:9", "--timeout", "-1"],
-        "--timeout",
-    ),
-    "models check --base-url notaurl": BadCall(
-        ["models", "check", "openai/x", "--base-url", "notaurl"], "--base-url", frozenset({1, 2})
-    ),
-}
-
 _CALL_NAMES = list(_bad_calls(Path("/nonexistent")))
 _NO_KEYS = {"OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": "", "OPENAI_BASE_URL": ""}
 
@@ -402,15 +398,6 @@ def test_every_command_refuses_bad_flags_and_paths(tmp_path: Path, name: str) ->
     result = _run(call.args, env=_NO_KEYS)
     _assert_refused(result, set(call.codes), call.culprit)
     assert not (tmp_path / "out" / "metadata.json").exists()  # nothing was reproduced
-
-
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.xfail(strict=True)) for n in PENDING_OTHER_AREAS],
-)
-def test_pending_bad_flags_of_other_areas(name: str) -> None:
-    call = PENDING_OTHER_AREAS[name]
-    _assert_refused(_run(call.args, env=_NO_KEYS), set(call.codes), call.culprit)
 
 
 @pytest.mark.parametrize(
