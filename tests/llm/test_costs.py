@@ -180,9 +180,7 @@ def test_public_names_are_pinned() -> None:
             for module_name, module in sys.modules.items()
             if module_name.startswith("paperbench.llm._")
         ), name
-    public = {
-        n for n, v in vars(llm).items() if not n.startswith("_") and not inspect.ismodule(v)
-    }
+    public = {n for n, v in vars(llm).items() if not n.startswith("_") and not inspect.ismodule(v)}
     assert public == set(llm.__all__)
 
 
