@@ -1,19 +1,25 @@
-"""Thousands of concurrent calls through one Model: rate limits, the shared pause, budget caps.
+"""Thousands of concurrent calls through one Model: rate limits, shared backoff, budget caps.
 
-    .venv/bin/python bench/llm_fanout.py [--calls 2000] [--connections 32] [--retry-after 0.05]
+    .venv/bin/python bench/llm_fanout.py [--calls 2000] [--connections 32] [--rate 150]
 
-A fake model server (paperbench.testing.fake_llm) runs in a separate process on 127.0.0.1
-and behaves like a rate-limited API: a share of requests (0 %, 5 %, 20 %) trips its limit,
-which then holds for ``--retry-after`` seconds; every request that arrives while it holds
-gets 429 with a ``retry-after`` header saying how long is left. For each share, ``--calls``
-calls go through one ``Model`` (``asyncio.gather``, ``--connections`` slots), once with the
-shared pause (``shared_backoff``: one 429 pauses every caller of the endpoint) and once
-without (each call honours only its own 429). Then the same fan-out runs with a budget cap
-worth N calls: the cap holds when requests sent <= N + connections (the calls in flight).
+A fake model server (paperbench.testing.fake_llm) runs in a separate process on 127.0.0.1.
+It plays two kinds of rate limit:
 
-Columns: requests the server counted, 429s it served, calls that failed, wall time.
-Goal: the shared pause sends fewer requests than the per-call wait at 5 % and 20 %; no call
-fails; every budget cap holds.
+- injected: 0 %, 5 % or 20 % of requests, drawn at random, get 429 with ``retry-after``
+  (``--retry-after``), whatever the load;
+- a token bucket of ``--rate`` requests per second: a request that finds no token gets 429
+  with ``retry-after`` saying when the next token comes, as a real API's limit does.
+
+For each, ``--calls`` calls go through one ``Model`` (``asyncio.gather``, ``--connections``
+slots), once backing off together (``shared_backoff``, the default: a retry-after pauses
+every caller of the endpoint, and each 429 halves the send window) and once alone (each call
+waits only for its own 429s). Then the fan-out runs with a budget cap worth N calls: it
+holds when the paid requests are at most N + connections (the calls in flight).
+
+Goals: against the token bucket, backing off together sends far fewer requests than each
+call alone, in the same wall time; no call fails; every budget cap holds. Random 429s are
+not a sign of load: there, backing off together sends as many requests and takes longer
+(each 429 pauses everyone) - the price of reading every 429 as the endpoint's limit.
 """
 
 from __future__ import annotations
@@ -216,7 +222,7 @@ def main() -> None:
     table = Table(
         title=f"{args.calls} concurrent calls through one Model, {args.connections} connections"
     )
-    for col in ("server", "on 429", "cap", "sent", "429s", "paid", "answered", "refused"):
+    for col in ("server", "back off", "cap", "sent", "429s", "paid", "answered", "refused"):
         table.add_column(col, justify="right", no_wrap=True)
     for col in ("failed", "wall", "cap held"):
         table.add_column(col, justify="right", no_wrap=True)
@@ -227,7 +233,7 @@ def main() -> None:
             held = f"[{'green' if ok else 'red'}]{'yes' if ok else 'NO'}[/]"
         table.add_row(
             r.server,
-            "pause all" if r.shared else "own wait",
+            "together" if r.shared else "alone",
             "-" if r.cap_calls is None else str(r.cap_calls),
             str(r.sent),
             str(r.limited),
@@ -244,8 +250,9 @@ def main() -> None:
         f"server: '{args.retry_after:g}s' rows answer that share of requests 429 (retry-after "
         f"{args.retry_after:g}s) at random; 'req/s' rows are a token bucket (burst "
         f"{args.connections / 4:g}) whose 429 says when the next token comes.\n"
-        "on 429: 'pause all' = one retry-after pauses every caller of the endpoint "
-        "(shared_backoff, the default); 'own wait' = only the call that got it waits.\n"
+        "back off: 'together' = a retry-after pauses every caller of the endpoint and each 429 "
+        "halves the send window (shared_backoff, the default); 'alone' = only the call that "
+        "got the 429 waits.\n"
         "sent / 429s: requests as the server counted them. paid: answers, as the ledger "
         "recorded them (a 429 is not billed).\n"
         "cap held: with a budget cap worth N calls, paid <= N + connections (the calls in "

@@ -4,8 +4,8 @@
 built anywhere and sent to another process), then every :meth:`Model.generate` goes through
 the same steps whatever the provider:
 
-    response cache → for each attempt: connection slot → shared pause → budget check
-    → provider call → ledger record → (retry after a wait, outside the slot)
+    response cache → for each attempt: connection slot → send window → shared pause
+    → budget check → provider call → ledger record → (retry after a wait, outside the slot)
     → completeness and structured-output checks (re-ask a bounded number of times) → cache
 
 Every attempt that reaches the provider is one record in the ledger (``ok``, ``incomplete``,
@@ -35,7 +35,7 @@ from paperbench.errors import (
 )
 from paperbench.llm._cache import ResponseCache, cache_key, shared_cache
 from paperbench.llm._costs import CostLedger, CostRecord, PriceTable
-from paperbench.llm._gate import endpoint_gate
+from paperbench.llm._gate import EndpointGate, endpoint_gate
 from paperbench.llm._registry import ModelAPI, Target, resolve
 from paperbench.llm._retry import RetryClock, TransientError
 from paperbench.llm._types import (
@@ -294,9 +294,13 @@ class Model:
         while True:
             async with gate.slot(config.max_connections) as queued_s:
                 clock.queued(queued_s)
-                if config.shared_backoff:
-                    await gate.wait_open()
-                result = await self._attempt(api, request, clock, label, stage)
+                if not config.shared_backoff:
+                    result = await self._attempt(api, request, clock, label, stage, None)
+                else:
+                    async with gate.sending(config.max_connections) as window_s:
+                        clock.queued(window_s)
+                        await gate.wait_open()
+                        result = await self._attempt(api, request, clock, label, stage, gate)
             if isinstance(result, ModelOutput):
                 return result
             await asyncio.sleep(result)  # outside the slot, so that others may send
@@ -308,10 +312,13 @@ class Model:
         clock: RetryClock,
         label: str,
         stage: str | None,
+        gate: EndpointGate | None,
     ) -> ModelOutput | float:
         """Check the budget, send once and record what happened: the answer, or the seconds
         to wait before the next attempt. Runs inside a connection slot, so that the next
-        caller's budget check sees this attempt's cost."""
+        caller's budget check sees this attempt's cost. With ``gate`` (shared backoff), a
+        rate-limit answer slows every caller of the endpoint down and an answer speeds
+        them up again."""
         config = self.config
         try:
             self.ledger.check_budget(config.model, stage)
@@ -319,13 +326,14 @@ class Model:
             self._record(label, stage, outcome="budget_exhausted", error=str(exc))
             raise
         clock.sending()
+        sent_at = time.monotonic()
         sent = time.perf_counter()
         try:
             answer = await api.generate(request)
         except TransientError as exc:
             wait = clock.next_wait(exc)
-            if exc.retry_after is not None and config.shared_backoff:
-                endpoint_gate(api.connection_key).pause(exc.retry_after)
+            if gate is not None and (exc.status == 429 or exc.retry_after is not None):
+                gate.rate_limited(sent_at, exc.retry_after)
             failure = clock.give_up(exc) if wait is None else None
             self._record(
                 label,
@@ -362,6 +370,8 @@ class Model:
             )
             raise
         latency = time.perf_counter() - sent
+        if gate is not None:
+            gate.answered()
         cost = self._prices.cost(config.model, answer.usage)
         self._record(
             label,

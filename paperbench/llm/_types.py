@@ -263,8 +263,10 @@ class ModelConfig(BaseModel):
     """Part of every cache key: change it to stop reusing answers stored before a change
     that the request itself does not show (how answers are read, say)."""
     shared_backoff: bool = True
-    """When one call is told to wait (``retry-after``), every caller of the same endpoint in
-    this process waits too, instead of all sending into the rate limit."""
+    """The callers of one endpoint in this process back off together: when one is told to
+    wait (``retry-after``) all wait, and each rate-limit answer halves how many requests
+    are sent at once (it grows back with the answers). Off: each call waits only for its
+    own 429s."""
     prices_path: str | None = None
     """A YAML price table merged over the bundled one (also ``PAPERBENCH_PRICES``)."""
     options: dict[str, Any] = Field(default_factory=dict)

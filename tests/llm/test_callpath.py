@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from typing import ClassVar
 
 import pytest
@@ -25,6 +26,7 @@ from paperbench.llm import (
     Usage,
     register_provider,
 )
+from paperbench.llm._gate import EndpointGate
 from paperbench.testing import FakeLLMServer, FakeReply, FakeUsage, Fault, RecordedRequest
 from tests.llm.helpers import config_for, gen, run
 
@@ -222,3 +224,57 @@ def test_a_model_used_in_two_event_loops_exits_cleanly() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "done"
     assert out.stderr == ""
+
+
+def test_send_window_halves_once_per_round_and_grows_back() -> None:
+    async def scenario() -> list[float]:
+        gate = EndpointGate("test-window")
+        async with gate.slot(8):
+            pass
+        sizes = [gate.window]
+        before = time.monotonic()
+        gate.rate_limited(before, None)
+        sizes.append(gate.window)
+        gate.rate_limited(before, None)  # sent before the cut: the same round
+        sizes.append(gate.window)
+        gate.rate_limited(time.monotonic() + 1, None)  # sent after it: a new round
+        sizes.append(gate.window)
+        for _ in range(100):
+            gate.answered()
+        sizes.append(gate.window)
+        return sizes
+
+    assert run(scenario()) == [8, 4, 4, 2, 8]
+
+
+def test_after_a_rate_limit_fewer_requests_fly_at_once(fake_llm: FakeLLMServer) -> None:
+    lock = threading.Lock()
+    state: dict[str, float] = {"now": 0, "limited_at": 0.0}
+    after_pause: list[float] = []  # requests in flight as each request after the pause came
+
+    def handler(request: RecordedRequest) -> FakeReply | Fault:
+        with lock:
+            if len(fake_llm.requests) == 1:
+                state["limited_at"] = time.monotonic()
+                return Fault.rate_limit(retry_after=0.3)
+            state["now"] += 1
+            if time.monotonic() > state["limited_at"] + 0.25:
+                after_pause.append(state["now"])
+        time.sleep(0.05)
+        with lock:
+            state["now"] -= 1
+        return FakeReply(text="ok")
+
+    fake_llm.handler = handler
+    model = Model(config_for("chat", fake_llm, max_connections=8))
+
+    async def many() -> None:
+        async with model:
+            await asyncio.gather(*(model.generate(f"q{i}") for i in range(40)))
+
+    run(many())
+    assert len(fake_llm.requests) == 41
+    # The 429 halved the window to 4; the 7 answers of the first wave grew it to 5.5, so
+    # the first requests after the pause go 5 at a time, not 8 (without the window, the
+    # other calls would have kept 8 in flight).
+    assert after_pause and max(after_pause[:5]) <= 5
