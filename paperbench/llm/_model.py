@@ -138,10 +138,12 @@ class Model:
 
         An answer that did not end normally (see :attr:`ModelOutput.complete`: cut off at
         ``max_tokens``, refused, empty, or an unknown stop reason) is never cached and is
-        recorded with outcome ``incomplete``. With ``output``, such an answer raises
-        :class:`IncompleteAnswerError`; without, it is returned with ``complete == False``
-        and its ``stop_reason``, for the caller to treat as it must (a judge records the
-        leaf as invalid). An answer of tool calls with no text is a normal answer.
+        recorded with outcome ``incomplete``. Without ``output``, it is returned with
+        ``complete == False`` and its ``stop_reason``, for the caller to treat as it must (a
+        judge records the leaf as invalid). With ``output``, an empty answer is re-asked like
+        a malformed one, and an incomplete answer that remains raises
+        :class:`IncompleteAnswerError` (at once for one cut off, refused or stopped for an
+        unknown reason). An answer of tool calls with no text is a normal answer.
 
         Args:
             messages: the conversation, or a single user prompt.
@@ -200,29 +202,32 @@ class Model:
             answer = await self._send(conversation, label, stage)
             usage = usage + answer.usage
             cost = None if cost is None or answer.cost_usd is None else cost + answer.cost_usd
-            if not answer.complete:
-                if output is not None:
-                    raise IncompleteAnswerError(
-                        f"{config.model}: {_incomplete(answer)}; the answer was not used",
-                        stop_reason=_incomplete_reason(answer),
-                    )
-                parsed = None
-                break
             if output is None:
                 parsed = None
                 break
-            try:
-                parsed = parse_structured(answer.text, output)
-                break
-            except ValueError as exc:
-                error = str(exc)
-            if attempt > config.structured_retries:
-                # Each attempt is already in the ledger with its cost; the call as a whole
-                # fails here, for the caller to record as invalid.
-                raise StructuredOutputError(
-                    f"{config.model}: the answer did not match the schema "
-                    f"{schema.name if schema else ''!r} after {attempt} attempts: {error}"
-                )
+            if not answer.complete:
+                error = _incomplete(answer)
+                # An empty answer is re-asked like a malformed one; an answer cut off,
+                # refused or stopped for an unknown reason is not (it would only repeat).
+                if _incomplete_reason(answer) != "empty" or attempt > config.structured_retries:
+                    raise IncompleteAnswerError(
+                        f"{config.model}: {error} after {attempt} attempt(s); "
+                        "the answer was not used",
+                        stop_reason=_incomplete_reason(answer),
+                    )
+            else:
+                try:
+                    parsed = parse_structured(answer.text, output)
+                    break
+                except ValueError as exc:
+                    error = str(exc)
+                if attempt > config.structured_retries:
+                    # Each attempt is already in the ledger with its cost; the call as a
+                    # whole fails here, for the caller to record as invalid.
+                    raise StructuredOutputError(
+                        f"{config.model}: the answer did not match the schema "
+                        f"{schema.name if schema else ''!r} after {attempt} attempts: {error}"
+                    )
             conversation = conversation.model_copy(
                 update={"messages": (*conversation.messages, *_reask(answer, error))}
             )
