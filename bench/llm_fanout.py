@@ -247,7 +247,7 @@ def main() -> None:
     console = Console(width=120)
     console.print(table)
     console.print(
-        f"server: '{args.retry_after:g}s' rows answer that share of requests 429 (retry-after "
+        f"server: 'N% 429s' rows answer that share of requests 429 (retry-after "
         f"{args.retry_after:g}s) at random; 'req/s' rows are a token bucket (burst "
         f"{args.connections / 4:g}) whose 429 says when the next token comes.\n"
         "back off: 'together' = a retry-after pauses every caller of the endpoint and each 429 "

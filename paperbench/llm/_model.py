@@ -17,6 +17,7 @@ answer.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import time
@@ -339,18 +340,19 @@ class Model:
             wait = clock.next_wait(exc)
             if gate is not None and (exc.status == 429 or exc.retry_after is not None):
                 gate.rate_limited(sent_at, exc.retry_after)
-            failure = clock.give_up(exc) if wait is None else None
-            self._record(
+            record = functools.partial(
+                self._record,
                 label,
                 stage,
-                outcome="retried" if failure is None else "failed",
                 # an error answer is not billed; no answer at all may have been
                 cost_usd=0.0 if exc.status is not None else None,
                 latency_s=time.perf_counter() - sent,
-                error=str(failure or exc),
             )
             if wait is None:
-                raise clock.give_up(exc) from exc
+                failure = clock.give_up(exc)
+                record(outcome="failed", error=str(failure))
+                raise failure from exc
+            record(outcome="retried", error=str(exc))
             return wait
         except ModelError as exc:  # refused (400/401/403/404): an error answer, not billed
             self._record(
