@@ -16,6 +16,7 @@ what was expected. The CLI prints ``str(error)`` and exits 1 for bad input, 2 fo
     │   ├── ModelRequestError      the provider refused the request (400/401/403/404)
     │   ├── ModelUnavailableError  retries exhausted: 429/5xx/timeouts/dropped connections
     │   ├── StructuredOutputError  the answer never matched the requested schema
+    │   ├── IncompleteAnswerError  cut off at max_tokens, refused, or empty (``stop_reason``)
     │   ├── BudgetExhaustedError   a cost cap was reached; no new call was started
     │   └── ProviderNotInstalledError  the provider's SDK is not installed (install hint)
     └── SandboxError               a sandbox that could not be created or used
@@ -92,6 +93,15 @@ class StructuredOutputError(ModelError):
     """The model's answer never matched the requested schema within the allowed re-asks."""
 
 
+class IncompleteAnswerError(ModelError):
+    """The model's answer did not end normally: cut off at ``max_tokens``, refused, or empty.
+    ``stop_reason`` says which; the answer was paid for and recorded, never cached."""
+
+    def __init__(self, message: str, *, stop_reason: str) -> None:
+        super().__init__(message)
+        self.stop_reason = stop_reason
+
+
 class BudgetExhaustedError(ModelError):
     """A cost cap was reached, so no new call was started."""
 
@@ -128,6 +138,7 @@ __all__ = [
     "ConfigError",
     "EgressProxyError",
     "ImageBuildError",
+    "IncompleteAnswerError",
     "InputError",
     "LfsPointerError",
     "MissingKeyError",

@@ -10,10 +10,15 @@ Providers are chosen by the ``provider/model`` string: ``openai``, ``anthropic``
 ``mockllm`` (offline, deterministic) and named OpenAI-compatible endpoints (``ollama``,
 ``vllm``, ``litellm``, ``openrouter``, or your own). A failed call raises a
 :class:`~paperbench.errors.ModelError` subclass: record it as invalid, never as an answer.
+
+The public names serve two readers: whoever calls models (a judge, an agent: the model,
+its config, messages, outputs, costs and budgets, the cache) and whoever adds a provider
+(:class:`ModelAPI`, :class:`Target`, :class:`TransientError`, :func:`register_provider`).
+Everything else (cache keys, connection limits, schema handling) is internal.
 """
 
 from paperbench.llm._budget import BudgetCaps
-from paperbench.llm._cache import ResponseCache, cache_key, default_cache_path
+from paperbench.llm._cache import ResponseCache, default_cache_path
 from paperbench.llm._costs import (
     CostLedger,
     CostRecord,
@@ -22,16 +27,8 @@ from paperbench.llm._costs import (
     ModelPrice,
     PriceTable,
 )
-from paperbench.llm._model import Model, connection_limit, output_schema, parse_structured
-from paperbench.llm._registry import (
-    Endpoint,
-    ModelAPI,
-    Target,
-    endpoints,
-    providers,
-    register_provider,
-    resolve,
-)
+from paperbench.llm._model import Model
+from paperbench.llm._registry import ModelAPI, Target, providers, register_provider
 from paperbench.llm._retry import TransientError
 from paperbench.llm._tokens import count_message_tokens, count_tokens
 from paperbench.llm._types import (
@@ -62,7 +59,6 @@ __all__ = [
     "CostRecord",
     "CostReport",
     "CostTotal",
-    "Endpoint",
     "Message",
     "Model",
     "ModelAPI",
@@ -83,15 +79,9 @@ __all__ = [
     "TransientError",
     "Usage",
     "UserMessage",
-    "cache_key",
-    "connection_limit",
     "count_message_tokens",
     "count_tokens",
     "default_cache_path",
-    "endpoints",
-    "output_schema",
-    "parse_structured",
     "providers",
     "register_provider",
-    "resolve",
 ]

@@ -1,11 +1,13 @@
 """Budget caps: a dollar limit per run and per stage.
 
 The caps live in a run's configuration; the run's :class:`~paperbench.llm.CostLedger`
-enforces them. Before every model call the ledger is asked; once the money spent reaches a
-cap, no new call starts and the caller gets :class:`~paperbench.errors.BudgetExhaustedError`,
-which it records as its own outcome (never as an answer, never as a zero score). Calls
-already in flight finish, so a cap can be passed by at most the cost of those calls.
-Calls whose cost is unknown (a model with no price) are not counted.
+enforces them. Before every attempt is sent (the first and each retry), once it holds a
+connection slot, the ledger is asked; once the money spent reaches a cap, nothing more is
+sent and the caller gets :class:`~paperbench.errors.BudgetExhaustedError`, which it records
+as its own outcome (never as an answer, never as a zero score). An attempt's cost is recorded
+before its slot is given back, so however many calls wait, a cap can be passed by at most
+the cost of the calls in flight: ``max_connections`` of them per endpoint. Calls whose cost
+is unknown (a model with no price) are not counted.
 """
 
 from __future__ import annotations

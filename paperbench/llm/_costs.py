@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from paperbench._io import atomic_write_json, json_path, read_json, read_text
 from paperbench.errors import ConfigError
 from paperbench.llm._budget import BudgetCaps
-from paperbench.llm._types import CallOutcome, Usage
+from paperbench.llm._types import CallOutcome, StopReason, Usage
 
 log = logging.getLogger("paperbench.llm")
 
@@ -127,7 +127,9 @@ def _parse_prices(text: str, file: str) -> dict[str, ModelPrice]:
 
 
 class CostRecord(BaseModel):
-    """One model call (or one call refused before it started), as written to costs.json."""
+    """One attempt sent to a provider, one cache hit, or one call refused before it was
+    sent, as written to costs.json. A call retried after a 429 is several records: one
+    ``retried`` per failed attempt, then the attempt that ended it."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -141,28 +143,37 @@ class CostRecord(BaseModel):
     saved_usd: float | None = None
     """For a cache hit: what the original call cost."""
     latency_s: float = 0.0
+    """Of this attempt, from its send to its answer (for a cache hit: the lookup)."""
+    stop_reason: StopReason | None = None
+    """Why the model stopped, for an attempt that got an answer."""
     error: str | None = None
+    """What went wrong: the error, or why an ``incomplete`` answer is not an answer."""
     time: float = Field(default_factory=time.time)
 
 
 class CostTotal(BaseModel):
-    """The sum over a group of records. ``cost_usd`` sums the known costs; ``unpriced_calls``
-    counts the calls whose cost is unknown, so a total is never silently low."""
+    """The sum over a group of records. ``calls`` counts every record but the ``retried``
+    attempts, which ``retried`` counts; ``cost_usd`` sums the known costs; ``unpriced_calls``
+    counts the records whose cost is unknown, so a total is never silently low."""
 
     model_config = ConfigDict(extra="forbid")
 
     calls: int = 0
     cache_hits: int = 0
+    incomplete: int = 0
     failed: int = 0
     budget_exhausted: int = 0
+    retried: int = 0
     unpriced_calls: int = 0
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
     saved_usd: float = 0.0
 
     def add(self, record: CostRecord) -> None:
-        self.calls += 1
+        self.calls += record.outcome != "retried"
+        self.retried += record.outcome == "retried"
         self.cache_hits += record.outcome == "cache_hit"
+        self.incomplete += record.outcome == "incomplete"
         self.failed += record.outcome == "failed"
         self.budget_exhausted += record.outcome == "budget_exhausted"
         self.usage = self.usage + record.usage

@@ -4,21 +4,23 @@
 built anywhere and sent to another process), then every :meth:`Model.generate` goes through
 the same steps whatever the provider:
 
-    budget check → response cache → concurrency limit → retries → provider call
-    → cost record → structured-output validation (re-ask a bounded number of times) → cache
+    response cache → for each attempt: connection slot → send window → shared pause
+    → budget check → provider call → ledger record → (retry after a wait, outside the slot)
+    → completeness and structured-output checks (re-ask a bounded number of times) → cache
 
-A call that cannot give an answer raises a :class:`~paperbench.errors.ModelError` subclass
-and is recorded in the ledger as ``failed`` or ``budget_exhausted``: callers record it as
-*invalid*, never as an answer.
+Every attempt that reaches the provider is one record in the ledger (``ok``, ``incomplete``,
+``retried`` or ``failed``). A call that cannot give an answer raises a
+:class:`~paperbench.errors.ModelError` subclass: callers record it as *invalid*, never as an
+answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import time
-import weakref
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -26,14 +28,19 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, ValidationError
 
-from paperbench.errors import BudgetExhaustedError, ModelError, StructuredOutputError
+from paperbench.errors import (
+    BudgetExhaustedError,
+    IncompleteAnswerError,
+    ModelError,
+    StructuredOutputError,
+)
 from paperbench.llm._cache import ResponseCache, cache_key, shared_cache
 from paperbench.llm._costs import CostLedger, CostRecord, PriceTable
+from paperbench.llm._gate import EndpointGate, endpoint_gate
 from paperbench.llm._registry import ModelAPI, Target, resolve
-from paperbench.llm._retry import with_retries
+from paperbench.llm._retry import RetryClock, TransientError
 from paperbench.llm._types import (
     AssistantMessage,
-    CallOutcome,
     Message,
     ModelConfig,
     ModelOutput,
@@ -47,20 +54,6 @@ from paperbench.llm._types import (
 
 OutputSpec = type[BaseModel] | dict[str, Any] | None
 """A structured-output request: a pydantic model class or a JSON Schema (dict)."""
-
-_SEMAPHORES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
-_SEMAPHORES = weakref.WeakKeyDictionary()
-
-
-def connection_limit(key: str, limit: int) -> asyncio.Semaphore:
-    """The semaphore every caller of one provider endpoint shares in this event loop.
-    The first caller's ``max_connections`` sets the limit."""
-    loop = asyncio.get_running_loop()
-    per_loop = _SEMAPHORES.setdefault(loop, {})
-    sem = per_loop.get(key)
-    if sem is None:
-        sem = per_loop[key] = asyncio.Semaphore(limit)
-    return sem
 
 
 class Model:
@@ -87,10 +80,6 @@ class Model:
         self._cache = cache
         self._api: ModelAPI | None = None
         self._prices = PriceTable.load(self.config.prices_path)
-
-    @classmethod
-    def from_config(cls, config: ModelConfig, **kwargs: Any) -> Model:
-        return cls(config, **kwargs)
 
     @property
     def name(self) -> str:
@@ -142,6 +131,21 @@ class Model:
     ) -> ModelOutput:
         """Call the model once (plus bounded re-asks for malformed structured output).
 
+        Each attempt waits for a connection slot of the endpoint, then for any pause another
+        caller of the endpoint was asked for (``retry-after``), then checks the budget caps,
+        and only then is sent. 429/5xx/timeouts/dropped connections are retried within
+        ``config.max_retry_wait_s``, counted from the first send (time spent waiting for a
+        slot is not counted). Every attempt that reached the provider is one ledger record.
+
+        An answer that did not end normally (see :attr:`ModelOutput.complete`: cut off at
+        ``max_tokens``, refused, empty, or an unknown stop reason) is never cached and is
+        recorded with outcome ``incomplete``. Without ``output``, it is returned with
+        ``complete == False`` and its ``stop_reason``, for the caller to treat as it must (a
+        judge records the leaf as invalid). With ``output``, an empty answer is re-asked like
+        a malformed one, and an incomplete answer that remains raises
+        :class:`IncompleteAnswerError` (at once for one cut off, refused or stopped for an
+        unknown reason). An answer of tool calls with no text is a normal answer.
+
         Args:
             messages: the conversation, or a single user prompt.
             tools: :class:`ToolDef` s the model may call.
@@ -155,8 +159,9 @@ class Model:
             MissingKeyError, UnknownProviderError, ProviderNotInstalledError: set-up problems.
             ModelRequestError: the provider refused the request (400/401/403/404).
             ModelUnavailableError: retries exhausted (429/5xx/timeouts/dropped connections).
+            IncompleteAnswerError: with ``output``, the answer did not end normally.
             StructuredOutputError: the answer never matched ``output``.
-            BudgetExhaustedError: a cost cap was reached; no call was started.
+            BudgetExhaustedError: a cost cap was reached before an attempt was sent.
         """
         started = time.perf_counter()
         stage = stage if stage is not None else self.stage
@@ -175,8 +180,16 @@ class Model:
         use_cache = config.cache if cache is None else cache
         key = None
         if use_cache:
-            key = cache_key(model=config.model, base_url=config.base_url, request=request)
-            hit = self._cache_hit(key, output, label, stage, started)
+            target = self._provider(label, stage).target
+            key = cache_key(
+                model=config.model,
+                provider=target.provider,
+                base_url=target.base_url,
+                options=config.options,
+                version=config.cache_version,
+                request=request,
+            )
+            hit = await self._cache_hit(key, output, label, stage, started)
             if hit is not None:
                 return hit
 
@@ -187,24 +200,35 @@ class Model:
         attempt = 0
         while True:
             attempt += 1
-            answer = await self._call(conversation, label, stage)
+            answer = await self._send(conversation, label, stage)
             usage = usage + answer.usage
             cost = None if cost is None or answer.cost_usd is None else cost + answer.cost_usd
             if output is None:
                 parsed = None
                 break
-            try:
-                parsed = parse_structured(answer.text, output)
-                break
-            except ValueError as exc:
-                error = str(exc)
-            if attempt > config.structured_retries:
-                # Each attempt is already in the ledger with its cost; the call as a whole
-                # fails here, for the caller to record as invalid.
-                raise StructuredOutputError(
-                    f"{config.model}: the answer did not match the schema "
-                    f"{schema.name if schema else ''!r} after {attempt} attempts: {error}"
-                )
+            if not answer.complete:
+                error = _incomplete(answer)
+                # An empty answer is re-asked like a malformed one; an answer cut off,
+                # refused or stopped for an unknown reason is not (it would only repeat).
+                if _incomplete_reason(answer) != "empty" or attempt > config.structured_retries:
+                    raise IncompleteAnswerError(
+                        f"{config.model}: {error} after {attempt} attempt(s); "
+                        "the answer was not used",
+                        stop_reason=_incomplete_reason(answer),
+                    )
+            else:
+                try:
+                    parsed = parse_structured(answer.text, output)
+                    break
+                except ValueError as exc:
+                    error = str(exc)
+                if attempt > config.structured_retries:
+                    # Each attempt is already in the ledger with its cost; the call as a
+                    # whole fails here, for the caller to record as invalid.
+                    raise StructuredOutputError(
+                        f"{config.model}: the answer did not match the schema "
+                        f"{schema.name if schema else ''!r} after {attempt} attempts: {error}"
+                    )
             conversation = conversation.model_copy(
                 update={"messages": (*conversation.messages, *_reask(answer, error))}
             )
@@ -217,31 +241,37 @@ class Model:
                 "latency_s": time.perf_counter() - started,
             }
         )
-        if key is not None:
-            self.cache.put(key, result)
+        if key is not None and result.complete:
+            await self.cache.aput(key, result)
         return result
 
-    def _cache_hit(
+    def _provider(self, label: str, stage: str | None) -> ModelAPI:
+        """:attr:`api`; a set-up error is recorded (nothing was sent) and raised."""
+        try:
+            return self.api
+        except ModelError as exc:
+            self._record(label, stage, outcome="failed", cost_usd=0.0, error=str(exc))
+            raise
+
+    async def _cache_hit(
         self, key: str, output: OutputSpec, label: str, stage: str | None, started: float
     ) -> ModelOutput | None:
-        hit = self.cache.get(key)
-        if hit is None:
-            return None
+        hit = await self.cache.aget(key)
+        if hit is None or not hit.complete:
+            return None  # an incomplete answer stored by an older version: a miss
         try:
             parsed = parse_structured(hit.text, output) if output is not None else None
         except ValueError:
             return None  # the output type changed since: treat as a miss
         latency = time.perf_counter() - started
-        self.ledger.add(
-            CostRecord(
-                model=self.config.model,
-                label=label,
-                stage=stage,
-                outcome="cache_hit",
-                cost_usd=0.0,
-                saved_usd=hit.cost_usd,
-                latency_s=latency,
-            )
+        self._record(
+            label,
+            stage,
+            outcome="cache_hit",
+            cost_usd=0.0,
+            saved_usd=hit.cost_usd,
+            latency_s=latency,
+            stop_reason=hit.stop_reason,
         )
         return hit.model_copy(
             update={
@@ -253,54 +283,128 @@ class Model:
             }
         )
 
-    async def _call(self, request: ModelRequest, label: str, stage: str | None) -> ModelOutput:
-        """One provider call with the budget check, concurrency limit, retries and record."""
+    def _record(self, label: str, stage: str | None, **fields: Any) -> None:
+        self.ledger.add(CostRecord(model=self.config.model, label=label, stage=stage, **fields))
+
+    async def _send(self, request: ModelRequest, label: str, stage: str | None) -> ModelOutput:
+        """One provider call with its retries; each attempt is recorded in the ledger."""
         config = self.config
-        started = time.perf_counter()
+        api = self._provider(label, stage)
+        gate = endpoint_gate(api.connection_key)
+        clock = RetryClock(
+            model=config.model,
+            max_wait_s=config.max_retry_wait_s,
+            initial_s=config.retry_initial_s,
+            cap_s=config.retry_max_s,
+        )
+        while True:
+            async with gate.slot(config.max_connections) as queued_s:
+                clock.queued(queued_s)
+                if not config.shared_backoff:
+                    result = await self._attempt(api, request, clock, label, stage, None)
+                else:
+                    async with gate.sending(config.max_connections) as window_s:
+                        clock.queued(window_s)
+                        await gate.wait_open()
+                        result = await self._attempt(api, request, clock, label, stage, gate)
+            if isinstance(result, ModelOutput):
+                return result
+            await asyncio.sleep(result)  # outside the slot, so that others may send
+
+    async def _attempt(
+        self,
+        api: ModelAPI,
+        request: ModelRequest,
+        clock: RetryClock,
+        label: str,
+        stage: str | None,
+        gate: EndpointGate | None,
+    ) -> ModelOutput | float:
+        """Check the budget, send once and record what happened: the answer, or the seconds
+        to wait before the next attempt. Runs inside a connection slot, so that the next
+        caller's budget check sees this attempt's cost. With ``gate`` (shared backoff), a
+        rate-limit answer slows every caller of the endpoint down and an answer speeds
+        them up again."""
+        config = self.config
         try:
             self.ledger.check_budget(config.model, stage)
-            api = self.api
-            sem = connection_limit(api.connection_key, config.max_connections)
-
-            async def attempt() -> ModelOutput:
-                async with sem:
-                    return await api.generate(request)
-
-            answer = await with_retries(
-                attempt,
-                model=config.model,
-                max_wait_s=config.max_retry_wait_s,
-                initial_s=config.retry_initial_s,
-                cap_s=config.retry_max_s,
+        except BudgetExhaustedError as exc:
+            self._record(label, stage, outcome="budget_exhausted", error=str(exc))
+            raise
+        clock.sending()
+        sent_at = time.monotonic()
+        sent = time.perf_counter()
+        try:
+            answer = await api.generate(request)
+        except TransientError as exc:
+            wait = clock.next_wait(exc)
+            if gate is not None and (exc.status == 429 or exc.retry_after is not None):
+                gate.rate_limited(sent_at, exc.retry_after)
+            record = functools.partial(
+                self._record,
+                label,
+                stage,
+                # an error answer is not billed; no answer at all may have been
+                cost_usd=0.0 if exc.status is not None else None,
+                latency_s=time.perf_counter() - sent,
             )
-        except ModelError as exc:
-            outcome: CallOutcome = (
-                "budget_exhausted" if isinstance(exc, BudgetExhaustedError) else "failed"
-            )
-            self.ledger.add(
-                CostRecord(
-                    model=config.model,
-                    label=label,
-                    stage=stage,
-                    outcome=outcome,
-                    latency_s=time.perf_counter() - started,
-                    error=str(exc),
-                )
+            if wait is None:
+                failure = clock.give_up(exc)
+                record(outcome="failed", error=str(failure))
+                raise failure from exc
+            record(outcome="retried", error=str(exc))
+            return wait
+        except ModelError as exc:  # refused (400/401/403/404): an error answer, not billed
+            self._record(
+                label,
+                stage,
+                outcome="failed",
+                cost_usd=0.0,
+                latency_s=time.perf_counter() - sent,
+                error=str(exc),
             )
             raise
-        latency = time.perf_counter() - started
-        cost = self._prices.cost(config.model, answer.usage)
-        self.ledger.add(
-            CostRecord(
-                model=config.model,
-                label=label,
-                stage=stage,
-                usage=answer.usage,
-                cost_usd=cost,
-                latency_s=latency,
+        except BaseException as exc:
+            # A bug or a cancellation: never retried, but the request may have reached the
+            # provider, so it is on the record (cost unknown).
+            why = "cancelled" if isinstance(exc, asyncio.CancelledError) else repr(exc)
+            self._record(
+                label,
+                stage,
+                outcome="failed",
+                latency_s=time.perf_counter() - sent,
+                error=f"{config.model}: {why}",
             )
+            raise
+        latency = time.perf_counter() - sent
+        if gate is not None:
+            gate.answered()
+        cost = self._prices.cost(config.model, answer.usage)
+        self._record(
+            label,
+            stage,
+            outcome="ok" if answer.complete else "incomplete",
+            usage=answer.usage,
+            cost_usd=cost,
+            latency_s=latency,
+            stop_reason=answer.stop_reason,
+            error=None if answer.complete else _incomplete(answer),
         )
         return answer.model_copy(update={"cost_usd": cost, "latency_s": latency})
+
+
+def _incomplete_reason(answer: ModelOutput) -> str:
+    """The stop reason of an incomplete answer, or ``empty`` for an empty normal stop."""
+    return "empty" if answer.stop_reason in ("stop", "tool_calls") else answer.stop_reason
+
+
+def _incomplete(answer: ModelOutput) -> str:
+    reason = _incomplete_reason(answer)
+    return {
+        "max_tokens": "the answer was cut off at max_tokens (raise max_tokens)",
+        "content_filter": "the model refused to answer (content_filter)",
+        "empty": "the answer was empty",
+    }.get(reason, f"the answer ended for an unknown reason (stop_reason {reason!r})")
 
 
 def _reask(answer: ModelOutput, error: str) -> tuple[Message, ...]:

@@ -13,7 +13,7 @@ import asyncio
 import importlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -30,6 +30,7 @@ from paperbench.errors import (
     ProviderNotInstalledError,
     UnknownProviderError,
 )
+from paperbench.llm._loopclose import close_at_loop_end
 from paperbench.llm._types import (
     ModelConfig,
     ModelOutput,
@@ -103,6 +104,7 @@ class SDKModelAPI(ModelAPI, Generic[ClientT]):
         super().__init__(target)
         self._client: ClientT | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closer: AsyncGenerator[None, None] | None = None
 
     client_class: ClassVar[Callable[..., Any]]
     """The SDK's async client class."""
@@ -123,6 +125,8 @@ class SDKModelAPI(ModelAPI, Generic[ClientT]):
         if self._client is None or self._loop is not loop:
             self._loop = loop
             self._client = self.new_client()
+            # closed when its loop ends, also when it is never closed by hand
+            self._closer = close_at_loop_end(self._client.close)  # type: ignore[attr-defined]
         return self._client
 
     async def aclose(self) -> None:

@@ -1,41 +1,41 @@
-"""Retries with tenacity: what is retried, how long to wait, and when to give up.
+"""What is retried, how long to wait, and when a call gives up.
 
 Providers translate their SDK's errors into :class:`TransientError` (429, 5xx, timeouts,
 dropped connections: worth retrying) or a :class:`~paperbench.errors.ModelRequestError`
-(400/401/403/404: fail at once). :func:`with_retries` retries the first kind with exponential
-backoff and full jitter, honouring ``retry-after``, until the total wait allowed for the call
-would be exceeded, and then raises :class:`~paperbench.errors.ModelUnavailableError`.
+(400/401/403/404: fail at once); anything else is a bug and is never retried.
+:class:`RetryClock` decides each wait: the server's ``retry-after`` when it gave one, else
+exponential backoff with full jitter, until the next wait would take the call past its total
+retry budget. The budget is counted from the call's first send and leaves out the time the
+call waited for a connection slot, so a call queued behind thousands of others keeps all of
+its retries. The retry loop itself is in :meth:`paperbench.llm.Model.generate`, which leaves
+the connection slot between attempts and records each attempt in the ledger.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
-
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    RetryError,
-    retry_if_exception_type,
-    wait_random_exponential,
-)
+from typing import Any
 
 from paperbench.errors import ModelRequestError, ModelUnavailableError
 
 log = logging.getLogger("paperbench.llm")
 
-T = TypeVar("T")
-
 
 class TransientError(Exception):
-    """A failure worth retrying. ``retry_after`` is the server's requested wait, if any."""
+    """A failure worth retrying. ``retry_after`` is the server's requested wait, if any;
+    ``status`` the HTTP status when the server answered with an error (nothing is billed
+    then), ``None`` when no answer came (a timeout, a dropped connection, a broken body)."""
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.status = status
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
@@ -67,7 +67,9 @@ def status_error(
     """The error for an HTTP status: retry 408/409/429/5xx, refuse the rest at once."""
     message = " ".join(message.split())[:300]
     if status in (408, 409, 429) or status >= 500:
-        return TransientError(f"HTTP {status}: {message}", retry_after=parse_retry_after(headers))
+        return TransientError(
+            f"HTTP {status}: {message}", retry_after=parse_retry_after(headers), status=status
+        )
     if status == 401:
         why = f"the API key was rejected (HTTP 401: {message}); check {key_hint} or pass --key"
     elif status == 403:
@@ -79,64 +81,52 @@ def status_error(
     return ModelRequestError(f"{model}: {why}")
 
 
-class _Wait:
-    """``retry-after`` when the server gave one, else exponential backoff with full jitter."""
+class RetryClock:
+    """The retry budget of one call: ``max_wait_s`` of time since the first send, not
+    counting the time spent waiting for a connection slot."""
 
-    def __init__(self, initial: float, cap: float) -> None:
-        self._backoff = wait_random_exponential(multiplier=initial, max=cap)
+    def __init__(self, *, model: str, max_wait_s: float, initial_s: float, cap_s: float) -> None:
+        self.model = model
+        self.max_wait_s = max_wait_s
+        self.initial_s = initial_s
+        self.cap_s = cap_s
+        self.attempts = 0
+        self._first_send: float | None = None
+        self._queued_s = 0.0
 
-    def __call__(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, TransientError) and exc.retry_after is not None:
-            return exc.retry_after
-        return float(self._backoff(state))
+    def queued(self, seconds: float) -> None:
+        """The call waited ``seconds`` for a connection slot (not charged to its budget)."""
+        if self._first_send is not None:
+            self._queued_s += seconds
 
+    def sending(self) -> None:
+        """An attempt is about to be sent; the clock starts at the first."""
+        self.attempts += 1
+        if self._first_send is None:
+            self._first_send = time.monotonic()
 
-class _StopWhenOverBudget:
-    """Stop when the next sleep would take the call past its total retry wait."""
+    @property
+    def elapsed_s(self) -> float:
+        """Budget used so far."""
+        if self._first_send is None:
+            return 0.0
+        return time.monotonic() - self._first_send - self._queued_s
 
-    def __init__(self, max_wait: float) -> None:
-        self.max_wait = max_wait
-
-    def __call__(self, state: RetryCallState) -> bool:
-        return (state.seconds_since_start or 0.0) + state.upcoming_sleep > self.max_wait
-
-
-def _log_retry(model: str) -> Callable[[RetryCallState], None]:
-    def before_sleep(state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
+    def next_wait(self, exc: TransientError) -> float | None:
+        """Seconds to wait before the next attempt, or ``None`` when the call must give up."""
+        if exc.retry_after is not None:
+            wait = exc.retry_after
+        else:
+            wait = random.uniform(0.0, min(self.cap_s, self.initial_s * 2 ** (self.attempts - 1)))
+        if self.elapsed_s + wait > self.max_wait_s:
+            return None
         log.info(
-            "%s: attempt %d failed (%s); retrying in %.2fs",
-            model,
-            state.attempt_number,
-            exc,
-            state.upcoming_sleep,
+            "%s: attempt %d failed (%s); retrying in %.2fs", self.model, self.attempts, exc, wait
         )
+        return wait
 
-    return before_sleep
-
-
-async def with_retries(
-    call: Callable[[], Awaitable[T]],
-    *,
-    model: str,
-    max_wait_s: float,
-    initial_s: float,
-    cap_s: float,
-) -> T:
-    """Run ``call`` and retry it on :class:`TransientError` within ``max_wait_s`` in total."""
-    retrying = AsyncRetrying(
-        retry=retry_if_exception_type(TransientError),
-        wait=_Wait(initial_s, cap_s),
-        stop=_StopWhenOverBudget(max_wait_s),
-        before_sleep=_log_retry(model),
-    )
-    try:
-        return await retrying(call)
-    except RetryError as exc:
-        attempt = exc.last_attempt
-        last = attempt.exception()
-        raise ModelUnavailableError(
-            f"{model}: gave up after {attempt.attempt_number} attempts "
-            f"(retry budget {max_wait_s:g}s): {last}"
-        ) from last
+    def give_up(self, exc: TransientError) -> ModelUnavailableError:
+        return ModelUnavailableError(
+            f"{self.model}: gave up after {self.attempts} attempts "
+            f"(retry budget {self.max_wait_s:g}s): {exc}"
+        )

@@ -65,11 +65,6 @@ def _exact_counter(encoding: str) -> Callable[[str], int] | None:
     return lambda text: len(enc.encode(text, disallowed_special=()))
 
 
-def is_exact(model: str) -> bool:
-    """True when :func:`count_tokens` is exact for ``model`` on this machine."""
-    return model.startswith("openai/") and _exact_counter(_encoding_for(model)) is not None
-
-
 def count_tokens(text: str, model: str = "openai/gpt-4o") -> int:
     """Tokens in ``text`` for ``model`` (``provider/model``); see the module docs."""
     if model.startswith("openai/"):

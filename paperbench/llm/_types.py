@@ -25,8 +25,10 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 StopReason = Literal["stop", "max_tokens", "tool_calls", "content_filter", "unknown"]
 """Why the model stopped: normalised across providers."""
 
-CallOutcome = Literal["ok", "cache_hit", "failed", "budget_exhausted"]
-"""How a call ended, as recorded in the cost ledger."""
+CallOutcome = Literal["ok", "incomplete", "retried", "cache_hit", "failed", "budget_exhausted"]
+"""How a call (or one attempt of it) ended, as recorded in the cost ledger: ``incomplete``
+is an answer that did not end normally (see :attr:`ModelOutput.complete`), ``retried`` an
+attempt that failed in a way worth retrying and was retried."""
 
 CallLabel = str
 """The purpose of a call, for the cost report. Well-known values are in :data:`LABELS`."""
@@ -201,6 +203,17 @@ class ModelOutput(BaseModel):
 
     _legacy = model_validator(mode="before")(_legacy_signature)
 
+    @property
+    def complete(self) -> bool:
+        """True when the answer ended normally: the model stopped (or stopped to call tools)
+        after giving text or tool calls. An answer cut off at ``max_tokens``, a refusal
+        (``content_filter``), one with an ``unknown`` stop reason, or an empty one is not
+        complete: it is never cached, and a structured-output call raises
+        :class:`~paperbench.errors.IncompleteAnswerError` for it."""
+        if self.stop_reason not in ("stop", "tool_calls"):
+            return False
+        return bool(self.tool_calls) or bool(self.text.strip())
+
     def assistant_message(self) -> AssistantMessage:
         """This output as the next assistant turn of a conversation."""
         return AssistantMessage(
@@ -246,6 +259,14 @@ class ModelConfig(BaseModel):
     """Use the response cache (the judge turns it on)."""
     cache_path: str | None = None
     """The SQLite cache file; default ``$PAPERBENCH_CACHE_DIR/llm-cache.sqlite``."""
+    cache_version: str | None = None
+    """Part of every cache key: change it to stop reusing answers stored before a change
+    that the request itself does not show (how answers are read, say)."""
+    shared_backoff: bool = True
+    """The callers of one endpoint in this process back off together: when one is told to
+    wait (``retry-after``) all wait, and each rate-limit answer halves how many requests
+    are sent at once (it grows back with the answers). Off: each call waits only for its
+    own 429s."""
     prices_path: str | None = None
     """A YAML price table merged over the bundled one (also ``PAPERBENCH_PRICES``)."""
     options: dict[str, Any] = Field(default_factory=dict)

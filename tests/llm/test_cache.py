@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.synchronize
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
-from paperbench.errors import StructuredOutputError
+from paperbench.errors import IncompleteAnswerError, StructuredOutputError
 from paperbench.llm import Model, ModelOutput, ResponseCache, Usage
-from paperbench.testing import FakeLLMServer, FakeReply, FakeUsage
-from tests.llm.helpers import config_for, gen
+from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, FakeUsage
+from tests.llm.helpers import config_for, fast, gen
 
 
 class Verdict(BaseModel):
@@ -81,6 +84,95 @@ def test_failures_are_not_cached(fake_llm: FakeLLMServer, tmp_path: Path) -> Non
         assert gen(model, "a", output=Verdict).parsed == Verdict(score=0)
 
 
+def test_key_covers_options_endpoint_and_version(
+    fake_llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ResponseCache(tmp_path / "c.sqlite") as cache, FakeLLMServer() as other:
+
+        def ask(server: FakeLLMServer, **settings: object) -> ModelOutput:
+            config = fast("openai/gpt-4o", None, cache=True, api_key="x", **settings)
+            monkeypatch.setenv("OPENAI_BASE_URL", server.openai_url)
+            return gen(Model(config, cache=cache), "same prompt")
+
+        ask(fake_llm)
+        assert ask(fake_llm).cached  # the same everything: a hit
+        # the base URL actually called (here from OPENAI_BASE_URL) is part of the key
+        assert not ask(other).cached and len(other.requests) == 1
+        # so are the provider's options and the cache version
+        assert not ask(fake_llm, options={"api": "chat"}).cached
+        assert not ask(fake_llm, cache_version="prompts-2").cached
+        assert ask(fake_llm, cache_version="prompts-2").cached
+        assert len(fake_llm.requests) == 3
+
+
+@pytest.mark.parametrize("protocol", ["chat", "responses", "messages"])
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [(FakeReply(text='{"score": 1', stop="max_tokens"), "max_tokens"), (FakeReply(), "empty")],
+    ids=["cut-off", "empty"],
+)
+def test_incomplete_answers_are_reported_never_cached(
+    fake_llm: FakeLLMServer, tmp_path: Path, protocol: str, reply: FakeReply, reason: str
+) -> None:
+    fake_llm.handler = lambda request: reply
+    with ResponseCache(tmp_path / "c.sqlite") as cache:
+        config = config_for(protocol, fake_llm, cache=True, structured_retries=1)
+        model = Model(config, cache=cache, stage="grading")
+        out = gen(model, "grade", label="judge_grading")
+        assert not out.complete and not out.cached
+        assert out.stop_reason == ("stop" if reason == "empty" else reason)
+        with pytest.raises(IncompleteAnswerError) as info:
+            gen(model, "grade", output=Verdict, label="judge_grading")
+        assert info.value.stop_reason == reason
+        assert "\n" not in str(info.value) and model.config.model in str(info.value)
+        # an empty answer is re-asked like a malformed one; one cut off is not (it would be
+        # cut off again)
+        structured = 2 if reason == "empty" else 1
+        assert len(fake_llm.requests) == 1 + structured
+        assert not gen(model, "grade").cached  # asked again: nothing was stored
+        assert len(cache) == 0
+    records = model.ledger.records
+    assert [r.outcome for r in records] == ["incomplete"] * (2 + structured)
+    assert all(r.cost_usd and r.cost_usd > 0 for r in records)  # paid for all the same
+    assert all(r.stop_reason == out.stop_reason for r in records)
+    assert model.ledger.report().total.incomplete == 2 + structured
+
+
+def test_tool_calls_without_text_are_answers(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    fake_llm.handler = lambda request: FakeReply(tool_calls=(FakeToolCall("bash", {"cmd": "ls"}),))
+    with ResponseCache(tmp_path / "c.sqlite") as cache:
+        model = Model(config_for("chat", fake_llm, cache=True), cache=cache)
+        first = gen(model, "run ls")
+        assert first.complete and first.text == "" and first.tool_calls
+        assert gen(model, "run ls").cached
+
+
+def test_incomplete_answer_stored_earlier_is_a_miss(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "c.sqlite"
+    with ResponseCache(path) as cache:
+        model = Model(config_for("chat", fake_llm, cache=True), cache=cache)
+        gen(model, "a")
+    # as an older version stored it: an answer cut off at max_tokens
+    cut = ModelOutput(model="openai/gpt-4o", text="half an", stop_reason="max_tokens")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE responses SET output = ?", (cut.model_dump_json(),))
+    with ResponseCache(path) as cache:
+        out = gen(Model(config_for("chat", fake_llm, cache=True), cache=cache), "a")
+    assert not out.cached and out.text == "ok" and len(fake_llm.requests) == 2
+
+
+def test_cache_io_runs_off_the_event_loop(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    with ResponseCache(tmp_path / "c.sqlite") as cache:
+        threads: set[int] = set()
+        cache._conn.set_trace_callback(lambda statement: threads.add(threading.get_ident()))
+        model = Model(config_for("chat", fake_llm, cache=True), cache=cache)
+        gen(model, "a")  # a miss, then a write
+        assert gen(model, "a").cached  # a hit
+        assert threads and threading.get_ident() not in threads
+
+
 def test_default_location_and_wal(fake_llm: FakeLLMServer, clean_env: Path) -> None:
     gen(Model(config_for("chat", fake_llm, cache=True)), "a")
     path = clean_env / "cache" / "llm-cache.sqlite"
@@ -120,3 +212,44 @@ def test_two_processes_write_one_cache(tmp_path: Path) -> None:
         shared = cache.get("shared-7")
         assert shared is not None and shared.text in ("a-7", "b-7")
         assert cache.get("b-299") == ModelOutput(model="mockllm/x", text="299")
+
+
+def _open_fresh_files(
+    folder: str,
+    rounds: int,
+    start: multiprocessing.synchronize.Barrier,
+    who: int,
+    errors: multiprocessing.Queue[str],
+) -> None:
+    for i in range(rounds):
+        start.wait(timeout=60)
+        try:
+            with ResponseCache(Path(folder) / f"{i}.sqlite") as cache:
+                cache.put(str(who), ModelOutput(model="mockllm/x", text=str(who)))
+        except sqlite3.Error as exc:
+            errors.put(f"process {who}, round {i}: {exc}")
+
+
+def test_many_processes_open_a_fresh_cache_at_once(tmp_path: Path) -> None:
+    """Several processes opening (creating, switching to WAL, migrating) one new file at the
+    same moment, many times over: none of them may fail with "database is locked"."""
+    processes, rounds = 8, 120
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(processes)
+    errors: multiprocessing.Queue[str] = ctx.Queue()
+    workers = [
+        ctx.Process(target=_open_fresh_files, args=(str(tmp_path), rounds, start, who, errors))
+        for who in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=240)
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert found == []
+    assert [w.exitcode for w in workers] == [0] * processes
+    for i in range(rounds):
+        with ResponseCache(tmp_path / f"{i}.sqlite") as cache:
+            assert len(cache) == processes

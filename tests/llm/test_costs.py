@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,6 +66,7 @@ def test_bad_price_file_is_one_line(tmp_path: Path) -> None:
     prices.write_text("models:\n  openai/x: {input: -1, output: 2}\n")
     with pytest.raises(ConfigError) as info:
         PriceTable.load(prices)
+    # a key that is not a plain name is quoted, as every JSON path in error messages is
     assert str(info.value).startswith(f'{prices}: $.models["openai/x"].input: ')
     assert "\n" not in str(info.value)
 
@@ -153,18 +157,30 @@ def test_token_counts_offline() -> None:
 def test_public_names_are_pinned() -> None:
     # sorted as ruff (RUF022) sorts: CONSTANTS, then Classes, then functions
     assert llm.__all__ == sorted(llm.__all__, key=lambda n: (not n.isupper(), n.islower(), n))
+    assert len(set(llm.__all__)) == len(llm.__all__)
     assert set(llm.__all__) == {
         "LABELS", "AssistantMessage", "BudgetCaps", "CallOutcome", "CostLedger", "CostRecord",
-        "CostReport", "CostTotal", "Endpoint", "Message", "Model", "ModelAPI", "ModelConfig",
-        "ModelOutput", "ModelPrice", "ModelRequest", "OutputSchema", "PriceTable",
-        "ReasoningEffort", "ResponseCache", "StopReason", "SystemMessage", "Target",
-        "ToolCall", "ToolDef", "ToolMessage", "TransientError", "Usage", "UserMessage",
-        "cache_key", "connection_limit", "count_message_tokens", "count_tokens",
-        "default_cache_path", "endpoints", "output_schema", "parse_structured", "providers",
-        "register_provider", "resolve",
+        "CostReport", "CostTotal", "Message", "Model", "ModelAPI", "ModelConfig", "ModelOutput",
+        "ModelPrice", "ModelRequest", "OutputSchema", "PriceTable", "ReasoningEffort",
+        "ResponseCache", "StopReason", "SystemMessage", "Target", "ToolCall", "ToolDef",
+        "ToolMessage", "TransientError", "Usage", "UserMessage", "count_message_tokens",
+        "count_tokens", "default_cache_path", "providers", "register_provider",
     }  # fmt: skip
+    # every public name is re-exported from one of the package's private modules, under
+    # its own name; nothing else in the package namespace looks public
     for name in llm.__all__:
-        assert getattr(llm, name) is not None
+        value = getattr(llm, name)
+        if inspect.isclass(value) or inspect.isfunction(value):  # not aliases like Message
+            home = value.__module__
+            assert home.startswith("paperbench.llm._"), (name, home)
+            assert getattr(importlib.import_module(home), name) is value, name
+        assert any(
+            getattr(module, name, None) is value
+            for module_name, module in sys.modules.items()
+            if module_name.startswith("paperbench.llm._")
+        ), name
+    public = {n for n, v in vars(llm).items() if not n.startswith("_") and not inspect.ismodule(v)}
+    assert public == set(llm.__all__)
 
 
 def test_sdks_are_imported_lazily() -> None:

@@ -74,9 +74,15 @@ def test_retries_exhausted(fake_llm: FakeLLMServer, protocol: str) -> None:
     assert model.config.model in message and "HTTP 500" in message and "attempts" in message
     assert "\n" not in message
     assert len(fake_llm.requests) >= 2
-    [record] = model.ledger.records
-    assert record.outcome == "failed" and record.label == "judge_grading"
-    assert record.error == message
+    # one record per attempt sent: the retried ones, then the one that ended the call
+    *retried, last = model.ledger.records
+    assert len(model.ledger.records) == len(fake_llm.requests)
+    assert all(r.outcome == "retried" and "HTTP 500" in (r.error or "") for r in retried)
+    assert last.outcome == "failed" and last.label == "judge_grading"
+    assert last.error == message
+    assert all(r.cost_usd == 0.0 for r in model.ledger.records)  # error answers: not billed
+    total = model.ledger.report().total
+    assert total.calls == 1 and total.failed == 1 and total.retried == len(retried)
 
 
 def test_timeouts_exhausted(fake_llm: FakeLLMServer) -> None:

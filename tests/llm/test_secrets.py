@@ -89,12 +89,12 @@ def test_config_never_serialises_the_key() -> None:
 _HOLDS_NO_SECRET = {
     "paperbench.llm": {
         "AssistantMessage", "BudgetCaps", "CostLedger", "CostRecord", "CostReport", "CostTotal",
-        "Endpoint", "ModelOutput", "ModelPrice", "ModelRequest", "OutputSchema", "PriceTable",
+        "ModelOutput", "ModelPrice", "ModelRequest", "OutputSchema", "PriceTable",
         "ResponseCache", "SystemMessage", "ToolCall", "ToolDef", "ToolMessage",
         "TransientError", "Usage", "UserMessage",
     },
     "paperbench.sandbox": {
-        "Blacklist", "BlacklistHit", "DockerBackend", "DockerEgressGateway", "EgressProxy",
+        "Blacklist", "BlacklistHit", "DiskUsage", "DockerBackend", "DockerEgressGateway", "EgressProxy",
         "ExecResult", "ExtractReport", "GpuRequest", "LeftOutFile", "LocalBackend",
         "LocalSandbox", "NetworkLogEntry", "NetworkPolicy", "Sandbox", "SandboxBackend",
         "SandboxConfig", "SandboxLimits", "SkippedMember",
@@ -107,7 +107,7 @@ _HOLDS_NO_SECRET = {
 
 
 def _with_key(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[object]]:
-    from paperbench.llm import resolve
+    from paperbench.llm._registry import resolve  # internal: Model.target is the public way
     from paperbench.sandbox import SandboxSpec
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", ENV_KEY)
