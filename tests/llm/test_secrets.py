@@ -94,8 +94,8 @@ _HOLDS_NO_SECRET = {
         "TransientError", "Usage", "UserMessage",
     },
     "paperbench.sandbox": {
-        "Blacklist", "BlacklistHit", "DiskUsage", "DockerBackend", "DockerEgressGateway", "EgressProxy",
-        "ExecResult", "ExtractReport", "GpuRequest", "LeftOutFile", "LocalBackend",
+        "Blacklist", "BlacklistHit", "DiskUsage", "DockerBackend", "DockerEgressGateway",
+        "EgressProxy", "ExecResult", "ExtractReport", "GpuRequest", "LeftOutFile", "LocalBackend",
         "LocalSandbox", "NetworkLogEntry", "NetworkPolicy", "Sandbox", "SandboxBackend",
         "SandboxConfig", "SandboxLimits", "SkippedMember",
     },
