@@ -90,9 +90,10 @@ class Model:
 
     @property
     def api(self) -> ModelAPI:
-        """The provider client (resolving the provider, base URL and key on first use)."""
+        """The provider client (resolving the provider, base URL and key on first use; a
+        missing key is raised when a request is sent, so cache hits need none)."""
         if self._api is None:
-            cls, target = resolve(self.config)
+            cls, target = resolve(self.config, require_key=False)
             self._api = cls(target)
         return self._api
 
@@ -245,10 +246,13 @@ class Model:
             await self.cache.aput(key, result)
         return result
 
-    def _provider(self, label: str, stage: str | None) -> ModelAPI:
+    def _provider(self, label: str, stage: str | None, *, send: bool = False) -> ModelAPI:
         """:attr:`api`; a set-up error is recorded (nothing was sent) and raised."""
         try:
-            return self.api
+            api = self.api
+            if send:
+                api.target.require_key()
+            return api
         except ModelError as exc:
             self._record(label, stage, outcome="failed", cost_usd=0.0, error=str(exc))
             raise
@@ -289,7 +293,7 @@ class Model:
     async def _send(self, request: ModelRequest, label: str, stage: str | None) -> ModelOutput:
         """One provider call with its retries; each attempt is recorded in the ledger."""
         config = self.config
-        api = self._provider(label, stage)
+        api = self._provider(label, stage, send=True)
         gate = endpoint_gate(api.connection_key)
         clock = RetryClock(
             model=config.model,

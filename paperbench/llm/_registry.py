@@ -149,10 +149,20 @@ class Target:
     custom_endpoint: bool = False
     """True for a base URL whose host is not the provider's own (an OpenAI-compatible
     server); ``https://api.openai.com/v1`` from ``OPENAI_BASE_URL`` is not custom."""
+    missing_key: str | None = None
+    """The variable to set when the provider needs a key and none was found (resolved with
+    ``require_key=False``); :meth:`require_key` raises then."""
 
     @property
     def model(self) -> str:
         return self.config.model
+
+    def require_key(self) -> None:
+        """Raise :class:`MissingKeyError` if a request would need a key that is not set."""
+        if self.missing_key is not None:
+            raise MissingKeyError(
+                f"{self.model}: set {self.missing_key} (environment or .env) or pass --key"
+            )
 
 
 ProviderFactory = Callable[[], type[ModelAPI]]
@@ -238,13 +248,16 @@ def is_official(base_url: str, hosts: tuple[str, ...]) -> bool:
     return host is not None and host.lower().rstrip(".") in hosts
 
 
-def resolve(config: ModelConfig) -> tuple[type[ModelAPI], Target]:
+def resolve(config: ModelConfig, *, require_key: bool = True) -> tuple[type[ModelAPI], Target]:
     """Find the provider of ``config.model`` and its base URL and key.
+
+    With ``require_key=False`` a missing key is noted on the target (``missing_key``) instead
+    of raised, so that what needs no request (a response-cache hit) works without one.
 
     Raises:
         UnknownProviderError: neither a provider nor a named endpoint.
         ProviderNotInstalledError: the provider's SDK is missing.
-        MissingKeyError: the provider needs a key and none was found.
+        MissingKeyError: the provider needs a key, none was found and ``require_key``.
     """
     name, model_name = config.provider, config.model_name
     endpoint: Endpoint | None = None
@@ -282,8 +295,7 @@ def resolve(config: ModelConfig) -> tuple[type[ModelAPI], Target]:
         if endpoint is not None
         else cls.key_env is not None and not custom
     )
-    if api_key is None and needs_key:
-        raise MissingKeyError(f"{config.model}: set {key_env} (environment or .env) or pass --key")
+    missing = key_env if api_key is None and needs_key else None
     target = Target(
         config=config,
         provider=provider,
@@ -291,5 +303,8 @@ def resolve(config: ModelConfig) -> tuple[type[ModelAPI], Target]:
         base_url=base_url,
         api_key=api_key,
         custom_endpoint=custom,
+        missing_key=missing,
     )
+    if require_key:
+        target.require_key()
     return cls, target

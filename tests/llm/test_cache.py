@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from paperbench.errors import IncompleteAnswerError, StructuredOutputError
+from paperbench.errors import IncompleteAnswerError, MissingKeyError, StructuredOutputError
 from paperbench.llm import Model, ModelOutput, ResponseCache, Usage
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, FakeUsage
 from tests.llm.helpers import config_for, fast, gen
@@ -253,3 +253,26 @@ def test_many_processes_open_a_fresh_cache_at_once(tmp_path: Path) -> None:
     for i in range(rounds):
         with ResponseCache(tmp_path / f"{i}.sqlite") as cache:
             assert len(cache) == processes
+
+
+def test_a_cache_hit_needs_no_key_a_request_does(
+    fake_llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A named endpoint whose key is required, served by the fake server.
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text(
+        f"endpoints:\n  gw: {{base_url: '{fake_llm.openai_url}', api_key_env: GW_TEST_KEY}}\n"
+    )
+    monkeypatch.setenv("PAPERBENCH_ENDPOINTS", str(endpoints))
+    monkeypatch.delenv("GW_TEST_KEY", raising=False)
+    with ResponseCache(tmp_path / "c.sqlite") as cache:
+        paid = Model(fast("gw/model-a", None, api_key="sk-test", cache=True), cache=cache)
+        first = gen(paid, "grade leaf 1")
+        replay = Model(fast("gw/model-a", None, cache=True), cache=cache)
+        again = gen(replay, "grade leaf 1")
+        assert again.cached and again.text == first.text
+        assert len(fake_llm.requests) == 1
+        with pytest.raises(MissingKeyError, match="set GW_TEST_KEY"):
+            gen(replay, "grade leaf 2")
+        assert len(fake_llm.requests) == 1
+        assert replay.ledger.records[-1].outcome == "failed"
