@@ -149,6 +149,9 @@ def test_the_identity_changes_with_the_config_and_with_any_prompt_byte(tmp_path:
 def test_the_public_names_are_sorted_and_importable() -> None:
     import paperbench.judge as judge
 
-    assert judge.__all__ == sorted(judge.__all__)
+    def isort_style(name: str) -> tuple[int, str]:  # constants, classes, then functions
+        return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
+
+    assert judge.__all__ == sorted(judge.__all__, key=isort_style)
     for name in judge.__all__:
         assert hasattr(judge, name), name
