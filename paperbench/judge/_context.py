@@ -39,7 +39,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.judge._fence import fence
-from paperbench.judge._log import LogExcerpt, cut_log
+from paperbench.judge._log import LineCosts, LogExcerpt
 from paperbench.judge._view import FileKind, SubmissionView, ViewFile
 from paperbench.llm import count_tokens
 
@@ -133,6 +133,18 @@ def tokenize(text: str) -> list[str]:
     return out
 
 
+_LABELS = {"script": "file: reproduce.sh", "log": "reproduce.log"}
+
+
+class _Fit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str | None = None
+    tokens: int = 0
+    lines_cut: int = 0
+    note: str | None = None
+
+
 class _Chunk(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -174,6 +186,45 @@ class SubmissionIndex:
             self.per_file.setdefault(chunk.file, []).append(c)
         self._whole: dict[int, tuple[str, int]] = {}
         self._chunk_tokens: dict[int, int] = {}
+        self._texts: dict[str, tuple[LineCosts, str, int]] = {}
+        self._fits: dict[tuple[str, int], _Fit] = {}
+
+    def fit(self, which: Literal["script", "log"], room: int) -> _Fit:
+        """``reproduce.sh`` or the log, fenced, whole if it fits in ``room``, else its head
+        and tail; line counts are computed once per view, fits once per room."""
+        if (which, room) not in self._fits:
+            self._fits[which, room] = self._fit(which, room)
+        return self._fits[which, room]
+
+    def whole_tokens(self, which: Literal["script", "log"]) -> int:
+        return self._text(which)[2]
+
+    def _text(self, which: Literal["script", "log"]) -> tuple[LineCosts, str, int]:
+        if which not in self._texts:
+            log = self.view.log
+            raw = self.view.reproduce_sh if which == "script" else log.text if log else None
+            if raw is None:
+                raise ValueError(f"the view has no {_LABELS[which]}")
+            whole = fence(raw, _LABELS[which])
+            tokens = count_tokens(whole, self.model) + JOIN_TOKENS
+            self._texts[which] = (LineCosts(raw, self.model), whole, tokens)
+        return self._texts[which]
+
+    def _fit(self, which: Literal["script", "log"], room: int) -> _Fit:
+        costs, whole, tokens = self._text(which)
+        if tokens <= room:
+            return _Fit(text=whole, tokens=tokens)
+        label = _LABELS[which]
+        overhead = count_tokens(fence("", label), self.model) + JOIN_TOKENS + 2
+        excerpt = costs.cut(room - overhead)
+        lines = len(costs.lines)
+        if excerpt.text:
+            cut = fence(excerpt.text, label)
+            tokens = count_tokens(cut, self.model) + JOIN_TOKENS
+            if tokens <= room:
+                note = f"cut to fit: {excerpt.lines_cut} lines left out of the middle"
+                return _Fit(text=cut, tokens=tokens, lines_cut=excerpt.lines_cut, note=note)
+        return _Fit(lines_cut=lines, note="not shown: no room in the budget")
 
     def chunk_tokens(self, chunk: int) -> int:
         if chunk not in self._chunk_tokens:
@@ -309,19 +360,15 @@ def select_context(
     elif view.reproduce_sh is None:
         script_note = "the submission has no reproduce.sh (or it could not be read)"
     else:
-        script_text, script_tokens, _, script_note = _fit_text(
-            view.reproduce_sh, "file: reproduce.sh", int(budget * script_share), model
-        )
+        fit = index.fit("script", int(budget * script_share))
+        script_text, script_tokens, script_note = fit.text, fit.tokens, fit.note
 
     # the log's reserve
     with_log = category in _WITH_LOG and not code_dev
-    log_full = view.log.text if (with_log and view.log is not None) else None
+    show_log = with_log and view.log is not None
     log_reserve = 0
-    if log_full is not None:
-        log_reserve = min(
-            count_tokens(fence(log_full, "reproduce.log"), model) + JOIN_TOKENS,
-            int(budget * log_share),
-        )
+    if show_log:
+        log_reserve = min(index.whole_tokens("log"), int(budget * log_share))
 
     # files, ranked by the leaf's requirements
     room = budget - script_tokens - log_reserve
@@ -369,9 +416,11 @@ def select_context(
     log_note: str | None = None
     if with_log and view.log is None:
         log_note = "no reproduce.log"
-    elif log_full is not None:
-        log_room = budget - script_tokens - used
-        log, log_note = _fit_log(log_full, log_room, model)
+    elif show_log:
+        fit = index.fit("log", budget - script_tokens - used)
+        log_note = fit.note
+        if fit.text is not None:
+            log = LogExcerpt(text=fit.text, tokens=fit.tokens, lines_cut=fit.lines_cut)
     total = script_tokens + used + (log.tokens if log is not None else 0)
     return LeafContext(
         category=category,
@@ -386,34 +435,3 @@ def select_context(
         left_out=left_out,
         notes=notes,
     )
-
-
-def _fit_text(
-    text: str, label: str, room: int, model: str
-) -> tuple[str | None, int, int, str | None]:
-    """A fenced text whole if it fits, else its head and tail.
-
-    Returns (fenced text or None, tokens, lines cut, a note when cut or not shown).
-    """
-    whole = fence(text, label)
-    tokens = count_tokens(whole, model) + JOIN_TOKENS
-    if tokens <= room:
-        return whole, tokens, 0, None
-    overhead = count_tokens(fence("", label), model) + JOIN_TOKENS + 2
-    excerpt = cut_log(text, room - overhead, model)
-    nothing = (None, 0, text.count("\n") + 1, "not shown: no room in the budget")
-    if not excerpt.text:
-        return nothing
-    cut = fence(excerpt.text, label)
-    tokens = count_tokens(cut, model) + JOIN_TOKENS
-    if tokens > room:
-        return nothing
-    note = f"cut to fit: {excerpt.lines_cut} lines left out of the middle"
-    return cut, tokens, excerpt.lines_cut, note
-
-
-def _fit_log(text: str, room: int, model: str) -> tuple[LogExcerpt | None, str | None]:
-    fenced, tokens, lines_cut, note = _fit_text(text, "reproduce.log", room, model)
-    if fenced is None:
-        return None, note
-    return LogExcerpt(text=fenced, tokens=tokens, lines_cut=lines_cut), note

@@ -14,6 +14,8 @@ errors sit at the start, results at the end) and says what was cut, never silent
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
 
 from pydantic import BaseModel, ConfigDict
 
@@ -92,50 +94,50 @@ def fold_log(text: str) -> str:
     return "\n".join(out)
 
 
-def cut_log(text: str, budget_tokens: int, model: str) -> LogExcerpt:
-    """Keep whole lines from the head and the tail of ``text`` within ``budget_tokens``.
+class LineCosts:
+    """A text's lines with their token counts, counted once, for repeated cuts."""
 
-    The head gets a third of the budget, the tail the rest (results come last); the marker
-    that names the cut is counted in the budget. Returns an empty excerpt when not even the
-    marker fits.
-    """
-    whole = count_tokens(text, model)
-    if whole <= budget_tokens:
-        return LogExcerpt(text=text, tokens=whole)
-    lines = text.split("\n")
-    costs = [count_tokens(line + "\n", model) for line in lines]
-    widest = f"[... {len(lines)} lines (0000000000 tokens) cut here ...]\n"
-    marker_room = count_tokens(widest, model)
-    room = budget_tokens - marker_room
-    if room < 0:
-        return LogExcerpt(text="", tokens=0, lines_cut=len(lines))
-    head: list[int] = []
-    used = 0
-    for index, cost in enumerate(costs):
-        if used + cost > room // 3:
-            break
-        head.append(index)
-        used += cost
-    tail: list[int] = []
-    for index in range(len(lines) - 1, len(head) - 1, -1):
-        if used + costs[index] > room:
-            break
-        tail.append(index)
-        used += costs[index]
-    tail.reverse()
-    while True:
-        first_cut = len(head)
-        last_cut = tail[0] if tail else len(lines)
-        cut_tokens = sum(costs[first_cut:last_cut])
-        marker = f"[... {last_cut - first_cut} lines ({cut_tokens} tokens) cut here ...]"
-        out = "\n".join([lines[i] for i in head] + [marker] + [lines[i] for i in tail])
-        tokens = count_tokens(out, model)
-        if tokens <= budget_tokens:
-            return LogExcerpt(text=out, tokens=tokens, lines_cut=last_cut - first_cut)
-        # an exact tokenizer can count the joined text above the sum of its lines
-        if tail:
-            tail.pop(0)
-        elif head:
-            head.pop()
-        else:
-            return LogExcerpt(text="", tokens=0, lines_cut=len(lines))
+    def __init__(self, text: str, model: str) -> None:
+        self.text = text
+        self.model = model
+        self.lines = text.split("\n")
+        self.prefix = list(accumulate((count_tokens(line + "\n", model) for line in self.lines),
+                                      initial=0))  # fmt: skip
+        self.whole = count_tokens(text, model)
+
+    def cut(self, budget_tokens: int) -> LogExcerpt:
+        """Keep whole lines from the head and the tail within ``budget_tokens``.
+
+        The head gets a third of the budget, the tail the rest (results come last); the
+        marker that names the cut is counted in the budget. Returns an empty excerpt when not
+        even the marker fits.
+        """
+        if self.whole <= budget_tokens:
+            return LogExcerpt(text=self.text, tokens=self.whole)
+        lines, prefix, n = self.lines, self.prefix, len(self.lines)
+        widest = f"[... {n} lines (0000000000 tokens) cut here ...]\n"
+        room = budget_tokens - count_tokens(widest, self.model)
+        if room < 0:
+            return LogExcerpt(text="", tokens=0, lines_cut=n)
+        head = bisect_right(prefix, room // 3) - 1  # lines [0, head) are kept
+        tail = max(bisect_left(prefix, prefix[n] - (room - prefix[head])), head)  # [tail, n)
+        while True:
+            cut_tokens = prefix[tail] - prefix[head]
+            marker = f"[... {tail - head} lines ({cut_tokens} tokens) cut here ...]"
+            out = "\n".join([*lines[:head], marker, *lines[tail:]])
+            tokens = count_tokens(out, self.model)
+            if tokens <= budget_tokens:
+                return LogExcerpt(text=out, tokens=tokens, lines_cut=tail - head)
+            # an exact tokenizer can count the joined text above the sum of its lines
+            if tail < n:
+                tail += 1
+            elif head > 0:
+                head -= 1
+            else:
+                return LogExcerpt(text="", tokens=0, lines_cut=n)
+
+
+def cut_log(text: str, budget_tokens: int, model: str) -> LogExcerpt:
+    """Keep whole lines from the head and the tail of ``text`` within ``budget_tokens``
+    (see :meth:`LineCosts.cut`)."""
+    return LineCosts(text, model).cut(budget_tokens)
