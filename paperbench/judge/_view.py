@@ -279,6 +279,15 @@ def _read_metadata(executed: Path) -> ReproductionSummary:
         raise InputError(message, file=meta_file, path=where) from exc
 
 
+def _single_top(folder: Path) -> Path:
+    """The folder, or the one real folder it holds when it holds nothing else (as
+    :func:`~paperbench.sandbox.safe_extract` strips a single top folder)."""
+    entries = list(folder.iterdir())
+    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
+        return entries[0]
+    return folder
+
+
 def _log_view(source: Path, limits: ViewLimits) -> LogView:
     raw = source.read_bytes()
     text = raw.decode("utf-8", errors="replace")
@@ -314,6 +323,8 @@ def build_view(
     limits = limits or ViewLimits()
     notes: list[str] = []
     reproduction = _read_metadata(executed) if executed is not None else None
+    if executed is None and not submission.exists():
+        raise InputError("not found: give a folder or a .tar/.tar.gz/.tgz file", file=submission)
     with tempfile.TemporaryDirectory(prefix="paperbench-view-") as tmp:
         source: Path = submission
         if executed is not None:
@@ -326,10 +337,14 @@ def build_view(
                     f"{reproduction.status if reproduction else '?'}): "
                     "the files shown are the submission as submitted"
                 )
-        root = Path(tmp) / "files"
-        report = safe_extract(source, root)
-        for member in report.skipped:
-            notes.append(f"left out of the view: {member.name}: {member.reason}")
+        if source.is_dir():
+            # read in place (nothing is followed through links); venvs are never copied
+            root = _single_top(source)
+        else:
+            root = Path(tmp) / "files"
+            report = safe_extract(source, root)
+            for member in report.skipped:
+                notes.append(f"left out of the view: {member.name}: {member.reason}")
         files, not_listed, skipped = _scan(root, limits)
         if not_listed:
             notes.append(f"{not_listed} files over the limit of {limits.max_files} not listed")

@@ -166,3 +166,28 @@ def test_a_missing_log_file_is_an_error(tmp_path: Path) -> None:
     submission, _ = example("calibration-binning", "partial")
     with pytest.raises(InputError, match="no such log file"):
         build_view(submission, log=tmp_path / "nope.log")
+
+
+def test_a_folder_holding_one_folder_is_read_from_inside_it(make_submission) -> None:  # type: ignore[no-untyped-def]
+    root = make_submission({"repo/main.py": "x = 1\n", "repo/reproduce.sh": "python3 main.py\n"})
+    view = build_view(root)
+    assert [f.path for f in view.files] == ["main.py", "reproduce.sh"]
+    assert view.reproduce_sh == "python3 main.py\n"
+
+
+def test_links_are_listed_never_followed(make_submission, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    secret = tmp_path / "outside.txt"
+    secret.write_text("host secret\n")
+    root = make_submission({"main.py": "x = 1\n"})
+    (root / "leak.txt").symlink_to(secret)
+    (root / "leakdir").symlink_to(tmp_path)
+    view = build_view(root)
+    by_path = {f.path: f for f in view.files}
+    assert by_path["leak.txt"].unread == "symlink" and by_path["leak.txt"].text is None
+    assert by_path["leakdir"].unread == "symlink"
+    assert "host secret" not in view.model_dump_json()
+
+
+def test_a_missing_submission_is_one_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not found"):
+        build_view(tmp_path / "nope")
