@@ -155,3 +155,14 @@ def test_the_public_names_are_sorted_and_importable() -> None:
     assert judge.__all__ == sorted(judge.__all__, key=isort_style)
     for name in judge.__all__:
         assert hasattr(judge, name), name
+
+
+def test_the_submission_budget_is_what_the_window_leaves_capped_by_the_config() -> None:
+    from paperbench.judge import Budgets
+
+    budgets = Budgets(context_window=128_000, answer_tokens=10_000)
+    assert budgets.submission_budget(30_000) == 88_000
+    capped = Budgets(context_window=128_000, answer_tokens=10_000, submission_tokens=12_000)
+    assert capped.submission_budget(30_000) == 12_000
+    assert capped.submission_budget(110_000) == 8_000
+    assert capped.submission_budget(200_000) == 0
