@@ -35,7 +35,6 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.judge._fence import fence
@@ -233,11 +232,13 @@ class SubmissionIndex:
             self._chunk_tokens[chunk] = count_tokens(text, self.model)
         return self._chunk_tokens[chunk]
 
-    def chunk_scores(self, requirements: str) -> np.ndarray:
+    def chunk_scores(self, requirements: str) -> list[float]:
+        """BM25 score of every chunk for ``requirements`` (0.0 where no word is shared)."""
         query = tokenize(requirements)
         if self._bm25 is None or not query:
-            return np.zeros(len(self.chunks), dtype=np.float32)
-        return np.asarray(self._bm25.get_scores(query), dtype=np.float32)
+            return [0.0] * len(self.chunks)
+        scores: list[float] = self._bm25.get_scores(query).tolist()
+        return scores
 
     def whole(self, file: int) -> tuple[str, int]:
         """The fenced file and its tokens."""
@@ -372,8 +373,7 @@ def select_context(
 
     # files, ranked by the leaf's requirements
     room = budget - script_tokens - log_reserve
-    scores = index.chunk_scores(requirements)
-    score_list: list[float] = scores.tolist()
+    score_list = index.chunk_scores(requirements)
     candidates: list[tuple[float, int, int]] = []
     for i, f in enumerate(index.files):
         if not _eligible(view, category, f):
