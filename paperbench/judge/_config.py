@@ -1,0 +1,328 @@
+"""Judge configs as data: YAML files in the ``judge/`` catalog (shipped in the wheel) or anywhere.
+
+``load_judge_config("simple")`` loads ``judge/simple.yaml`` from the catalog;
+``load_judge_config("path/to/mine.yaml")`` loads any file. Unknown keys and bad values are
+one :class:`~paperbench.errors.ConfigError` line naming the file and the key path. Prompt
+files are named relative to the YAML's folder, so a config outside the catalog can bring its
+own prompts.
+
+The :class:`JudgeIdentity` (config name, mode, SHA-256 over the resolved config and the bytes
+of every prompt file it uses, the model of each role) is stored with every graded tree: two
+scores are comparable only when their identities match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from paperbench.errors import ConfigError
+
+CATALOG_SUFFIX = ".yaml"
+
+
+def catalog_dir() -> Path:
+    """The ``judge/`` catalog: inside the installed package, or the repository's folder."""
+    return Path(str(resources.files("paperbench") / "_catalog" / "judge"))
+
+
+class RoleModel(BaseModel):
+    """The model one role calls; a plain ``provider/model`` string in YAML is the same."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(pattern=r"^[^/\s]+/\S+$")
+    """``provider/model``, e.g. ``openai/o3-mini``."""
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        return {"model": value} if isinstance(value, str) else value
+
+
+class Budgets(BaseModel):
+    """Token budgets per call. PaperBench keeps 10k tokens free in the window and 2k more
+    below its file budget, gives the log up to half the window and shows at most 10 files."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    context_window: int = Field(default=128_000, ge=4_096)
+    """The grading model's window in tokens (nothing is sent that it cannot hold)."""
+    answer_tokens: int = Field(default=10_000, ge=256)
+    """Room kept for the answer (reasoning included)."""
+    submission_tokens: int | None = Field(default=None, ge=0)
+    """Cap on the submission content (files, script, log) of one call; None: what the window
+    leaves. The default mode's savings come from a small cap."""
+    max_files: int | None = Field(default=10, ge=1)
+    script_share: float = Field(default=0.15, ge=0, le=1)
+    log_share: float = Field(default=0.4, ge=0, le=1)
+    max_usd: float | None = Field(default=None, gt=0)
+    """Stop starting calls once the grading has cost this much (leaves left are invalid)."""
+
+    def submission_budget(self, fixed_tokens: int) -> int:
+        """Tokens left for submission content in one call whose other parts (instructions,
+        paper, addenda, criteria) take ``fixed_tokens``: the window less those and the
+        answer's room, capped at ``submission_tokens``; 0 when nothing is left."""
+        room = self.context_window - self.answer_tokens - fixed_tokens
+        if self.submission_tokens is not None:
+            room = min(room, self.submission_tokens)
+        return max(room, 0)
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = None
+    """Defaults to the file's stem."""
+    description: str = ""
+    coverage_threshold: float = Field(default=0.9, ge=0, le=1)
+    """Below this share of validly graded weight the paper is reported unscored."""
+    samples: int = Field(default=1, ge=1)
+    """Verdicts per leaf (majority vote when more than one)."""
+
+
+class PromptFiles(BaseModel):
+    """Prompt templates (Markdown with Jinja2), relative to the config file's folder."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system: str = "prompts/grade_system.md"
+    paper: str = "prompts/paper.md"
+    leaf: str = "prompts/grade_leaf.md"
+    ranking: str | None = None
+    parsing: str | None = None
+
+
+class Roles(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ranking: RoleModel | None = None
+    grading: RoleModel
+    parsing: RoleModel | None = None
+
+
+class SimpleConfig(_Common):
+    """The default: lexical file choice, verdict and score in one structured call."""
+
+    mode: Literal["simple"]
+    roles: Roles
+    budgets: Budgets = Field(default_factory=lambda: Budgets(submission_tokens=12_000))
+    prompts: PromptFiles = Field(default_factory=PromptFiles)
+
+    @model_validator(mode="after")
+    def _roles(self) -> SimpleConfig:
+        if self.roles.ranking is not None:
+            raise ValueError("roles.ranking: the simple mode ranks files without a model")
+        return self
+
+
+class FaithfulConfig(_Common):
+    """PaperBench's SimpleJudge: rank, grade and parse, three calls per leaf."""
+
+    mode: Literal["simple-faithful"]
+    roles: Roles
+    budgets: Budgets = Field(default_factory=Budgets)
+    prompts: PromptFiles = Field(
+        default_factory=lambda: PromptFiles(
+            ranking="prompts/rank_files.md", parsing="prompts/parse_verdict.md"
+        )
+    )
+
+    @model_validator(mode="after")
+    def _roles(self) -> FaithfulConfig:
+        missing = [r for r in ("ranking", "parsing") if getattr(self.roles, r) is None]
+        if missing:
+            raise ValueError(f"roles.{missing[0]}: the simple-faithful mode needs a model here")
+        if self.prompts.ranking is None or self.prompts.parsing is None:
+            raise ValueError("prompts: the simple-faithful mode needs ranking and parsing")
+        return self
+
+
+class DummyConfig(_Common):
+    """Every leaf scores 1, without a model: for smoke tests."""
+
+    mode: Literal["dummy"]
+
+
+class RandomConfig(_Common):
+    """Every leaf scores 0 or 1 at random (seeded), without a model: for smoke tests."""
+
+    mode: Literal["random"]
+    seed: int = 0
+
+
+JudgeConfig = Annotated[
+    SimpleConfig | FaithfulConfig | DummyConfig | RandomConfig, Field(discriminator="mode")
+]
+_ADAPTER: TypeAdapter[SimpleConfig | FaithfulConfig | DummyConfig | RandomConfig] = TypeAdapter(
+    JudgeConfig
+)
+
+
+class JudgeIdentity(BaseModel):
+    """What makes two scores comparable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    mode: str
+    sha256: str
+    """Over the resolved config (canonical JSON) and every prompt file's name and bytes."""
+    models: dict[str, str] = Field(default_factory=dict)
+    """role → ``provider/model``."""
+
+
+class LoadedJudge(BaseModel):
+    """A validated config, where it came from, its prompts' text and its identity."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config: SimpleConfig | FaithfulConfig | DummyConfig | RandomConfig
+    path: Path
+    prompts: dict[str, str] = Field(default_factory=dict)
+    """role → template text (system, leaf, ranking, parsing)."""
+    identity: JudgeIdentity
+
+
+def _json_path(loc: tuple[int | str, ...]) -> str:
+    out = "$"
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _tagged_loc(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """Drop the discriminator tag pydantic puts first (``simple``, ``dummy``, ...)."""
+    if loc and loc[0] in ("simple", "simple-faithful", "dummy", "random"):
+        return loc[1:]
+    return loc
+
+
+def _error_line(exc: ValidationError) -> tuple[str, str]:
+    error = exc.errors()[0]
+    loc = _tagged_loc(tuple(error["loc"]))
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return _json_path(loc), "unknown key (a typo?); see judge/README.md for the fields"
+    if kind == "union_tag_invalid":
+        return "$.mode", "expected one of simple, simple-faithful, dummy, random"
+    if kind == "union_tag_not_found":
+        return "$.mode", "missing: set mode to simple, simple-faithful, dummy or random"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if message.startswith(("roles.", "prompts")) and ":" in message:
+        where, _, rest = message.partition(":")
+        return _json_path((*loc, *where.split("."))), rest.strip()
+    return _json_path(loc), message
+
+
+def resolve_config_path(ref: str | Path) -> Path:
+    """A catalog name (``simple``) or a path to a YAML file."""
+    text = str(ref)
+    if text.endswith((".yaml", ".yml")) or "/" in text or Path(text).exists():
+        return Path(text)
+    candidate = catalog_dir() / f"{text}{CATALOG_SUFFIX}"
+    if not candidate.is_file():
+        names = ", ".join(catalog_names()) or "none"
+        raise ConfigError(
+            f"no judge config named {text!r} in the catalog (have: {names}); "
+            "or give a path to a YAML file",
+            path="--judge",
+        )
+    return candidate
+
+
+def catalog_names() -> list[str]:
+    folder = catalog_dir()
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob(f"*{CATALOG_SUFFIX}"))
+
+
+def load_judge_config(ref: str | Path) -> LoadedJudge:
+    """Load, validate and identify a judge config.
+
+    Raises:
+        ConfigError: the file is missing, is not YAML, has an unknown key or a bad value, or
+            names a prompt file that does not exist (one line: file, key path, what to do).
+    """
+    path = resolve_config_path(ref)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=path) from exc
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise ConfigError(f"not valid YAML: {problem}", file=path, path=where) from exc
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping of keys (mode, roles, ...)", file=path, path="$")
+    try:
+        config = _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        where, message = _error_line(exc)
+        raise ConfigError(message, file=path, path=where) from exc
+    if config.name is None:
+        config = config.model_copy(update={"name": path.stem})
+    prompts = _read_prompts(config, path)
+    return LoadedJudge(
+        config=config, path=path, prompts=prompts, identity=_identity(config, path, prompts)
+    )
+
+
+def _prompt_files(
+    config: SimpleConfig | FaithfulConfig | DummyConfig | RandomConfig,
+) -> dict[str, str]:
+    if isinstance(config, SimpleConfig | FaithfulConfig):
+        named = config.prompts.model_dump()
+        return {role: name for role, name in named.items() if name is not None}
+    return {}
+
+
+def _read_prompts(
+    config: SimpleConfig | FaithfulConfig | DummyConfig | RandomConfig, path: Path
+) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for role, name in _prompt_files(config).items():
+        file = path.parent / name
+        try:
+            out[role] = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"prompt file {file} cannot be read ({exc.__class__.__name__}); "
+                "paths are relative to the config's folder",
+                file=path,
+                path=f"$.prompts.{role}",
+            ) from exc
+    return out
+
+
+def _identity(
+    config: SimpleConfig | FaithfulConfig | DummyConfig | RandomConfig,
+    path: Path,
+    prompts: dict[str, str],
+) -> JudgeIdentity:
+    digest = hashlib.sha256()
+    digest.update(json.dumps(config.model_dump(mode="json"), sort_keys=True).encode())
+    for role, name in sorted(_prompt_files(config).items()):
+        digest.update(f"\x00{role}\x00{name}\x00".encode())
+        digest.update((path.parent / name).read_bytes())
+    models: dict[str, str] = {}
+    if isinstance(config, SimpleConfig | FaithfulConfig):
+        for role in ("ranking", "grading", "parsing"):
+            chosen: RoleModel | None = getattr(config.roles, role)
+            if chosen is not None:
+                models[role] = chosen.model
+    return JudgeIdentity(
+        name=config.name or path.stem, mode=config.mode, sha256=digest.hexdigest(), models=models
+    )

@@ -1,0 +1,437 @@
+"""Context by category: which files and how much of the log one leaf's grader sees.
+
+``select_context(view, category, budget_tokens, requirements)`` is a pure function: the same
+view, category, budget and text give the same context, with no model call.
+
+PaperBench's SimpleJudge spends a model call per leaf on this: it sends the whole paper, the
+addendum, the criterion and a tree of the submission's whitelisted files, asks for the most
+relevant paths, and reads the first 10 that exist (each up to 200 kB), cutting the last one in
+token space to fit ``window - paper - log - 10k buffer - 2k``. Here a BM25 index over the
+files, cut into chunks of lines, ranks them by the leaf's requirements text instead: built
+once per submission, queried in microseconds per leaf. A file that does not fit whole shows
+its best-matching chunks, in file order, with markers for the lines left out.
+
+What each category sees (as in PaperBench, with the log folded and the changes from the
+reproduction's metadata rather than file mtimes):
+
+=================  ==========================================================================
+Code Development   code and docs, plus ``reproduce.sh``
+Code Execution     code and docs, plus ``reproduce.sh`` and ``reproduce.log``
+Result Analysis    docs and the text files the reproduction created or modified, plus the
+                   script and the log; no such files (when the changes are known) →
+                   ``shortcut="no_changed_files"``: score 0 without a model call
+Subtree            code, docs and changed files, plus the script and the log (a subtree
+                   graded as one unit at ``--max-depth``)
+=================  ==========================================================================
+
+With ``code_dev=True`` (PaperBench's Code-Dev) there was no reproduction: neither the script
+nor the log is shown. Every token counted here is a token of exactly the fenced text a prompt
+will hold; the total never exceeds the budget.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from paperbench.judge._fence import fence
+from paperbench.judge._log import LineCosts, LogExcerpt
+from paperbench.judge._view import FileKind, SubmissionView, ViewFile
+from paperbench.llm import count_tokens
+
+ContextCategory = Literal["Code Development", "Code Execution", "Result Analysis", "Subtree"]
+CATEGORIES: tuple[ContextCategory, ...] = (
+    "Code Development",
+    "Code Execution",
+    "Result Analysis",
+    "Subtree",
+)
+CHUNK_LINES = 40
+"""Lines per chunk of the lexical index."""
+JOIN_TOKENS = 1
+"""The newline between two fenced blocks."""
+SEPARATE_FILES = frozenset({"reproduce.sh", "reproduce.log"})
+"""Shown in their own place in a prompt, never among the ranked files."""
+
+_KINDS: dict[ContextCategory, frozenset[FileKind]] = {
+    "Code Development": frozenset({"code", "doc"}),
+    "Code Execution": frozenset({"code", "doc"}),
+    "Result Analysis": frozenset({"doc"}),
+    "Subtree": frozenset({"code", "doc"}),
+}
+_WITH_LOG: frozenset[ContextCategory] = frozenset({"Code Execution", "Result Analysis", "Subtree"})
+_STOPWORDS = frozenset(
+    {
+        "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "in",
+        "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "was", "were", "will",
+        "with", "should", "must", "code", "paper", "result", "submission", "implemented",
+        "implementation", "correctly",
+    }
+)  # fmt: skip
+_WORD = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+class ContextFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    kind: FileKind
+    changed: Literal["created", "modified"] | None = None
+    score: float
+    """BM25 relevance to the leaf's requirements (0: no word in common)."""
+    text: str
+    """The fenced block as a prompt holds it (the whole file, or its chosen chunks)."""
+    tokens: int
+    cut: bool = False
+    """Only some chunks are shown; markers in ``text`` say which lines were left out."""
+
+
+class LeftOut(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    reason: Literal["budget", "max_files", "binary", "oversized", "symlink", "unreadable"]
+
+
+class LeafContext(BaseModel):
+    """What one leaf's grader is shown of the submission, already fenced as data."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    category: ContextCategory
+    budget_tokens: int
+    tokens: int
+    """Everything below, counted for ``model``; never more than ``budget_tokens``."""
+    model: str
+    files: list[ContextFile] = Field(default_factory=list)
+    reproduce_sh: str | None = None
+    """The fenced script, or None when not shown (Code-Dev, no script, or no room)."""
+    script_note: str | None = None
+    log: LogExcerpt | None = None
+    """The log excerpt (its ``text`` fenced), or None when not shown."""
+    log_note: str | None = None
+    left_out: list[LeftOut] = Field(default_factory=list)
+    shortcut: Literal["no_changed_files"] | None = None
+    """Set when the caller must score the leaf 0 without a model call, and record why."""
+    notes: list[str] = Field(default_factory=list)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-case words for the lexical index: identifiers split at ``_``, ``.`` and case."""
+    out: list[str] = []
+    for word in _WORD.findall(text):
+        token = word.lower()
+        if len(token) < 2 or token in _STOPWORDS:
+            continue
+        if len(token) > 3 and token.endswith("s") and not token.endswith("ss"):
+            token = token[:-1]
+        out.append(token)
+    return out
+
+
+_LABELS = {"script": "file: reproduce.sh", "log": "reproduce.log"}
+
+
+class _Fit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str | None = None
+    tokens: int = 0
+    lines_cut: int = 0
+    note: str | None = None
+
+
+class _Chunk(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    file: int
+    first: int
+    last: int
+
+
+class SubmissionIndex:
+    """A BM25 index over the text files of one view, cut into chunks of lines.
+
+    Build once per (view, model) and pass it to :func:`select_context` for every leaf; token
+    counts of files and chunks are computed once here too.
+    """
+
+    def __init__(self, view: SubmissionView, model: str = "openai/gpt-4o") -> None:
+        import bm25s
+
+        self.view = view
+        self.model = model
+        self.files: list[ViewFile] = [
+            f for f in view.files if f.text is not None and f.path not in SEPARATE_FILES
+        ]
+        self.lines: list[list[str]] = [(f.text or "").split("\n") for f in self.files]
+        self.chunks: list[_Chunk] = []
+        corpus: list[list[str]] = []
+        for index, (file, lines) in enumerate(zip(self.files, self.lines, strict=True)):
+            path_words = tokenize(file.path)
+            for first in range(0, max(len(lines), 1), CHUNK_LINES):
+                last = min(first + CHUNK_LINES, len(lines))
+                self.chunks.append(_Chunk(file=index, first=first, last=last))
+                corpus.append(path_words + tokenize("\n".join(lines[first:last])))
+        self._bm25: bm25s.BM25 | None = None
+        if any(corpus):
+            self._bm25 = bm25s.BM25()
+            self._bm25.index(corpus, show_progress=False)
+        self.per_file: dict[int, list[int]] = {}
+        for c, chunk in enumerate(self.chunks):
+            self.per_file.setdefault(chunk.file, []).append(c)
+        self._whole: dict[int, tuple[str, int]] = {}
+        self._chunk_tokens: dict[int, int] = {}
+        self._texts: dict[str, tuple[LineCosts, str, int]] = {}
+        self._fits: dict[tuple[str, int], _Fit] = {}
+
+    def fit(self, which: Literal["script", "log"], room: int) -> _Fit:
+        """``reproduce.sh`` or the log, fenced, whole if it fits in ``room``, else its head
+        and tail; line counts are computed once per view, fits once per room."""
+        if (which, room) not in self._fits:
+            self._fits[which, room] = self._fit(which, room)
+        return self._fits[which, room]
+
+    def whole_tokens(self, which: Literal["script", "log"]) -> int:
+        return self._text(which)[2]
+
+    def _text(self, which: Literal["script", "log"]) -> tuple[LineCosts, str, int]:
+        if which not in self._texts:
+            log = self.view.log
+            raw = self.view.reproduce_sh if which == "script" else log.text if log else None
+            if raw is None:
+                raise ValueError(f"the view has no {_LABELS[which]}")
+            whole = fence(raw, _LABELS[which])
+            tokens = count_tokens(whole, self.model) + JOIN_TOKENS
+            self._texts[which] = (LineCosts(raw, self.model), whole, tokens)
+        return self._texts[which]
+
+    def _fit(self, which: Literal["script", "log"], room: int) -> _Fit:
+        costs, whole, tokens = self._text(which)
+        if tokens <= room:
+            return _Fit(text=whole, tokens=tokens)
+        label = _LABELS[which]
+        overhead = count_tokens(fence("", label), self.model) + JOIN_TOKENS + 2
+        excerpt = costs.cut(room - overhead)
+        lines = len(costs.lines)
+        if excerpt.text:
+            cut = fence(excerpt.text, label)
+            tokens = count_tokens(cut, self.model) + JOIN_TOKENS
+            if tokens <= room:
+                note = f"cut to fit: {excerpt.lines_cut} lines left out of the middle"
+                return _Fit(text=cut, tokens=tokens, lines_cut=excerpt.lines_cut, note=note)
+        return _Fit(lines_cut=lines, note="not shown: no room in the budget")
+
+    def chunk_tokens(self, chunk: int) -> int:
+        if chunk not in self._chunk_tokens:
+            c = self.chunks[chunk]
+            text = "\n".join(self.lines[c.file][c.first : c.last]) + "\n"
+            self._chunk_tokens[chunk] = count_tokens(text, self.model)
+        return self._chunk_tokens[chunk]
+
+    def chunk_scores(self, requirements: str) -> list[float]:
+        """BM25 score of every chunk for ``requirements`` (0.0 where no word is shared)."""
+        query = tokenize(requirements)
+        if self._bm25 is None or not query:
+            return [0.0] * len(self.chunks)
+        scores: list[float] = self._bm25.get_scores(query).tolist()
+        return scores
+
+    def whole(self, file: int) -> tuple[str, int]:
+        """The fenced file and its tokens."""
+        if file not in self._whole:
+            f = self.files[file]
+            text = fence(f.text or "", f"file: {f.path}")
+            self._whole[file] = (text, count_tokens(text, self.model) + JOIN_TOKENS)
+        return self._whole[file]
+
+
+def _eligible(view: SubmissionView, category: ContextCategory, f: ViewFile) -> bool:
+    if f.path in SEPARATE_FILES:
+        return False
+    if f.kind in _KINDS[category]:
+        return True
+    if category in ("Result Analysis", "Subtree"):
+        if view.changes_known:
+            return f.changed is not None
+        return category == "Result Analysis" and f.kind == "data"
+    return False
+
+
+_MARKER_TOKENS = 16
+"""A generous count for one ``[... lines a-b not shown ...]`` marker."""
+
+
+def _render_chunks(index: SubmissionIndex, file: int, chosen: list[int]) -> str:
+    f = index.files[file]
+    lines = index.lines[file]
+    parts: list[str] = []
+    shown_to = 0
+    for k in sorted(chosen):
+        chunk = index.chunks[k]
+        if chunk.first > shown_to:
+            parts.append(f"[... lines {shown_to + 1}-{chunk.first} not shown ...]")
+        parts.extend(lines[chunk.first : chunk.last])
+        shown_to = chunk.last
+    if shown_to < len(lines):
+        parts.append(f"[... lines {shown_to + 1}-{len(lines)} not shown ...]")
+    return fence("\n".join(parts), f"file: {f.path} (excerpts)")
+
+
+def _partial(
+    index: SubmissionIndex, file: int, scores: Sequence[float], room: int
+) -> tuple[str, int] | None:
+    """The best-scoring chunks of one file that fit in ``room``, in file order, fenced.
+
+    Chunks are added best first while their counted tokens and a marker each fit; the
+    rendered text is then counted exactly and the weakest chunk dropped until it fits.
+    """
+    path = index.files[file].path
+    fixed = count_tokens(fence("", f"file: {path} (excerpts)"), index.model) + JOIN_TOKENS
+    order = sorted(index.per_file.get(file, []), key=lambda c: (-scores[c], c))
+    chosen: list[int] = []
+    estimate = fixed + _MARKER_TOKENS
+    for c in order:
+        cost = index.chunk_tokens(c) + _MARKER_TOKENS
+        if estimate + cost <= room:
+            chosen.append(c)
+            estimate += cost
+    while chosen:
+        text = _render_chunks(index, file, chosen)
+        tokens = count_tokens(text, index.model) + JOIN_TOKENS
+        if tokens <= room:
+            return text, tokens
+        chosen.pop()
+    return None
+
+
+def select_context(
+    view: SubmissionView,
+    category: ContextCategory,
+    budget_tokens: int,
+    requirements: str,
+    *,
+    model: str = "openai/gpt-4o",
+    index: SubmissionIndex | None = None,
+    max_files: int | None = 10,
+    code_dev: bool = False,
+    script_share: float = 0.15,
+    log_share: float = 0.4,
+) -> LeafContext:
+    """The files, script and log excerpt one leaf's grader sees, within ``budget_tokens``.
+
+    ``budget_tokens`` is the room for submission content only: the caller takes the model's
+    window minus the prompt's fixed parts (instructions, paper, addenda, criterion) and the
+    room kept for the answer. ``max_files`` bounds the files shown (PaperBench: 10).
+    ``script_share`` and ``log_share`` cap the script and the log before files are chosen;
+    room the files leave unused goes back to the log.
+    """
+    if index is None:
+        index = SubmissionIndex(view, model)
+    elif index.view is not view or index.model != model:
+        raise ValueError("the index was built for another view or model")
+    budget = max(budget_tokens, 0)
+    if (
+        category == "Result Analysis"
+        and not code_dev
+        and view.changes_known
+        and not view.changed_files()
+    ):
+        return LeafContext(
+            category=category,
+            budget_tokens=budget_tokens,
+            model=model,
+            tokens=0,
+            shortcut="no_changed_files",
+            notes=["the reproduction created or modified no file: nothing to analyse"],
+        )
+    notes: list[str] = []
+    if category in ("Result Analysis", "Subtree") and not view.changes_known and not code_dev:
+        notes.append("no reproduction metadata: the changed files are unknown; data files shown")
+
+    # the script, cut to its share
+    script_text: str | None = None
+    script_tokens = 0
+    script_note: str | None = None
+    if code_dev:
+        script_note = "not shown: Code-Dev grades code only"
+    elif view.reproduce_sh is None:
+        script_note = "the submission has no reproduce.sh (or it could not be read)"
+    else:
+        fit = index.fit("script", int(budget * script_share))
+        script_text, script_tokens, script_note = fit.text, fit.tokens, fit.note
+
+    # the log's reserve
+    with_log = category in _WITH_LOG and not code_dev
+    show_log = with_log and view.log is not None
+    log_reserve = 0
+    if show_log:
+        log_reserve = min(index.whole_tokens("log"), int(budget * log_share))
+
+    # files, ranked by the leaf's requirements
+    room = budget - script_tokens - log_reserve
+    score_list = index.chunk_scores(requirements)
+    candidates: list[tuple[float, int, int]] = []
+    for i, f in enumerate(index.files):
+        if not _eligible(view, category, f):
+            continue
+        chunk_scores = [score_list[c] for c in index.per_file.get(i, [])]
+        file_score = max(chunk_scores, default=0.0) + 0.1 * sum(chunk_scores)
+        priority = 0 if (f.changed is not None and category == "Result Analysis") else 1
+        candidates.append((-file_score, priority, i))
+    candidates.sort(key=lambda t: (t[0], t[1], index.files[t[2]].path))
+    files: list[ContextFile] = []
+    left_out: list[LeftOut] = []
+    used = 0
+    for neg_score, _, i in candidates:
+        f = index.files[i]
+        if max_files is not None and len(files) >= max_files:
+            left_out.append(LeftOut(path=f.path, reason="max_files"))
+            continue
+        text, tokens = index.whole(i)
+        cut = False
+        if used + tokens > room:
+            part = _partial(index, i, score_list, room - used)
+            if part is None:
+                left_out.append(LeftOut(path=f.path, reason="budget"))
+                continue
+            (text, tokens), cut = part, True
+        files.append(
+            ContextFile(
+                path=f.path, kind=f.kind, changed=f.changed, score=-neg_score,
+                text=text, tokens=tokens, cut=cut,
+            )
+        )  # fmt: skip
+        used += tokens
+    for f in view.files:
+        if f.unread is not None and f.path not in SEPARATE_FILES and _eligible(view, category, f):
+            reason = f.unread if f.unread in ("binary", "oversized", "symlink") else "unreadable"
+            left_out.append(LeftOut(path=f.path, reason=reason))  # type: ignore[arg-type]
+
+    # the log gets its reserve and whatever the files left
+    log: LogExcerpt | None = None
+    log_note: str | None = None
+    if with_log and view.log is None:
+        log_note = "no reproduce.log"
+    elif show_log:
+        fit = index.fit("log", budget - script_tokens - used)
+        log_note = fit.note
+        if fit.text is not None:
+            log = LogExcerpt(text=fit.text, tokens=fit.tokens, lines_cut=fit.lines_cut)
+    total = script_tokens + used + (log.tokens if log is not None else 0)
+    return LeafContext(
+        category=category,
+        budget_tokens=budget_tokens,
+        model=model,
+        tokens=total,
+        files=files,
+        reproduce_sh=script_text,
+        script_note=script_note,
+        log=log,
+        log_note=log_note,
+        left_out=left_out,
+        notes=notes,
+    )

@@ -1,0 +1,143 @@
+"""reproduce.log for a judge: repeated lines folded, then cut to a token budget.
+
+PaperBench's judge folds the log with a template miner (drain3) after masking timestamps,
+progress bars, IP addresses and long hex strings, collapsing a run of consecutive lines of the
+same template into its first line plus ``(repeated N times)``; it then keeps at most half the
+model's window of the log, cut from the end. Here the masking is done by regular expressions
+(every number counts as one placeholder, so ``epoch 3 loss 0.41`` and ``epoch 4 loss 0.39``
+are the same line). Unlike PaperBench, a short run (a table of five seeds) is kept whole, and a
+long run keeps its last lines too (the last epoch is the one a judge needs); a marker says how
+many lines were folded. A cut keeps the head and the tail (set-up
+errors sit at the start, results at the end) and says what was cut, never silently.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
+
+from pydantic import BaseModel, ConfigDict
+
+from paperbench.llm import count_tokens
+
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ][0-9:.,]+Z?|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\b")
+_HEX = re.compile(r"\b(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}\b")
+_NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
+_PROGRESS = re.compile(r"\d+%\s*\||[█▏▎▍▌▋▊▉#=]{4,}|[KMG]?i?B/s|it/s|s/it")
+_SPACE = re.compile(r"\s+")
+
+
+class LogExcerpt(BaseModel):
+    """What of the log is shown, and what was left out."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    text: str
+    tokens: int
+    """Tokens of ``text`` as counted for the model it was cut for."""
+    lines_cut: int = 0
+    """Lines of the folded log left out of the middle (0: shown whole)."""
+
+
+def _template(line: str) -> str:
+    if _PROGRESS.search(line):
+        return "<progress>"
+    line = _TIMESTAMP.sub("<t>", line)
+    line = _HEX.sub("<hex>", line)
+    line = _NUMBER.sub("<n>", line)
+    return _SPACE.sub(" ", line).strip()
+
+
+FOLD_MIN_RUN = 8
+"""Runs of similar lines up to this long are kept whole (a table of five seeds stays)."""
+FOLD_KEEP_HEAD = 2
+FOLD_KEEP_TAIL = 3
+
+
+def fold_log(text: str) -> str:
+    """Fold repeated lines and long runs of lines that differ only in numbers or times.
+
+    A carriage return starts a new line (progress bars redraw with ``\\r``). Three or more
+    identical lines in a row keep one, with a marker; a run of more than
+    :data:`FOLD_MIN_RUN` similar lines keeps its first :data:`FOLD_KEEP_HEAD` and last
+    :data:`FOLD_KEEP_TAIL` lines (the last epoch is the one a judge needs), with a marker
+    saying how many were folded between them.
+    """
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        j = i + 1
+        while j < len(lines) and lines[j] == lines[i]:
+            j += 1
+        if j - i >= 3:
+            out.append(lines[i])
+            out.append(f"[... the line above repeated {j - i - 1} more times ...]")
+            i = j
+            continue
+        key = _template(lines[i])
+        j = i + 1
+        while j < len(lines) and _template(lines[j]) == key:
+            j += 1
+        run = j - i
+        if run > FOLD_MIN_RUN:
+            out.extend(lines[i : i + FOLD_KEEP_HEAD])
+            folded = run - FOLD_KEEP_HEAD - FOLD_KEEP_TAIL
+            out.append(f"[... {folded} similar lines folded ...]")
+            out.extend(lines[j - FOLD_KEEP_TAIL : j])
+        else:
+            out.extend(lines[i:j])
+        i = j
+    return "\n".join(out)
+
+
+class LineCosts:
+    """A text's lines with their token counts, counted once, for repeated cuts."""
+
+    def __init__(self, text: str, model: str) -> None:
+        self.text = text
+        self.model = model
+        self.lines = text.split("\n")
+        self.prefix = list(accumulate((count_tokens(line + "\n", model) for line in self.lines),
+                                      initial=0))  # fmt: skip
+        self.whole = count_tokens(text, model)
+
+    def cut(self, budget_tokens: int) -> LogExcerpt:
+        """Keep whole lines from the head and the tail within ``budget_tokens``.
+
+        The head gets a third of the budget, the tail the rest (results come last); the
+        marker that names the cut is counted in the budget. Returns an empty excerpt when not
+        even the marker fits.
+        """
+        if self.whole <= budget_tokens:
+            return LogExcerpt(text=self.text, tokens=self.whole)
+        lines, prefix, n = self.lines, self.prefix, len(self.lines)
+        widest = f"[... {n} lines (0000000000 tokens) cut here ...]\n"
+        room = budget_tokens - count_tokens(widest, self.model)
+        if room < 0:
+            return LogExcerpt(text="", tokens=0, lines_cut=n)
+        head = bisect_right(prefix, room // 3) - 1  # lines [0, head) are kept
+        tail = max(bisect_left(prefix, prefix[n] - (room - prefix[head])), head)  # [tail, n)
+        while True:
+            cut_tokens = prefix[tail] - prefix[head]
+            marker = f"[... {tail - head} lines ({cut_tokens} tokens) cut here ...]"
+            out = "\n".join([*lines[:head], marker, *lines[tail:]])
+            tokens = count_tokens(out, self.model)
+            if tokens <= budget_tokens:
+                return LogExcerpt(text=out, tokens=tokens, lines_cut=tail - head)
+            # an exact tokenizer can count the joined text above the sum of its lines
+            if tail < n:
+                tail += 1
+            elif head > 0:
+                head -= 1
+            else:
+                return LogExcerpt(text="", tokens=0, lines_cut=n)
+
+
+def cut_log(text: str, budget_tokens: int, model: str) -> LogExcerpt:
+    """Keep whole lines from the head and the tail of ``text`` within ``budget_tokens``
+    (see :meth:`LineCosts.cut`)."""
+    return LineCosts(text, model).cut(budget_tokens)

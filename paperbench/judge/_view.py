@@ -1,0 +1,388 @@
+"""The judge's view of a submission: one serialisable object every judge takes.
+
+``build_view(submission, executed)`` reads a submission (a folder or a .tar/.tar.gz) and,
+optionally, an executed submission (the output folder of ``paperbench reproduce``:
+``metadata.json``, ``executed.tar.gz``, ``reproduce.log``) into a :class:`SubmissionView`:
+
+- every file with its size and kind (code / doc / data / binary / other), and the text of the
+  text files no bigger than ``max_file_bytes``; binary and oversized files are listed but never
+  read, so they can never reach a prompt;
+- ``.git``, virtual environments (by name, or any folder holding ``pyvenv.cfg``), caches and
+  ``node_modules`` skipped, by exact folder name (PaperBench matches substrings, so it also
+  drops e.g. ``src/myvenv_tools/``; we do not);
+- ``reproduce.sh`` and ``reproduce.log`` (repeated lines folded, capped at
+  ``log_max_tokens`` with head and tail kept, the cut said);
+- the files the reproduction created or modified, from its metadata.
+
+When an executed submission is given, the files are those of ``executed.tar.gz`` (the
+submission after ``reproduce.sh`` ran, outputs included), as PaperBench's judge sees them.
+PaperBench finds the changed files by comparing mtimes with ``reproduce.log.creation_time``;
+we take them from the reproduction's content hashes, which clock skew cannot fool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from paperbench.errors import InputError
+from paperbench.judge._log import cut_log, fold_log
+from paperbench.sandbox import safe_extract
+
+VIEW_SCHEMA_VERSION = 1
+
+FileKind = Literal["code", "doc", "data", "binary", "other"]
+
+SKIPPED_DIRS = frozenset(
+    {
+        ".git", ".hg", ".svn", "venv", ".venv", "__pycache__", "node_modules", ".mypy_cache",
+        ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", ".tox", ".nox", ".cache",
+        "site-packages", ".eggs", "wandb",
+    }
+)  # fmt: skip
+"""Folders never listed (any depth). Names ending in ``.egg-info`` are skipped too."""
+
+CODE_SUFFIXES = frozenset(
+    {
+        ".py", ".pyx", ".ipynb", ".r", ".rmd", ".m", ".jl", ".c", ".h", ".cpp", ".hpp", ".cc",
+        ".cxx", ".hxx", ".cu", ".java", ".js", ".ts", ".scala", ".go", ".rs", ".sh", ".bash",
+        ".cfg", ".ini", ".toml", ".yaml", ".yml", ".config", ".mk", ".sql",
+    }
+)  # fmt: skip
+CODE_NAMES = frozenset({"makefile", "dockerfile", "requirements.txt", "setup.py", "justfile"})
+DOC_SUFFIXES = frozenset({".md", ".txt", ".rst", ".tex"})
+DATA_SUFFIXES = frozenset(
+    {".csv", ".tsv", ".psv", ".json", ".jsonl", ".xml", ".html", ".arff", ".svm", ".libsvm",
+     ".log", ".out"}
+)  # fmt: skip
+BINARY_SUFFIXES = frozenset(
+    {
+        ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".pdf", ".svgz", ".pt", ".pth", ".ckpt", ".bin",
+        ".npy", ".npz", ".pkl", ".pickle", ".h5", ".hdf5", ".safetensors", ".onnx", ".zip",
+        ".gz", ".tgz", ".tar", ".bz2", ".xz", ".7z", ".so", ".o", ".a", ".pyc", ".whl",
+        ".parquet", ".feather", ".arrow", ".mp4", ".wav", ".mp3",
+    }
+)  # fmt: skip
+
+_SNIFF_BYTES = 8192
+
+
+class ViewLimits(BaseModel):
+    """What the view reads. Defaults follow PaperBench where it has a number."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_file_bytes: int = Field(default=200_000, ge=1)
+    """Text files bigger than this are listed, never read (PaperBench reads the first 200 kB)."""
+    max_files: int = Field(default=20_000, ge=1)
+    """Files listed at most; the rest are counted in ``SubmissionView.files_not_listed``."""
+    log_max_tokens: int = Field(default=64_000, ge=256)
+    """The folded log is cut to this (PaperBench: half of a 128k window), head and tail kept."""
+    token_model: str = "openai/gpt-4o"
+    """Whose tokenizer counts the log cap."""
+
+
+class ViewFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    """POSIX path relative to the submission's top folder."""
+    size: int
+    kind: FileKind
+    text: str | None = None
+    """The content, for text files within the size limit; else None (see ``unread``)."""
+    unread: str | None = None
+    """Why ``text`` is None: ``binary``, ``oversized``, ``symlink``, ``unreadable``."""
+    changed: Literal["created", "modified"] | None = None
+    """Whether the reproduction created or modified this file (None: neither, or unknown)."""
+
+
+class ReproductionSummary(BaseModel):
+    """What the judge needs from a reproduction's metadata.json."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: str
+    exit_code: int | None = None
+    timed_out: bool = False
+    wall_time_s: float = 0.0
+    created: list[str] = Field(default_factory=list)
+    modified: list[str] = Field(default_factory=list)
+    deleted: list[str] = Field(default_factory=list)
+    log_truncated: bool = False
+    """The reproduction itself capped the log before it was written."""
+
+
+class LogView(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str
+    """Where the log was read from."""
+    text: str
+    """Folded, and cut to ``ViewLimits.log_max_tokens`` when longer (the marker says so)."""
+    raw_bytes: int
+    raw_lines: int
+    folded_lines: int
+    lines_cut: int = 0
+
+
+class SubmissionView(BaseModel):
+    """Everything a judge may show of one submission; JSON in, JSON out."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = VIEW_SCHEMA_VERSION
+    submission: str
+    executed: str | None = None
+    files: list[ViewFile]
+    files_not_listed: int = 0
+    skipped_dirs: list[str] = Field(default_factory=list)
+    reproduce_sh: str | None = None
+    """The top-level ``reproduce.sh`` (None: the submission has none)."""
+    log: LogView | None = None
+    reproduction: ReproductionSummary | None = None
+    notes: list[str] = Field(default_factory=list)
+    """Anything the view did differently from the usual, in one line each."""
+    limits: ViewLimits = Field(default_factory=ViewLimits)
+
+    @property
+    def changes_known(self) -> bool:
+        """True when a reproduction's metadata says which files it created or modified."""
+        return self.reproduction is not None
+
+    def changed_files(self) -> list[ViewFile]:
+        return [f for f in self.files if f.changed is not None]
+
+    def file(self, path: str) -> ViewFile | None:
+        return next((f for f in self.files if f.path == path), None)
+
+
+def classify(path: str, head: bytes | None) -> FileKind:
+    """The kind of a file from its name and, when given, its first bytes."""
+    pure = PurePosixPath(path)
+    suffix, name = pure.suffix.lower(), pure.name.lower()
+    if suffix in BINARY_SUFFIXES or (head is not None and _looks_binary(head)):
+        return "binary"
+    if name in CODE_NAMES or suffix in CODE_SUFFIXES:
+        return "code"
+    if suffix in DOC_SUFFIXES or name in {"readme", "license", "notes"}:
+        return "doc"
+    if suffix in DATA_SUFFIXES:
+        return "data"
+    return "other"
+
+
+def _looks_binary(head: bytes) -> bool:
+    if b"\x00" in head:
+        return True
+    decoded = head.decode("utf-8", errors="replace")
+    # a multi-byte character cut at the end of the sample is not evidence
+    return decoded[:-1].count("\ufffd") > max(1, len(decoded) // 100)
+
+
+def _skip_dir(path: Path, name: str) -> bool:
+    return name in SKIPPED_DIRS or name.endswith(".egg-info") or (path / "pyvenv.cfg").is_file()
+
+
+def _read_text(path: Path) -> str:
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
+def _scan(root: Path, limits: ViewLimits) -> tuple[list[ViewFile], int, list[str]]:
+    files: list[ViewFile] = []
+    not_listed = 0
+    skipped: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        keep = []
+        for d in sorted(dirnames):
+            if (here / d).is_symlink():
+                filenames.append(d)
+            elif _skip_dir(here / d, d):
+                skipped.append((here / d).relative_to(root).as_posix())
+            else:
+                keep.append(d)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            full = here / name
+            rel = full.relative_to(root).as_posix()
+            if len(files) >= limits.max_files:
+                not_listed += 1
+                continue
+            files.append(_view_file(full, rel, limits))
+    files.sort(key=lambda f: f.path)
+    return files, not_listed, sorted(skipped)
+
+
+def _view_file(full: Path, rel: str, limits: ViewLimits) -> ViewFile:
+    st = os.lstat(full)
+    if stat.S_ISLNK(st.st_mode):
+        return ViewFile(path=rel, size=st.st_size, kind="other", unread="symlink")
+    if not stat.S_ISREG(st.st_mode):
+        return ViewFile(path=rel, size=st.st_size, kind="other", unread="unreadable")
+    try:
+        with open(full, "rb") as handle:
+            head = handle.read(_SNIFF_BYTES)
+    except OSError:
+        return ViewFile(path=rel, size=st.st_size, kind=classify(rel, None), unread="unreadable")
+    kind = classify(rel, head)
+    if kind == "binary":
+        return ViewFile(path=rel, size=st.st_size, kind=kind, unread="binary")
+    if st.st_size > limits.max_file_bytes:
+        return ViewFile(path=rel, size=st.st_size, kind=kind, unread="oversized")
+    text = _read_text(full)
+    if _looks_binary(text.encode("utf-8", errors="replace")[: 4 * _SNIFF_BYTES]) or (
+        text.count("\ufffd") > max(1, len(text) // 100)
+    ):
+        return ViewFile(path=rel, size=st.st_size, kind="binary", unread="binary")
+    return ViewFile(path=rel, size=st.st_size, kind=kind, text=text)
+
+
+def _read_metadata(executed: Path) -> ReproductionSummary:
+    meta_file = executed / "metadata.json"
+    if not meta_file.is_file():
+        raise InputError(
+            "not an executed submission: no metadata.json (give the output folder of "
+            "`paperbench reproduce`)",
+            file=executed,
+        )
+    try:
+        data = json.loads(meta_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"unreadable JSON: {exc}", file=meta_file) from exc
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object", file=meta_file, path="$")
+    changed = data.get("changed_files") or {}
+    try:
+        return ReproductionSummary.model_validate(
+            {
+                "status": data.get("status"),
+                "exit_code": data.get("exit_code"),
+                "timed_out": data.get("timed_out", False),
+                "wall_time_s": data.get("wall_time_s", 0.0),
+                "created": changed.get("created", []),
+                "modified": changed.get("modified", []),
+                "deleted": changed.get("deleted", []),
+                "log_truncated": data.get("log_truncated", False),
+            }
+        )
+    except (ValidationError, AttributeError) as exc:
+        first = exc.errors()[0] if isinstance(exc, ValidationError) else None
+        where = "$." + ".".join(str(p) for p in first["loc"]) if first else "$.changed_files"
+        message = first["msg"] if first else "expected an object"
+        raise InputError(message, file=meta_file, path=where) from exc
+
+
+def _single_top(folder: Path) -> Path:
+    """The folder, or the one real folder it holds when it holds nothing else (as
+    :func:`~paperbench.sandbox.safe_extract` strips a single top folder)."""
+    entries = list(folder.iterdir())
+    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
+        return entries[0]
+    return folder
+
+
+def _log_view(source: Path, limits: ViewLimits) -> LogView:
+    raw = source.read_bytes()
+    text = raw.decode("utf-8", errors="replace")
+    folded = fold_log(text)
+    excerpt = cut_log(folded, limits.log_max_tokens, limits.token_model)
+    return LogView(
+        source=str(source),
+        text=excerpt.text,
+        raw_bytes=len(raw),
+        raw_lines=text.count("\n") + (0 if text.endswith("\n") or not text else 1),
+        folded_lines=folded.count("\n") + (1 if folded else 0),
+        lines_cut=excerpt.lines_cut,
+    )
+
+
+def build_view(
+    submission: Path,
+    executed: Path | None = None,
+    *,
+    log: Path | None = None,
+    limits: ViewLimits | None = None,
+) -> SubmissionView:
+    """Read a submission (and its reproduction) into a :class:`SubmissionView`.
+
+    ``log`` names reproduce.log explicitly (e.g. the bundled examples keep it beside
+    ``submission/``); otherwise it is ``executed/reproduce.log``, else a top-level
+    ``reproduce.log`` inside the files (PaperBench's executed submissions keep it there).
+
+    Raises:
+        InputError: a missing or unreadable submission, executed folder or log.
+        UnsafeArchiveError: never; unsafe archive members are left out and noted.
+    """
+    limits = limits or ViewLimits()
+    notes: list[str] = []
+    reproduction = _read_metadata(executed) if executed is not None else None
+    if executed is None and not submission.exists():
+        raise InputError("not found: give a folder or a .tar/.tar.gz/.tgz file", file=submission)
+    with tempfile.TemporaryDirectory(prefix="paperbench-view-") as tmp:
+        source: Path = submission
+        if executed is not None:
+            archive = executed / "executed.tar.gz"
+            if archive.is_file():
+                source = archive
+            else:
+                notes.append(
+                    f"{archive} is missing (reproduction status "
+                    f"{reproduction.status if reproduction else '?'}): "
+                    "the files shown are the submission as submitted"
+                )
+        if source.is_dir():
+            # read in place (nothing is followed through links); venvs are never copied
+            root = _single_top(source)
+        else:
+            root = Path(tmp) / "files"
+            report = safe_extract(source, root)
+            for member in report.skipped:
+                notes.append(f"left out of the view: {member.name}: {member.reason}")
+        files, not_listed, skipped = _scan(root, limits)
+        if not_listed:
+            notes.append(f"{not_listed} files over the limit of {limits.max_files} not listed")
+        log_source = log
+        if log_source is None and executed is not None and (executed / "reproduce.log").is_file():
+            log_source = executed / "reproduce.log"
+        if log_source is None and (root / "reproduce.log").is_file():
+            log_source = root / "reproduce.log"
+            notes.append("reproduce.log read from inside the submission")
+        if log is not None and not log.is_file():
+            raise InputError("no such log file", file=log)
+        log_view = _log_view(log_source, limits) if log_source is not None else None
+        if log_view is not None and log_source is not None and log_source.is_relative_to(root):
+            log_view = log_view.model_copy(update={"source": "reproduce.log (in the submission)"})
+    if reproduction is not None:
+        created, modified = set(reproduction.created), set(reproduction.modified)
+        files = [
+            f.model_copy(
+                update={
+                    "changed": "created"
+                    if f.path in created
+                    else "modified"
+                    if f.path in modified
+                    else None
+                }
+            )
+            for f in files
+        ]
+    script = next((f for f in files if f.path == "reproduce.sh"), None)
+    return SubmissionView(
+        submission=str(submission),
+        executed=str(executed) if executed is not None else None,
+        files=files,
+        files_not_listed=not_listed,
+        skipped_dirs=skipped,
+        reproduce_sh=script.text if script is not None else None,
+        log=log_view,
+        reproduction=reproduction,
+        notes=notes,
+        limits=limits,
+    )
