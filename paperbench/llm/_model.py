@@ -40,7 +40,6 @@ from paperbench.llm._gate import EndpointGate, endpoint_gate
 from paperbench.llm._registry import ModelAPI, Target, resolve
 from paperbench.llm._retry import RetryClock, TransientError
 from paperbench.llm._types import (
-    AssistantMessage,
     Message,
     ModelConfig,
     ModelOutput,
@@ -413,7 +412,7 @@ def _incomplete(answer: ModelOutput) -> str:
 
 def _reask(answer: ModelOutput, error: str) -> tuple[Message, ...]:
     return (
-        AssistantMessage(content=answer.text),
+        answer.assistant_message(),
         UserMessage(
             content="Your answer was not valid JSON matching the required schema "
             f"({error}). Reply again with only the JSON object."
@@ -423,53 +422,23 @@ def _reask(answer: ModelOutput, error: str) -> tuple[Message, ...]:
 
 @lru_cache(maxsize=256)
 def _schema_of_class(cls: type[BaseModel]) -> OutputSchema:
-    schema, strict = strict_schema(cls.model_json_schema())
-    return OutputSchema(name=_schema_name(cls.__name__), json_schema=schema, strict=strict)
+    return OutputSchema(name=_schema_name(cls.__name__), json_schema=cls.model_json_schema())
 
 
 def output_schema(output: OutputSpec) -> OutputSchema | None:
-    """The :class:`OutputSchema` sent to providers for a structured-output request."""
+    """The :class:`OutputSchema` of a structured-output request: the caller's plain JSON
+    Schema, asked for strictly. Each provider makes it the form its API takes with its SDK's
+    own helper (``paperbench.llm._schema``); answers are validated against this plain one."""
     if output is None:
         return None
     if isinstance(output, dict):
         name = _schema_name(str(output.get("title", "answer")))
-        schema, strict = strict_schema(output)
-        return OutputSchema(name=name, json_schema=schema, strict=strict)
+        return OutputSchema(name=name, json_schema=output)
     return _schema_of_class(output)
 
 
 def _schema_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] or "answer"
-
-
-def strict_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """A copy of ``schema`` in the strict form OpenAI requires (every object closed, every
-    property required), and whether that form was reachable without changing its meaning
-    beyond making defaults required."""
-    ok = True
-
-    def walk(node: Any) -> Any:
-        nonlocal ok
-        if isinstance(node, list):
-            return [walk(item) for item in node]
-        if not isinstance(node, dict):
-            return node
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
-                out[key] = {name: walk(sub) for name, sub in value.items()}
-            elif key != "default":
-                out[key] = walk(value)
-        if out.get("type") == "object" or "properties" in out:
-            if out.get("additionalProperties") not in (None, False):
-                ok = False
-            out["additionalProperties"] = False
-            props = out.get("properties", {})
-            out["required"] = list(props)
-        return out
-
-    result: dict[str, Any] = walk(schema)
-    return result, ok
 
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n?```\s*$", re.DOTALL)

@@ -400,3 +400,20 @@ def test_a_page_that_is_not_json_is_retried(fake_llm: FakeLLMServer, protocol: s
     out = gen(Model(config_for(protocol, fake_llm)), "hi")
     assert out.text == "recovered"
     assert len(fake_llm.requests) == 2
+
+
+def test_generate_sends_the_callers_schema_for_each_provider_to_convert(
+    fake_llm: FakeLLMServer,
+) -> None:
+    # Through the public path: an open dict must reach the provider as the caller wrote it
+    # (a pre-pass that closed every object would make it accept no key at all).
+    schema = {
+        "type": "object",
+        "properties": {"scores": {"type": "object", "additionalProperties": {"type": "number"}}},
+        "required": ["scores"],
+    }
+    fake_llm.handler = lambda request: FakeReply(json={"scores": {"leaf-1": 0.5}})
+    out = gen(Model(config_for("chat", fake_llm)), "scores", output=schema)
+    assert out.parsed == {"scores": {"leaf-1": 0.5}}
+    sent = fake_llm.requests[-1].body["response_format"]["json_schema"]
+    assert sent["schema"] == schema and sent["strict"] is False
