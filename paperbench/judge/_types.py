@@ -1,0 +1,89 @@
+"""The records the judge's parts exchange: one graded leaf, and one sample of it.
+
+A :class:`LeafGrade` is what every way of grading a leaf produces (an LLM verdict, a check
+run in a sandbox, a shortcut, a failure), appended as one JSON line to
+``grading/leaves.jsonl`` as soon as it is known, so an interrupted grading resumes with the
+leaves that are missing. It addresses its leaf by path (``NodePath``: child indices from the
+root), never by id, because rubric ids are not always unique.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from paperbench.rubric import NodePath
+
+GradeSource = Literal["llm", "check", "shortcut", "dummy", "random", "human"]
+"""What produced a grade: a model's verdict, a check leaf's command, a rule that needs no
+call (e.g. Result Analysis when the reproduction changed no file), a smoke-test judge, a
+person (gold sets)."""
+
+InvalidReason = Literal[
+    "failed",
+    "incomplete",
+    "unparseable",
+    "budget_exhausted",
+    "check_error",
+    "not_graded",
+]
+"""Why a leaf has no valid grade: the model call failed after its retries; the answer was
+cut off, refused or empty; the answer never matched the verdict's form; a cost cap stopped
+the call; a check could not run (its sandbox failed, not its command); nothing could grade
+it (e.g. an LLM leaf and no model key, when asked to go on without one)."""
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SampleGrade(_Record):
+    """One verdict for a leaf (ensembles take several and vote)."""
+
+    score: float = Field(ge=0, le=1)
+    valid: bool = True
+    explanation: str = ""
+    reason: InvalidReason | None = None
+    """Set when ``valid`` is false."""
+    judge: str | None = None
+    """The judge config's name, when several configs grade the same leaf."""
+
+
+class CallCost(_Record):
+    """What grading one leaf took from the model layer (its share of a shared call)."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = 0.0
+    """``None`` when a model had no price."""
+    cache_hits: int = 0
+    attempts: int = 0
+
+
+class LeafGrade(_Record):
+    """One graded leaf, as stored in ``grading/leaves.jsonl``."""
+
+    path: NodePath
+    leaf_id: str
+    category: str
+    """The leaf's task category (``Subtree`` for a unit graded at a depth limit)."""
+    score: float = Field(ge=0, le=1)
+    """0 whenever ``valid`` is false (the headline counts an invalid leaf as 0)."""
+    valid: bool
+    explanation: str = ""
+    source: GradeSource
+    reason: InvalidReason | None = None
+    """Why the grade is invalid; ``None`` for a valid grade."""
+    error: str | None = None
+    """The error's one line, for an invalid grade."""
+    files_shown: list[str] = Field(default_factory=list)
+    """Submission paths the grader saw (chunks are listed by their file)."""
+    samples: list[SampleGrade] = Field(default_factory=list)
+    """Every verdict when more than one was taken (majority vote → ``score``)."""
+    interval: tuple[float, float] | None = None
+    """The score's interval from judge disagreement, when there were several samples."""
+    cost: CallCost = Field(default_factory=CallCost)
+    wall_time_s: float = 0.0
