@@ -19,7 +19,7 @@ from anthropic.types import Message as AnthropicMessage
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.errors import ModelRequestError
-from paperbench.llm._registry import SDKModelAPI, Target, parse_options
+from paperbench.llm._registry import SDKModelAPI, Target, parse_options, usage_count
 from paperbench.llm._retry import TransientError, status_error
 from paperbench.llm._schema import anthropic_schema
 from paperbench.llm._types import (
@@ -144,14 +144,14 @@ class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
             elif block.type == "redacted_thinking":
                 reasoning.append(ReasoningItem(type="redacted_thinking", data=block.data))
         u = response.usage
-        read = _count(u, "cache_read_input_tokens")
-        written = _count(u, "cache_creation_input_tokens")
+        read = usage_count(u, "cache_read_input_tokens")
+        written = usage_count(u, "cache_creation_input_tokens")
         usage = Usage(
-            input_tokens=_count(u, "input_tokens") + read + written,
+            input_tokens=usage_count(u, "input_tokens") + read + written,
             cached_input_tokens=read,
             cache_write_tokens=written,
-            output_tokens=_count(u, "output_tokens"),
-            reasoning_tokens=_count(u, "output_tokens_details", "thinking_tokens"),
+            output_tokens=usage_count(u, "output_tokens"),
+            reasoning_tokens=usage_count(u, "output_tokens_details", "thinking_tokens"),
         )
         return ModelOutput(
             model=self.target.model,
@@ -162,16 +162,6 @@ class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
             stop_reason=_STOP.get(response.stop_reason or "", "unknown"),
             usage=usage,
         )
-
-
-def _count(usage: Any, *names: str) -> int:
-    """A token count from a usage object that may lack any field or hold ``None``."""
-    value = usage
-    for name in names:
-        value = getattr(value, name, None)
-        if value is None:
-            return 0
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 _STOP: dict[str, StopReason] = {

@@ -23,7 +23,7 @@ from openai.types.responses import Response
 from pydantic import BaseModel, ConfigDict
 
 from paperbench.errors import ModelRequestError
-from paperbench.llm._registry import SDKModelAPI, Target, parse_options
+from paperbench.llm._registry import SDKModelAPI, Target, parse_options, usage_count
 from paperbench.llm._retry import TransientError, status_error
 from paperbench.llm._schema import openai_schema
 from paperbench.llm._types import (
@@ -180,10 +180,10 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
         reasoning = extra.get("reasoning_content") or extra.get("reasoning")
         u = response.usage
         usage = Usage(
-            input_tokens=_count(u, "prompt_tokens"),
-            cached_input_tokens=_count(u, "prompt_tokens_details", "cached_tokens"),
-            output_tokens=_count(u, "completion_tokens"),
-            reasoning_tokens=_count(u, "completion_tokens_details", "reasoning_tokens"),
+            input_tokens=usage_count(u, "prompt_tokens"),
+            cached_input_tokens=usage_count(u, "prompt_tokens_details", "cached_tokens"),
+            output_tokens=usage_count(u, "completion_tokens"),
+            reasoning_tokens=usage_count(u, "completion_tokens_details", "reasoning_tokens"),
         )
         stop: StopReason = _CHAT_STOP.get(choice.finish_reason or "", "unknown")
         if message.refusal and not message.content:
@@ -268,10 +268,10 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
                 )
         u = response.usage
         usage = Usage(
-            input_tokens=_count(u, "input_tokens"),
-            cached_input_tokens=_count(u, "input_tokens_details", "cached_tokens"),
-            output_tokens=_count(u, "output_tokens"),
-            reasoning_tokens=_count(u, "output_tokens_details", "reasoning_tokens"),
+            input_tokens=usage_count(u, "input_tokens"),
+            cached_input_tokens=usage_count(u, "input_tokens_details", "cached_tokens"),
+            output_tokens=usage_count(u, "output_tokens"),
+            reasoning_tokens=usage_count(u, "output_tokens_details", "reasoning_tokens"),
         )
         stop: StopReason = "tool_calls" if calls else "stop"
         if response.status == "incomplete":
@@ -297,17 +297,6 @@ _CHAT_STOP: dict[str, StopReason] = {
     "function_call": "tool_calls",
     "content_filter": "content_filter",
 }
-
-
-def _count(usage: Any, *names: str) -> int:
-    """A token count from a usage object that may lack any field or hold ``None`` (servers
-    that speak the protocol loosely): 0 for whatever is missing."""
-    value = usage
-    for name in names:
-        value = getattr(value, name, None)
-        if value is None:
-            return 0
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _peek(value: Any) -> str:
