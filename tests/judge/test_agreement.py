@@ -106,7 +106,8 @@ def test_tree_interval_weights_leaves_as_aggregate_does() -> None:
     )
     assert score == pytest.approx(0.25 + 0.5625)  # leaf 1 has no sample: 0
     assert interval[0] <= score <= interval[1]
-    assert interval == (pytest.approx(0.25), pytest.approx(0.8125))
+    assert interval[0] == pytest.approx(0.25)
+    assert interval[1] == pytest.approx(0.8125)
 
 
 def test_config_agreement_compares_verdicts_on_common_leaves() -> None:
