@@ -470,6 +470,15 @@ Progress = Callable[[str, str], None]
 """Called with (judge name, gold name) as each grading finishes."""
 
 
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first error in a task group's failure (the others were cancelled with it), so
+    the caller sees one error, e.g. one line at the command line."""
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "_"
 
@@ -491,8 +500,8 @@ async def judge_eval(
     Raises:
         ShapeMismatchError: a predicted tree that does not match its gold tree.
         UsageError: two judge configs with the same name, or ``concurrency`` below 1.
-        Whatever ``grade`` raises for a whole submission (a leaf's failure is an invalid
-        leaf, not an exception).
+        Whatever ``grade`` raises for a whole submission, the first such error (a leaf's
+        failure is an invalid leaf, not an exception); the other gradings are cancelled.
     """
     if concurrency < 1:
         raise UsageError(f"--concurrency {concurrency}: give at least 1")
@@ -531,10 +540,13 @@ async def judge_eval(
         if progress is not None:
             progress(judge.identity.name, gold.name)
 
-    async with asyncio.TaskGroup() as group:
-        for ji in range(len(judges)):
-            for gi in range(len(golds)):
-                group.create_task(one(ji, gi))
+    try:
+        async with asyncio.TaskGroup() as group:
+            for ji in range(len(judges)):
+                for gi in range(len(golds)):
+                    group.create_task(one(ji, gi))
+    except BaseExceptionGroup as failed:
+        raise _first(failed) from None
 
     configs: list[ConfigResult] = []
     verdicts: dict[str, dict[tuple[str, NodePath], float]] = {}

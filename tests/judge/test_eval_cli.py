@@ -116,3 +116,18 @@ def test_without_the_grading_engine_the_command_says_so_in_one_line(
     assert result.exit_code == 1
     assert "Traceback" not in result.output
     assert "needs the grading engine" in result.output
+
+
+def test_a_predicted_tree_of_another_rubric_is_one_line_and_exit_1(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def first_child_only(gold: GoldSubmission, judge: LoadedJudge) -> GradedTaskNode:
+        tree = await _all_pass(gold, judge)
+        return aggregate(tree.model_copy(update={"sub_tasks": tree.sub_tasks[:1]}))
+
+    monkeypatch.setattr(_eval_cli, "load_grade_fn", lambda: first_child_only)
+    result = _run(["judge-eval", "--judge", "dummy", "--paper", "calibration-binning"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    [line] = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert "expected_result.json: $: the predicted tree differs from the gold tree" in line
