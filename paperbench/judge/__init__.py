@@ -5,6 +5,10 @@ This package holds the model-free half: the judge's view of a submission
 BM25 index instead of a ranking call), judge configs as data (:func:`load_judge_config`,
 ``judge/*.yaml`` in the catalog) with their identity, content fences, and the prompts
 rendered from the catalog's templates. Model calls build on these.
+
+Votes, agreement and score intervals for judges that take several samples per leaf are in
+:func:`majority`, :func:`leaf_agreement` and :func:`bootstrap_interval`; JudgeEval (a judge
+config against human-graded gold sets) in :func:`load_gold_set` and :func:`judge_eval`.
 """
 
 from paperbench.judge._agreement import (
