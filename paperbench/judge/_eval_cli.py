@@ -106,6 +106,7 @@ def judge_eval_command(
         list[str],
         typer.Option(
             "--judge",
+            metavar="CONFIG",
             help="A judge config: a catalog name (simple, simple-faithful, dummy, random) or "
             "a YAML file. Repeat to compare configs.",
         ),
@@ -113,6 +114,7 @@ def judge_eval_command(
     gold: Annotated[
         str,
         typer.Option(
+            metavar="examples|DIR",
             help="'examples' (this repository's gold-graded examples) or a folder: "
             "PaperBench's data/judge_eval, a data directory holding judge_eval/, or a folder "
             "of <paper>/<name>/ examples.",
@@ -127,7 +129,8 @@ def judge_eval_command(
         ),
     ] = None,
     paper: Annotated[
-        list[str] | None, typer.Option("--paper", help="Only this paper's gold submissions.")
+        list[str] | None,
+        typer.Option("--paper", metavar="ID", help="Only this paper's gold submissions."),
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Submissions graded at once.")] = 2,
     out: Annotated[
