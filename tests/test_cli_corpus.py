@@ -383,6 +383,27 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
         "images list --bogus": BadCall(["images", "list", "--bogus"], "--bogus"),
         "sandbox gc --bogus": BadCall(["sandbox", "gc", "--bogus"], "--bogus"),
         "sandbox gc extra argument": BadCall(["sandbox", "gc", "extra"], "extra"),
+        "judge-eval without --judge": BadCall(["judge-eval"], "--judge"),
+        "judge-eval --judge unknown": BadCall(
+            ["judge-eval", "--judge", "nosuch"], "'nosuch'", frozenset({1})
+        ),
+        "judge-eval --gold missing": BadCall(
+            ["judge-eval", "--judge", "dummy", "--gold", str(tmp_path / "nope")], "--gold"
+        ),
+        "judge-eval --gold without gold submissions": BadCall(
+            ["judge-eval", "--judge", "dummy", "--gold", str(empty)], "--gold"
+        ),
+        "judge-eval --data-dir missing": BadCall(
+            ["judge-eval", "--judge", "dummy", "--data-dir", str(tmp_path / "nope")],
+            "nope",
+            frozenset({1}),
+        ),
+        "judge-eval --concurrency 0": BadCall(
+            ["judge-eval", "--judge", "dummy", "--concurrency", "0"], "--concurrency"
+        ),
+        "judge-eval --out a file": BadCall(
+            ["judge-eval", "--judge", "dummy", "--out", str(not_archive)], "--out"
+        ),
         "unknown command": BadCall(["nosuchcommand"], "nosuchcommand"),
     }
 
@@ -403,6 +424,7 @@ def test_every_command_refuses_bad_flags_and_paths(tmp_path: Path, name: str) ->
 @pytest.mark.parametrize(
     "args",
     [[], ["rubric"], ["papers"], ["models"], ["images"], ["sandbox"], ["reproduce"]]
+    + [["judge-eval"]]
     + [["rubric", c] for c in ["validate", "stats", "score", "show"]]
     + [["papers", "list"], ["models", "check"], ["models", "list"], ["sandbox", "gc"]]
     + [["images", "build"], ["images", "list"]],

@@ -1,0 +1,133 @@
+"""``paperbench judge-eval`` end to end, with a grade function standing in for the engine."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from paperbench.cli import app
+from paperbench.judge import GoldSubmission, GradeFn, LoadedJudge, _eval_cli
+from paperbench.rubric import GradedTaskNode, aggregate, iter_leaves
+
+runner = CliRunner()
+
+
+def _run(args: list[str]) -> Result:
+    return runner.invoke(app, args, env={"COLUMNS": "200"})
+
+
+async def _all_pass(gold: GoldSubmission, judge: LoadedJudge) -> GradedTaskNode:
+    """What the dummy judge does: every leaf of the gold tree's rubric scores 1."""
+    data = gold.expected_tree().to_dict()
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        stack.extend(node["sub_tasks"])
+        if not node["sub_tasks"]:
+            node.update(score=1.0, valid_score=True, explanation="dummy")
+            node["judge_metadata"] = {"cost": {"input_tokens": 10, "cost_usd": 0.001}}
+    return aggregate(GradedTaskNode.model_validate(data))
+
+
+@pytest.fixture
+def fake_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    def load() -> GradeFn:
+        return _all_pass
+
+    monkeypatch.setattr(_eval_cli, "load_grade_fn", load)
+
+
+def _gold_counts() -> tuple[int, int]:
+    """(leaves, gold passes) over the bundled calibration-binning examples."""
+    from paperbench.judge import load_gold_set
+
+    leaves = passes = 0
+    for gold in load_gold_set("examples", papers=["calibration-binning"]):
+        for _, leaf in iter_leaves(gold.expected_tree()):
+            leaves += 1
+            passes += leaf.score >= 0.5
+    return leaves, passes
+
+
+@pytest.mark.usefixtures("fake_engine")
+def test_json_report_over_the_bundled_examples(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = _run(
+        [
+            "judge-eval",
+            "--judge",
+            "dummy",
+            "--paper",
+            "calibration-binning",
+            "--json",
+            "--out",
+            str(out),
+        ]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [g["name"] for g in report["golds"]] == [
+        "calibration-binning/buggy",
+        "calibration-binning/nearly-empty",
+        "calibration-binning/partial",
+        "calibration-binning/reference",
+    ]
+    [config] = report["configs"]
+    leaves, passes = _gold_counts()
+    overall = config["overall"]
+    assert (overall["leaves"], overall["graded"], overall["invalid"]) == (leaves, leaves, 0)
+    assert overall["accuracy"] == pytest.approx(passes / leaves)  # every verdict is "pass"
+    assert config["judge"]["name"] == "dummy"
+    assert config["cost"]["input_tokens"] == 10 * leaves
+    assert json.loads((out / "report.json").read_text()) == report
+    assert (out / "dummy" / "calibration-binning" / "buggy" / "grade.json").is_file()
+
+
+@pytest.mark.usefixtures("fake_engine")
+def test_the_table_has_a_row_per_config_and_agreement_lines() -> None:
+    result = _run(
+        ["judge-eval", "--judge", "dummy", "--judge", "random", "--paper", "momentum-conditioning"]
+    )
+    assert result.exit_code == 0, result.output
+    for column in ["judge", "invalid", "acc", "F1", "F1 dev", "in tok/sub", "$/sub", "wall s"]:
+        assert column in result.stdout
+    assert "│ dummy" in result.stdout and "│ random" in result.stdout
+    assert "verdict agreement dummy / random: 1.000" in result.stdout
+    assert "graded momentum-conditioning/reference with dummy" in result.stderr
+
+
+@pytest.mark.usefixtures("fake_engine")
+def test_a_non_empty_out_folder_is_refused_before_grading(tmp_path: Path) -> None:
+    (tmp_path / "old.txt").write_text("keep")
+    result = _run(["judge-eval", "--judge", "dummy", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--out" in result.output and "not empty" in result.output
+
+
+def test_without_the_grading_engine_the_command_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "paperbench.judge._grader", None)  # import fails
+    result = _run(["judge-eval", "--judge", "dummy", "--paper", "calibration-binning"])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert "needs the grading engine" in result.output
+
+
+def test_a_predicted_tree_of_another_rubric_is_one_line_and_exit_1(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def first_child_only(gold: GoldSubmission, judge: LoadedJudge) -> GradedTaskNode:
+        tree = await _all_pass(gold, judge)
+        return aggregate(tree.model_copy(update={"sub_tasks": tree.sub_tasks[:1]}))
+
+    monkeypatch.setattr(_eval_cli, "load_grade_fn", lambda: first_child_only)
+    result = _run(["judge-eval", "--judge", "dummy", "--paper", "calibration-binning"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    [line] = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert "expected_result.json: $: the predicted tree differs from the gold tree" in line
