@@ -35,6 +35,17 @@ from paperbench.judge._context import (
 )
 from paperbench.judge._fence import fence
 from paperbench.judge._log import LogExcerpt, cut_log, fold_log
+from paperbench.judge._papercoder import (
+    Critique,
+    LeftOutFile,
+    RepoSample,
+    RepoScore,
+    RepoScoreMode,
+    papercoder_messages,
+    papercoder_scores,
+    render_repo_score,
+    repository_files,
+)
 from paperbench.judge._prompts import (
     CATEGORY_QUESTIONS,
     file_tree,
@@ -68,6 +79,7 @@ __all__ = [
     "CallCost",
     "ContextCategory",
     "ContextFile",
+    "Critique",
     "DummyConfig",
     "FaithfulConfig",
     "FileKind",
@@ -78,11 +90,15 @@ __all__ = [
     "LeafContext",
     "LeafGrade",
     "LeftOut",
+    "LeftOutFile",
     "LoadedJudge",
     "LogExcerpt",
     "LogView",
     "PromptFiles",
     "RandomConfig",
+    "RepoSample",
+    "RepoScore",
+    "RepoScoreMode",
     "ReproductionSummary",
     "RoleModel",
     "Roles",
@@ -102,9 +118,13 @@ __all__ = [
     "fold_log",
     "grading_messages",
     "load_judge_config",
+    "papercoder_messages",
+    "papercoder_scores",
     "parsing_messages",
     "ranking_messages",
     "render",
+    "render_repo_score",
+    "repository_files",
     "select_context",
     "tokenize",
 ]
