@@ -41,10 +41,11 @@ from paperbench.judge._papercoder import (
     RepoSample,
     RepoScore,
     RepoScoreMode,
-    papercoder_messages,
+    papercoder_prompt,
     papercoder_scores,
     render_repo_score,
     repository_files,
+    sample_messages,
 )
 from paperbench.judge._prompts import (
     CATEGORY_QUESTIONS,
@@ -118,13 +119,14 @@ __all__ = [
     "fold_log",
     "grading_messages",
     "load_judge_config",
-    "papercoder_messages",
+    "papercoder_prompt",
     "papercoder_scores",
     "parsing_messages",
     "ranking_messages",
     "render",
     "render_repo_score",
     "repository_files",
+    "sample_messages",
     "select_context",
     "tokenize",
 ]

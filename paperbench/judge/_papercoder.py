@@ -150,6 +150,10 @@ class RepoScore(_Frozen):
     model: str
     prompt_sha256: str
     """A hash of the prompt template: scores compare only when it and the model match."""
+    temperature: float | None = None
+    """The model's sampling temperature (``None``: the provider's default, 1 for OpenAI and
+    Anthropic, as PaperCoder samples; at 0 the samples barely differ)."""
+    reasoning_effort: str | None = None
     requested_samples: int
     samples: list[RepoSample] = Field(default_factory=list)
     """Every sample taken (none when the repository was not sent)."""
@@ -174,6 +178,9 @@ class RepoScore(_Frozen):
     files_left_out: list[LeftOutFile] = Field(default_factory=list)
     reference_files_shown: list[str] = Field(default_factory=list)
     reference_files_left_out: list[LeftOutFile] = Field(default_factory=list)
+    files_not_listed: int = 0
+    """Files beyond the view's listing limit (never read, so never shown; also in the
+    prompt's count of files not shown)."""
 
     @property
     def scored(self) -> bool:
@@ -197,9 +204,12 @@ def repository_files(view: SubmissionView) -> tuple[list[ViewFile], list[LeftOut
     return shown, left_out
 
 
-def _left_out_summary(left_out: list[LeftOutFile]) -> str:
+def _left_out_summary(left_out: list[LeftOutFile], not_listed: int = 0) -> str:
     counts = Counter(item.reason for item in left_out)
-    return ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
+    parts = [f"{n} {reason}" for reason, n in sorted(counts.items())]
+    if not_listed:
+        parts.append(f"{not_listed} beyond the listing limit")
+    return ", ".join(parts)
 
 
 def _prompt_template(mode: RepoScoreMode) -> str:
@@ -211,32 +221,37 @@ def _addenda(paper: Paper) -> str:
     return "\n\n".join(part for part in parts if part)
 
 
-def papercoder_messages(
-    template: str,
-    *,
+def papercoder_prompt(
+    view: SubmissionView,
     paper: Paper,
-    files: list[ViewFile],
-    left_out: list[LeftOutFile],
-    reference_files: list[ViewFile] | None = None,
-    reference_left_out: list[LeftOutFile] | None = None,
-    sample: int,
-    samples: int,
-) -> list[Message]:
-    """The messages of sample ``sample`` (0-based): the shared prompt (instructions, paper,
-    fenced repositories), marked as a cacheable prefix, then a line naming the sample."""
+    *,
+    reference: SubmissionView | None = None,
+    template: str | None = None,
+) -> str:
+    """The part every sample shares: instructions, the paper and its addenda, and the
+    repository's files (and the reference's), each fenced as data. ``template`` defaults to
+    the catalog's prompt for the mode."""
+    mode: RepoScoreMode = "reference-free" if reference is None else "reference-based"
+    files, left_out = repository_files(view)
     values: dict[str, object] = {
         "paper": paper.paper_text().strip(),
         "addenda": _addenda(paper),
         "files": [fence(f.text or "", f"file: {f.path}") for f in files],
-        "left_out": _left_out_summary(left_out),
+        "left_out": _left_out_summary(left_out, view.files_not_listed),
     }
-    if reference_files is not None:
-        values["reference_files"] = [
-            fence(f.text or "", f"file: {f.path}") for f in reference_files
-        ]
-        values["reference_left_out"] = _left_out_summary(reference_left_out or [])
+    if reference is not None:
+        ref_files, ref_left_out = repository_files(reference)
+        values["reference_files"] = [fence(f.text or "", f"file: {f.path}") for f in ref_files]
+        values["reference_left_out"] = _left_out_summary(ref_left_out, reference.files_not_listed)
+    return render(template if template is not None else _prompt_template(mode), **values)
+
+
+def sample_messages(prompt: str, *, sample: int, samples: int) -> list[Message]:
+    """The messages of sample ``sample`` (0-based) of ``samples``: the shared prompt, marked
+    as the end of a cacheable prefix, then a line naming the sample, which makes each sample
+    its own request (and its own response-cache entry)."""
     return [
-        UserMessage(content=render(template, **values), cache=True),
+        UserMessage(content=prompt, cache=True),
         UserMessage(
             content=(
                 f"This is independent assessment {sample + 1} of {samples}. Rate the "
@@ -332,6 +347,8 @@ async def papercoder_scores(
         mode=mode,
         model=model.name,
         prompt_sha256=hashlib.sha256(template.encode()).hexdigest(),
+        temperature=model.config.temperature,
+        reasoning_effort=model.config.reasoning_effort,
         requested_samples=samples,
         window=window,
         answer_tokens=answer_tokens,
@@ -339,6 +356,7 @@ async def papercoder_scores(
         files_left_out=left_out,
         reference_files_shown=[f.path for f in ref_files],
         reference_files_left_out=ref_left_out,
+        files_not_listed=view.files_not_listed,
     )
     if not files:
         return base.model_copy(
@@ -348,19 +366,8 @@ async def papercoder_scores(
         return base.model_copy(
             update={"unscored_reason": "the reference has no code or documentation files"}
         )
-    messages = [
-        papercoder_messages(
-            template,
-            paper=paper,
-            files=files,
-            left_out=left_out,
-            reference_files=ref_files if reference is not None else None,
-            reference_left_out=ref_left_out,
-            sample=i,
-            samples=samples,
-        )
-        for i in range(samples)
-    ]
+    prompt = papercoder_prompt(view, paper, reference=reference, template=template)
+    messages = [sample_messages(prompt, sample=i, samples=samples) for i in range(samples)]
     prompt_tokens = max(count_message_tokens(m, model.name) for m in messages)
     base = base.model_copy(update={"prompt_tokens": prompt_tokens})
     if prompt_tokens + answer_tokens > window:

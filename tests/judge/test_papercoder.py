@@ -10,18 +10,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from pydantic import SecretStr
 from rich.console import Console
 
 from paperbench.errors import MissingKeyError
 from paperbench.judge import (
     RepoScore,
     SubmissionView,
+    ViewLimits,
     build_view,
     papercoder_scores,
     render_repo_score,
 )
 from paperbench.judge._fence import closing, fence_tag, opening
-from paperbench.llm import CostLedger, Model, ModelConfig
+from paperbench.llm import BudgetCaps, CostLedger, Model, ModelConfig
 from paperbench.papers import Paper, PaperSource
 from paperbench.testing import FakeLLMServer, FakeReply, FakeUsage
 from paperbench.testing.fake_llm import RecordedRequest
@@ -369,3 +371,51 @@ def test_a_result_round_trips_as_json(
     server.handler = lambda request: FakeReply(json=_answer(5))
     result = _score(_model(server), _view(make_submission, REPO, "sub"), paper, samples=1)
     assert RepoScore.model_validate_json(result.model_dump_json()) == result
+
+
+def test_the_prompt_holds_the_paper_and_its_addenda_before_the_repository(
+    server: FakeLLMServer, make_submission: Callable[..., Path], paper: Paper
+) -> None:
+    server.handler = lambda request: FakeReply(json=_answer(4))
+    _score(_model(server, temperature=1.0), _view(make_submission, REPO, "sub"), paper, samples=1)
+    prompt = _prompt_text(server.requests[0])
+    addendum = paper.addendum_text().strip().splitlines()[0]
+    judge_addendum = paper.judge_addendum_text().strip().splitlines()[0]
+    first_line = paper.paper_text().strip().splitlines()[0]
+    positions = [prompt.index(s) for s in (first_line, addendum, judge_addendum)]
+    assert positions == sorted(positions) and positions[-1] < prompt.index("TARGET_MODEL_CODE")
+
+
+def test_the_model_settings_and_files_beyond_the_listing_limit_are_recorded(
+    server: FakeLLMServer, make_submission: Callable[..., Path], paper: Paper
+) -> None:
+    server.handler = lambda request: FakeReply(json=_answer(2))
+    folder = make_submission(REPO, name="sub")
+    view = build_view(folder, limits=ViewLimits(max_files=3))
+    result = _score(_model(server, temperature=1.0), view, paper, samples=1)
+    assert result.temperature == 1.0 and result.files_not_listed == 3
+    assert "3 beyond the listing limit" in _prompt_text(server.requests[0])
+
+
+def test_an_exhausted_budget_makes_the_remaining_samples_invalid(
+    server: FakeLLMServer, make_submission: Callable[..., Path], paper: Paper
+) -> None:
+    server.handler = lambda request: FakeReply(
+        json=_answer(3), usage=FakeUsage(input=100_000, output=100)
+    )
+    config = ModelConfig(
+        model="openai/gpt-4o",
+        base_url=server.openai_url,
+        api_key=SecretStr("sk-test"),
+        timeout_s=5.0,
+        max_connections=1,  # one at a time, so each budget check sees the spending before it
+    )
+    model = Model(config, ledger=CostLedger(caps=BudgetCaps(run_usd=0.01)))
+    result = _score(model, _view(make_submission, REPO, "sub"), paper, samples=3)
+    assert result.valid_samples == 1 and result.mean == 3.0
+    assert sorted(str(s.reason) for s in result.samples) == [
+        "None",
+        "budget_exhausted",
+        "budget_exhausted",
+    ]
+    assert len(server.requests) == 1
