@@ -4,9 +4,11 @@ This package holds the model-free half: the judge's view of a submission
 (:func:`build_view`), the context each leaf's grader sees (:func:`select_context`, with a
 BM25 index instead of a ranking call), judge configs as data (:func:`load_judge_config`,
 ``judge/*.yaml`` in the catalog) with their identity, content fences, and the prompts
-rendered from the catalog's templates. Model calls build on these.
+rendered from the catalog's templates. Model calls build on these. Check leaves are graded
+without a model, by running their command in a sandbox (:func:`run_check`, :func:`run_checks`).
 """
 
+from paperbench.judge._checks import CHECK_LIMITS, CheckRunner, run_check, run_checks
 from paperbench.judge._config import (
     Budgets,
     DummyConfig,
@@ -64,8 +66,10 @@ from paperbench.judge._view import (
 __all__ = [
     "CATEGORIES",
     "CATEGORY_QUESTIONS",
+    "CHECK_LIMITS",
     "Budgets",
     "CallCost",
+    "CheckRunner",
     "ContextCategory",
     "ContextFile",
     "DummyConfig",
@@ -105,6 +109,8 @@ __all__ = [
     "parsing_messages",
     "ranking_messages",
     "render",
+    "run_check",
+    "run_checks",
     "select_context",
     "tokenize",
 ]
