@@ -5,6 +5,7 @@ sandbox that cannot start."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import shutil
 import socket
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from paperbench.errors import InputError
-from paperbench.judge import CHECK_LIMITS, LeafGrade, run_check, run_checks
+from paperbench.judge import CHECK_LIMITS, CheckRunner, LeafGrade, run_check, run_checks
 from paperbench.reproduce import ReproduceConfig, reproduce_submission
 from paperbench.rubric import Check, NodePath, TaskCategory, TaskNode, iter_leaves, load_rubric
 from paperbench.sandbox import SandboxConfig
@@ -150,10 +151,17 @@ def test_executed_archive_and_plain_folder_are_accepted(
 # --------------------------------------------------------------------------- outcomes
 
 
-def test_pass_and_hidden_file_copied_in(tiny: Path) -> None:
+def test_pass_and_hidden_file_copied_in_through_a_bound_check_runner(tiny: Path) -> None:
     files = {"/hidden/c.py": "checks/c.py"}
     check = Check(command="python3 /hidden/c.py", timeout_s=30, files=files)
-    grade = _run(_leaf(check), tiny)
+    runner: CheckRunner = functools.partial(
+        run_check, rubric_dir=tiny / "rubric", executed=tiny / "executed", sandbox=LOCAL
+    )
+
+    async def grade_leaf() -> LeafGrade:
+        return await runner(_leaf(check), (0, 1))
+
+    grade = asyncio.run(grade_leaf())
     assert grade.valid and grade.score == 1.0 and grade.path == (0, 1), grade
     assert "exit_code=0 timed_out=false" in grade.explanation
 
