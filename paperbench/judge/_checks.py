@@ -29,6 +29,7 @@ executed submission once and starting one sandbox per check, ``concurrency`` at 
 from __future__ import annotations
 
 import asyncio
+import json
 import posixpath
 import tempfile
 import time
@@ -133,13 +134,22 @@ def _executed_source(executed: Path) -> tuple[Path | None, str | None]:
     archive = executed / "executed.tar.gz"
     if archive.is_file():
         return archive, None
-    metadata = executed / "metadata.json"
-    if metadata.is_file():
+    if _is_reproduction(executed / "metadata.json"):
         return None, (
             f"{executed}: the reproduction left no executed.tar.gz (see its metadata.json); "
             "rerun `paperbench reproduce` to grade check leaves"
         )
     return executed, None
+
+
+def _is_reproduction(metadata: Path) -> bool:
+    """Whether ``metadata`` is the metadata.json of `paperbench reproduce` (a submission may
+    hold a file of that name of its own)."""
+    try:
+        data = json.loads(metadata.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and {"status", "submission"} <= data.keys()
 
 
 def _tail(text: str) -> str:

@@ -271,10 +271,16 @@ def test_reproduction_without_executed_archive_is_check_error(tiny: Path) -> Non
     out = tiny / "executed"
     shutil.rmtree(out)
     out.mkdir()
-    (out / "metadata.json").write_text('{"status": "sandbox_error"}')
+    (out / "metadata.json").write_text('{"status": "sandbox_error", "submission": "sub"}')
     grade = _run(_leaf(Check(command="true")), tiny)
     assert not grade.valid and grade.reason == "check_error", grade
     assert grade.error is not None and "no executed.tar.gz" in grade.error
+
+
+def test_a_submission_with_its_own_metadata_json_is_a_plain_folder(tiny: Path) -> None:
+    (tiny / "executed" / "metadata.json").write_text('{"model": "resnet", "status": "ok"}')
+    grade = _run(_leaf(Check(command="test -f metadata.json && test -f mod.py")), tiny)
+    assert grade.valid and grade.score == 1.0, grade
 
 
 def test_default_limits_are_capped() -> None:
