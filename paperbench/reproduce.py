@@ -270,9 +270,15 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-async def _resolve_image(backend: SandboxBackend, config: ReproduceConfig) -> str:
-    if config.image:
-        return config.image
+async def resolve_image(backend: SandboxBackend, image: str | None = None) -> str:
+    """The reproducer image for ``backend``: ``image`` when given, else paperbench's reproducer
+    image on Docker (built when missing) or the host's own system on the local backend.
+
+    Raises:
+        SandboxError: the image cannot be found or built.
+    """
+    if image:
+        return image
     if backend.name != "docker":
         return LOCAL_IMAGE
     from paperbench.sandbox._images import ensure_images
@@ -392,7 +398,7 @@ class _Run:
             self.meta.isolation = backend.isolation_kind
             self.meta.isolation_reason = backend.isolation_reason
             try:
-                image = await _resolve_image(backend, self.config)
+                image = await resolve_image(backend, self.config.image)
             except SandboxError as exc:
                 self.meta.error = str(exc)
                 return self.meta

@@ -20,6 +20,11 @@ from paperbench.judge._agreement import (
     majority,
     tree_interval,
 )
+rendered from the catalog's templates. Model calls build on these. Check leaves are graded
+without a model, by running their command in a sandbox (:func:`run_check`, :func:`run_checks`).
+"""
+
+from paperbench.judge._checks import CHECK_LIMITS, CheckRunner, run_check, run_checks
 from paperbench.judge._config import (
     Budgets,
     DummyConfig,
@@ -111,6 +116,10 @@ __all__ = [
     "Budgets",
     "CallCost",
     "ConfigResult",
+    "CHECK_LIMITS",
+    "Budgets",
+    "CallCost",
+    "CheckRunner",
     "ContextCategory",
     "ContextFile",
     "Critique",
@@ -177,6 +186,8 @@ __all__ = [
     "render_repo_score",
     "repository_files",
     "sample_messages",
+    "run_check",
+    "run_checks",
     "select_context",
     "tokenize",
     "tree_cost",

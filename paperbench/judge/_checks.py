@@ -1,0 +1,362 @@
+"""Check leaves: a leaf with ``check`` is graded by running its command, not by a model.
+
+In the spirit of ResearchCodeBench, a check is an executable test hidden from the agent
+(``paperbench.rubric.Check``: ``command``, ``timeout_s``, ``files``). Each check runs in a
+FRESH reproducer sandbox (the image and backend ``paperbench reproduce`` uses, built with
+:func:`paperbench.reproduce.resolve_image`) with no network and capped memory, processes and
+disk (:data:`CHECK_LIMITS`):
+
+1. the executed submission is copied to ``/submission`` (the output folder of
+   ``paperbench reproduce``, whose ``executed.tar.gz`` holds it under ``submission/``; or such
+   an ``executed.tar.gz``; or a plain folder holding the executed submission);
+2. the check's ``files`` (sandbox path → path relative to the rubric file's folder) are
+   written in; a source outside that folder, or missing, is refused with one line naming the
+   leaf's JSON path before any sandbox starts;
+3. ``command`` runs under ``bash -lc`` in ``/submission`` with the check's timeout.
+
+Exit 0 scores 1, anything else 0 (a crash, a missing import, a timeout): a valid grade with
+``source: "check"`` whose explanation gives the command, the exit code, whether it timed out,
+the time taken and a capped tail of its stdout and stderr. Only a failure of the sandbox
+itself (the backend does not answer, the image is missing, the copy fails, the executed
+submission is missing) makes the grade invalid, with reason ``check_error`` and the error line.
+
+:data:`CheckRunner` is the signature the grading engine calls for one leaf: bind the
+submission and sandbox with ``functools.partial(run_check, rubric_dir=..., executed=...,
+sandbox=...)``. :func:`run_checks` runs several check leaves of one submission, extracting the
+executed submission once and starting one sandbox per check, ``concurrency`` at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import posixpath
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from paperbench._io import json_path
+from paperbench.errors import InputError, SandboxError
+from paperbench.judge._types import LeafGrade
+from paperbench.reproduce import ARCHIVE_TOP, SUBMISSION_PATH, resolve_image
+from paperbench.rubric import Check, NodePath, TaskNode
+from paperbench.sandbox import (
+    ExecResult,
+    NetworkPolicy,
+    SandboxBackend,
+    SandboxConfig,
+    SandboxLimits,
+    SandboxSpec,
+    safe_extract,
+)
+
+CHECK_LIMITS = SandboxLimits(memory_mb=4096, pids=512, disk_mb=4096)
+"""Resources of a check's sandbox unless the caller gives others: a check tests code on
+small hidden inputs, so it needs far less than a reproduction."""
+OUTPUT_LIMIT_BYTES = 64 * 1024
+"""Bytes kept of each of a check's stdout and stderr (head and tail)."""
+TAIL_CHARS = 2000
+"""Characters of each stream's end quoted in the explanation."""
+CHECK_STAGE_LABEL = {"paperbench.stage": "check"}
+
+CheckRunner = Callable[[TaskNode, NodePath], Awaitable[LeafGrade]]
+"""What the grading engine calls for a leaf with ``check``: ``(leaf, path) -> LeafGrade``,
+e.g. ``functools.partial(run_check, rubric_dir=..., executed=..., sandbox=...)``. It never
+raises for a failing, crashing or timing-out command; a sandbox failure is an invalid grade
+with reason ``check_error``; a rubric whose check files are unusable raises ``InputError``."""
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One check ready to run: its leaf, where it sits, and its hidden files' contents."""
+
+    path: NodePath
+    leaf: TaskNode
+    check: Check
+    files: dict[str, bytes]
+
+
+def _hidden_files(leaf: TaskNode, path: NodePath, rubric_dir: Path) -> dict[str, bytes]:
+    """Sandbox path → content of every file the check needs, read from the rubric's folder.
+
+    Raises:
+        InputError: a source outside ``rubric_dir`` or missing, or a relative sandbox path.
+    """
+    assert leaf.check is not None
+    root = rubric_dir.resolve()
+    loc: list[str | int] = []
+    for index in path:
+        loc += ["sub_tasks", index]
+    out: dict[str, bytes] = {}
+    for target, source in leaf.check.files.items():
+        where = json_path([*loc, "check", "files", target])
+        if not target.startswith("/"):
+            raise InputError(
+                f"the sandbox path {target!r} must be absolute (e.g. /paperbench_checks/x.py)",
+                file=rubric_dir,
+                path=where,
+            )
+        resolved = (root / source).resolve()
+        if not resolved.is_relative_to(root):
+            raise InputError(
+                f"{source!r} is outside the rubric's folder {root}; check files must sit "
+                "beside the rubric (e.g. checks/<paper>/...)",
+                file=rubric_dir,
+                path=where,
+            )
+        try:
+            out[target] = resolved.read_bytes()
+        except OSError as exc:
+            raise InputError(
+                f"cannot read check file {source!r} ({exc.strerror}; looked for {resolved})",
+                file=rubric_dir,
+                path=where,
+            ) from None
+    return out
+
+
+def _executed_source(executed: Path) -> tuple[Path | None, str | None]:
+    """The folder or archive holding the executed submission, or None and why not.
+
+    Raises:
+        InputError: ``executed`` does not exist.
+    """
+    if not executed.exists():
+        raise InputError(
+            "not found: give the output folder of `paperbench reproduce`, its "
+            "executed.tar.gz, or a folder holding the executed submission",
+            file=executed,
+        )
+    if executed.is_file():
+        return executed, None
+    archive = executed / "executed.tar.gz"
+    if archive.is_file():
+        return archive, None
+    if _is_reproduction(executed / "metadata.json"):
+        return None, (
+            f"{executed}: the reproduction left no executed.tar.gz (see its metadata.json); "
+            "rerun `paperbench reproduce` to grade check leaves"
+        )
+    return executed, None
+
+
+def _is_reproduction(metadata: Path) -> bool:
+    """Whether ``metadata`` is the metadata.json of `paperbench reproduce` (a submission may
+    hold a file of that name of its own)."""
+    try:
+        data = json.loads(metadata.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and {"status", "submission"} <= data.keys()
+
+
+def _tail(text: str) -> str:
+    text = text.rstrip()
+    return text if len(text) <= TAIL_CHARS else "[...]" + text[-TAIL_CHARS:]
+
+
+def _explain(check: Check, result: ExecResult) -> str:
+    if result.timed_out:
+        outcome = f"timed out after {check.timeout_s:g} s and was killed (exit code none)"
+    else:
+        outcome = f"exited {result.exit_code} after {result.duration_s:.1f} s"
+    verdict = "passed" if result.exit_code == 0 and not result.timed_out else "failed"
+    lines = [
+        f"check {verdict}: `{check.command}` {outcome}.",
+        f"exit_code={result.exit_code} timed_out={str(result.timed_out).lower()}",
+    ]
+    for name, text, cut in (
+        ("stdout", result.stdout, result.stdout_truncated),
+        ("stderr", result.stderr, result.stderr_truncated),
+    ):
+        if text.strip():
+            note = ", middle cut" if cut else ""
+            lines.append(f"--- {name} (last {TAIL_CHARS} characters{note}) ---")
+            lines.append(_tail(text))
+    return "\n".join(lines)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _grade(
+    item: _Prepared,
+    *,
+    started: float,
+    result: ExecResult | None = None,
+    error: str | None = None,
+) -> LeafGrade:
+    category = item.leaf.task_category
+    if result is None:
+        line = error or "the check's sandbox failed"
+        return LeafGrade(
+            path=item.path,
+            leaf_id=item.leaf.id,
+            category=category.value if category is not None else "",
+            source="check",
+            score=0.0,
+            valid=False,
+            reason="check_error",
+            error=line,
+            explanation=f"the check `{item.check.command}` could not run: {line}",
+            wall_time_s=time.monotonic() - started,
+        )
+    passed = result.exit_code == 0 and not result.timed_out
+    return LeafGrade(
+        path=item.path,
+        leaf_id=item.leaf.id,
+        category=category.value if category is not None else "",
+        source="check",
+        score=1.0 if passed else 0.0,
+        valid=True,
+        explanation=_explain(item.check, result),
+        wall_time_s=time.monotonic() - started,
+    )
+
+
+def _keep_writable(backend: SandboxBackend, items: Sequence[_Prepared]) -> None:
+    """Let the checks' hidden files be written where their commands expect them.
+
+    A Docker sandbox with a capped disk has a read-only root with only some folders writable
+    (on the capped disk); add the folder of every hidden file that lies outside them (e.g.
+    ``/paperbench_checks``), so it is created on the capped disk too. The local backend
+    creates any top folder in its workspace and needs nothing.
+    """
+    if backend.name != "docker":
+        return
+    from paperbench.sandbox import DockerBackend
+
+    if not isinstance(backend, DockerBackend):
+        return
+    kept: tuple[str, ...] = backend.work_dirs
+    extra: list[str] = []
+    for item in items:
+        for target in item.files:
+            folder = posixpath.dirname(posixpath.normpath(target))
+            inside = any(folder == d or folder.startswith(d.rstrip("/") + "/") for d in kept)
+            if folder != "/" and not inside and folder not in extra:
+                extra.append(folder)
+    if extra:
+        backend.work_dirs = (*kept, *extra)
+
+
+async def _run_one(
+    item: _Prepared,
+    backend: SandboxBackend,
+    spec: SandboxSpec,
+    staged: Path,
+    gate: asyncio.Semaphore,
+) -> LeafGrade:
+    async with gate:
+        started = time.monotonic()
+        try:
+            async with await backend.start(spec) as sb:
+                await sb.upload(staged, SUBMISSION_PATH)
+                for target, data in item.files.items():
+                    await sb.write_file(target, data)
+                result = await sb.exec(
+                    item.check.command,
+                    timeout=float(item.check.timeout_s),
+                    workdir=SUBMISSION_PATH,
+                    output_limit=OUTPUT_LIMIT_BYTES,
+                )
+        except SandboxError as exc:
+            return _grade(item, started=started, error=_one_line(exc))
+        return _grade(item, started=started, result=result)
+
+
+async def run_checks(
+    leaves: Sequence[tuple[NodePath, TaskNode]],
+    *,
+    rubric_dir: Path,
+    executed: Path,
+    sandbox: SandboxConfig,
+    image: str | None = None,
+    concurrency: int = 2,
+    limits: SandboxLimits = CHECK_LIMITS,
+    labels: Mapping[str, str] | None = None,
+) -> list[LeafGrade]:
+    """Grade the check leaves ``leaves`` of one executed submission, in their order.
+
+    The executed submission is extracted once; every check gets its own fresh sandbox, at
+    most ``concurrency`` at a time. ``image`` overrides the reproducer image (Docker) or the
+    host (local); ``labels`` are added to every sandbox (e.g. the run it belongs to).
+
+    Raises:
+        InputError: a leaf without ``check``, a check file outside ``rubric_dir`` or missing,
+            or ``executed`` not found (nothing has run then).
+        UnsafeArchiveError: the executed archive has members that escape its folder.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    items: list[_Prepared] = []
+    for path, leaf in leaves:
+        if leaf.check is None:
+            raise InputError(
+                "this leaf has no check: grade it with the judge instead",
+                file=rubric_dir,
+                path=json_path([x for i in path for x in ("sub_tasks", i)]),
+            )
+        items.append(_Prepared(path, leaf, leaf.check, _hidden_files(leaf, path, rubric_dir)))
+    if not items:
+        return []
+    source, missing = _executed_source(Path(executed))
+    if source is None:
+        started = time.monotonic()
+        return [_grade(item, started=started, error=missing) for item in items]
+    started = time.monotonic()
+    try:
+        backend = await sandbox.build()
+        resolved_image = await resolve_image(backend, image)
+    except SandboxError as exc:
+        return [_grade(item, started=started, error=_one_line(exc)) for item in items]
+    _keep_writable(backend, items)
+    spec = SandboxSpec(
+        image=resolved_image,
+        limits=limits,
+        network=NetworkPolicy.NONE,
+        workdir=SUBMISSION_PATH,
+        labels={**(labels or {}), **CHECK_STAGE_LABEL},
+    )
+    gate = asyncio.Semaphore(concurrency)
+    with tempfile.TemporaryDirectory(prefix="paperbench-checks-") as tmp:
+        staged = Path(tmp) / ARCHIVE_TOP
+        await asyncio.to_thread(safe_extract, source, staged, strict=True)
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(_run_one(item, backend, spec, staged, gate)) for item in items
+            ]
+    return [task.result() for task in tasks]
+
+
+async def run_check(
+    leaf: TaskNode,
+    path: NodePath,
+    *,
+    rubric_dir: Path,
+    executed: Path,
+    sandbox: SandboxConfig,
+    image: str | None = None,
+    limits: SandboxLimits = CHECK_LIMITS,
+    labels: Mapping[str, str] | None = None,
+) -> LeafGrade:
+    """Grade one check leaf (see the module docstring); :data:`CheckRunner` once bound.
+
+    Raises:
+        InputError: the leaf has no check, a check file is outside ``rubric_dir`` or missing,
+            or ``executed`` does not exist.
+    """
+    grades = await run_checks(
+        [(path, leaf)],
+        rubric_dir=rubric_dir,
+        executed=executed,
+        sandbox=sandbox,
+        image=image,
+        limits=limits,
+        labels=labels,
+    )
+    return grades[0]
