@@ -4,7 +4,8 @@ This package holds the model-free half: the judge's view of a submission
 (:func:`build_view`), the context each leaf's grader sees (:func:`select_context`, with a
 BM25 index instead of a ranking call), judge configs as data (:func:`load_judge_config`,
 ``judge/*.yaml`` in the catalog) with their identity, content fences, and the prompts
-rendered from the catalog's templates. Model calls build on these.
+rendered from the catalog's templates. Check leaves are graded without a model, by running
+their command in a sandbox (:func:`run_check`, :func:`run_checks`).
 
 Votes, agreement and score intervals for judges that take several samples per leaf are in
 :func:`majority`, :func:`leaf_agreement` and :func:`bootstrap_interval`; JudgeEval (a judge
@@ -20,10 +21,6 @@ from paperbench.judge._agreement import (
     majority,
     tree_interval,
 )
-rendered from the catalog's templates. Model calls build on these. Check leaves are graded
-without a model, by running their command in a sandbox (:func:`run_check`, :func:`run_checks`).
-"""
-
 from paperbench.judge._checks import CHECK_LIMITS, CheckRunner, run_check, run_checks
 from paperbench.judge._config import (
     Budgets,
@@ -111,15 +108,13 @@ from paperbench.judge._view import (
 __all__ = [
     "CATEGORIES",
     "CATEGORY_QUESTIONS",
+    "CHECK_LIMITS",
     "PASS_THRESHOLD",
     "BinaryMetrics",
     "Budgets",
     "CallCost",
-    "ConfigResult",
-    "CHECK_LIMITS",
-    "Budgets",
-    "CallCost",
     "CheckRunner",
+    "ConfigResult",
     "ContextCategory",
     "ContextFile",
     "Critique",
@@ -185,9 +180,9 @@ __all__ = [
     "render",
     "render_repo_score",
     "repository_files",
-    "sample_messages",
     "run_check",
     "run_checks",
+    "sample_messages",
     "select_context",
     "tokenize",
     "tree_cost",
