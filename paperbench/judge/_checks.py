@@ -218,32 +218,6 @@ def _grade(
     )
 
 
-def _keep_writable(backend: SandboxBackend, items: Sequence[_Prepared]) -> None:
-    """Let the checks' hidden files be written where their commands expect them.
-
-    A Docker sandbox with a capped disk has a read-only root with only some folders writable
-    (on the capped disk); add the folder of every hidden file that lies outside them (e.g.
-    ``/paperbench_checks``), so it is created on the capped disk too. The local backend
-    creates any top folder in its workspace and needs nothing.
-    """
-    if backend.name != "docker":
-        return
-    from paperbench.sandbox import DockerBackend
-
-    if not isinstance(backend, DockerBackend):
-        return
-    kept: tuple[str, ...] = backend.work_dirs
-    extra: list[str] = []
-    for item in items:
-        for target in item.files:
-            folder = posixpath.dirname(posixpath.normpath(target))
-            inside = any(folder == d or folder.startswith(d.rstrip("/") + "/") for d in kept)
-            if folder != "/" and not inside and folder not in extra:
-                extra.append(folder)
-    if extra:
-        backend.work_dirs = (*kept, *extra)
-
-
 async def _run_one(
     item: _Prepared,
     backend: SandboxBackend,
@@ -314,13 +288,15 @@ async def run_checks(
         resolved_image = await resolve_image(backend, image)
     except SandboxError as exc:
         return [_grade(item, started=started, error=_one_line(exc)) for item in items]
-    _keep_writable(backend, items)
     spec = SandboxSpec(
         image=resolved_image,
         limits=limits,
         network=NetworkPolicy.NONE,
         workdir=SUBMISSION_PATH,
         labels={**(labels or {}), **CHECK_STAGE_LABEL},
+        writable_dirs=tuple(
+            sorted({posixpath.dirname(posixpath.normpath(t)) for i in items for t in i.files})
+        ),
     )
     gate = asyncio.Semaphore(concurrency)
     with tempfile.TemporaryDirectory(prefix="paperbench-checks-") as tmp:

@@ -84,6 +84,10 @@ class SandboxSpec(BaseModel):
     workdir: str = "/"
     labels: dict[str, str] = Field(default_factory=dict)
     """Extra labels, e.g. the run a sandbox belongs to (``paperbench.run``)."""
+    writable_dirs: tuple[str, ...] = ()
+    """Folders (absolute sandbox paths) that must be writable besides the backend's own,
+    e.g. where hidden check files go. A backend with a read-only root and a capped disk puts
+    them on that disk too."""
     ca_bundle: Path | None = None
     """Extra CA certificates (PEM) to trust inside the sandbox, e.g. a corporate TLS proxy's."""
     proxy_env: dict[str, str] = Field(default_factory=dict, repr=False)

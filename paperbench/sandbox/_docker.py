@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import posixpath
 import secrets
 import tempfile
 import time
@@ -485,9 +486,9 @@ class DockerBackend(SandboxBackend):
             return [], {}
         sb.disk_cap = "loop-ext4"
         sb.read_only_root = True
-        sb.writable_dirs = tuple(self.work_dirs)
+        sb.writable_dirs = _writable(self.work_dirs, sb.spec.writable_dirs)
         mounts = []
-        for i, folder_in in enumerate(self.work_dirs):
+        for i, folder_in in enumerate(sb.writable_dirs):
             source = sb.disk.mountpoint / f"d{i}"
             await asyncio.to_thread(source.mkdir)
             name = f"{sb.id}-disk{i}"
@@ -774,3 +775,13 @@ class DockerSandbox(DockerFiles, Sandbox):
                 self.networks.remove(net)
             except Exception:  # still in use by the proxy: removed after it closes
                 pass
+
+
+def _writable(base: tuple[str, ...], extra: tuple[str, ...]) -> tuple[str, ...]:
+    """``base`` and the folders of ``extra`` that no folder of ``base`` already holds."""
+    out = list(base)
+    for folder in (posixpath.normpath(f) for f in extra):
+        inside = any(folder == d or folder.startswith(d.rstrip("/") + "/") for d in out)
+        if folder != "/" and not inside:
+            out.append(folder)
+    return tuple(out)
