@@ -1,0 +1,53 @@
+"""Agents: the rollout stage. An agent works in a sandbox and leaves /home/submission."""
+
+from paperbench.agents._base import (
+    INSTRUCTIONS_PATH,
+    PAPER_DIR,
+    SUBMISSION_DIR,
+    Agent,
+    AgentLimits,
+    AgentOutcome,
+    LimitKind,
+    LimitReached,
+    LimitTracker,
+    OutcomeStatus,
+    RunContext,
+    TranscriptWriter,
+    read_transcript,
+)
+from paperbench.agents._transcript import (
+    TRANSCRIPT_VERSION,
+    EndEvent,
+    MessageEvent,
+    ModelCallEvent,
+    NoteEvent,
+    SnapshotEvent,
+    StartEvent,
+    ToolEvent,
+    TranscriptEvent,
+)
+
+__all__ = [
+    "INSTRUCTIONS_PATH",
+    "PAPER_DIR",
+    "SUBMISSION_DIR",
+    "TRANSCRIPT_VERSION",
+    "Agent",
+    "AgentLimits",
+    "AgentOutcome",
+    "EndEvent",
+    "LimitKind",
+    "LimitReached",
+    "LimitTracker",
+    "MessageEvent",
+    "ModelCallEvent",
+    "NoteEvent",
+    "OutcomeStatus",
+    "RunContext",
+    "SnapshotEvent",
+    "StartEvent",
+    "ToolEvent",
+    "TranscriptEvent",
+    "TranscriptWriter",
+    "read_transcript",
+]
