@@ -21,8 +21,16 @@ from paperbench.agents import (
     read_transcript,
 )
 from paperbench.llm import CostLedger, Model, ModelConfig
-from paperbench.sandbox import LocalBackend, NetworkPolicy, Sandbox, SandboxSpec
+from paperbench.sandbox import LocalBackend, NetworkPolicy, Sandbox, SandboxBackend, SandboxSpec
 from paperbench.testing import FakeLLMServer
+
+# the Docker backend's session fixtures: engine, images
+from tests.sandbox.docker_fixtures import (  # noqa: F401
+    TEST_LABELS,
+    docker_client,
+    docker_images,
+    sweep,
+)
 
 T = TypeVar("T")
 
@@ -102,11 +110,14 @@ async def with_context(
     history: list[TranscriptEvent] | None = None,
     network: NetworkPolicy = NetworkPolicy.NONE,
     files: dict[str, str] | None = None,
+    backend: SandboxBackend | None = None,
+    image: str = "host",
 ) -> T:
     """Start a local-bubblewrap sandbox with /home/paper and a git repo in /home/submission,
     build a RunContext on it and run ``body``; the sandbox is always stopped."""
-    backend = LocalBackend(tmp_path / "ws", isolation="bwrap")
-    sandbox = await backend.start(SandboxSpec(image="host", network=network, workdir="/home"))
+    backend = backend or LocalBackend(tmp_path / "ws", isolation="bwrap")
+    spec = SandboxSpec(image=image, network=network, workdir="/home", labels=TEST_LABELS)
+    sandbox = await backend.start(spec)
     transcript = tmp_path / "run" / "transcript.jsonl"
     writer = TranscriptWriter(transcript)
     try:

@@ -15,6 +15,7 @@ from paperbench.agents import (
     BasicConfig,
     DummyConfig,
     IterativeConfig,
+    LimitTracker,
     MessageEvent,
     ModelCallEvent,
     NoteEvent,
@@ -24,6 +25,7 @@ from paperbench.agents import (
 from paperbench.agents._loop import INTERRUPTED, BasicAgent, DummyAgent, IterativeAgent
 from paperbench.llm import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall
+from paperbench.testing.fake_llm import RecordedRequest
 
 from .conftest import Rig, model_for, run, with_context
 
@@ -97,23 +99,33 @@ def test_each_limit_stops_the_run_and_says_which(
         assert len(fake_llm.requests) == 2
 
 
+@pytest.mark.parametrize("protocol", ["chat", "messages"])
 def test_iterative_has_no_submit_and_goes_on_until_its_time_is_up(
-    tmp_path: Path, fake_llm: FakeLLMServer
+    tmp_path: Path, fake_llm: FakeLLMServer, protocol: str
 ) -> None:
-    fake_llm.handler = lambda request: (
-        SUBMIT if len(fake_llm.requests) == 1 else FakeReply(text="thinking")
-    )
-    model = model_for("chat", fake_llm)
+    model = model_for(protocol, fake_llm)
     config = IterativeConfig.model_validate({"type": "iterative"})
     prompts = load_agent("iterative").prompts
+    tracker: list[LimitTracker] = []
+
+    def handler(request: RecordedRequest) -> FakeReply:
+        if len(fake_llm.requests) == 1:
+            return SUBMIT
+        if len(fake_llm.requests) == 4:  # the clock runs out during the fourth step
+            tracker[0].used_s = 3600.0
+        return FakeReply(text="thinking")
+
+    fake_llm.handler = handler
 
     async def body(rig: Rig) -> AgentOutcome:
+        tracker.append(rig.ctx.limits)
         return await IterativeAgent(config, prompts, model).run(rig.ctx)
 
-    outcome = run(with_context(tmp_path, body, model=model, limits=AgentLimits(wall_time_s=1.5)))
+    outcome = run(with_context(tmp_path, body, model=model, limits=AgentLimits(wall_time_s=3600)))
     assert outcome.status == "limit" and outcome.limit == "wall_time"
-    assert len(fake_llm.requests) >= 3
-    offered = [t["function"]["name"] for t in fake_llm.requests[0].body["tools"]]
+    assert len(fake_llm.requests) == 4
+    tools = fake_llm.requests[0].body["tools"]
+    offered = [t.get("name") or t["function"]["name"] for t in tools]
     assert "submit" not in offered and "bash" in offered
     events = read_events(tmp_path)
     # the submit the model tried is an error result, not the end of the run
@@ -124,7 +136,7 @@ def test_iterative_has_no_submit_and_goes_on_until_its_time_is_up(
         for e in events
         if isinstance(e, MessageEvent) and isinstance(e.message, UserMessage)
     ]
-    assert sum("Time left:" in text for text in users) >= 2
+    assert sum("Time left:" in text for text in users) == 4
 
 
 def test_context_trimming_shortens_the_oldest_tool_outputs_first_and_records_it(

@@ -180,3 +180,22 @@ def test_replay_rebuilds_the_reference_submission(tmp_path: Path, paper: str) ->
     }
     assert got == expected
     assert log.strip().endswith("reference submission")  # committed, nothing left over
+
+
+def test_background_jobs_end_with_the_run(tmp_path: Path) -> None:
+    async def body(rig: Rig) -> str:
+        tools = ToolSet.for_sandbox(ToolSettings(), rig.sandbox)
+        start = ToolCall(
+            id="j",
+            name="bash",
+            arguments={"command": "sleep 1.5; touch /tmp/late", "background": True},
+        )
+        await run_tool(rig.ctx, start, tools)
+        await asyncio.sleep(0.3)
+        await tools.aclose()
+        await asyncio.sleep(2.5)
+        check = await rig.sandbox.exec("ls /tmp/late /tmp/jobs/1.exit 2>&1; true", timeout=30)
+        return check.stdout
+
+    out = run(with_context(tmp_path, body))
+    assert "No such file" in out and "/tmp/late\n" not in out
