@@ -11,8 +11,9 @@ import pytest
 from paperbench.agents import AgentOutcome, ToolSet, ToolSettings, load_agent, run_tool
 from paperbench.llm import ToolCall
 from paperbench.sandbox import DockerBackend
+from tests.sandbox.docker_fixtures import sweep
 
-from .conftest import Rig, run, sweep, with_context
+from .conftest import Rig, run, with_context
 
 ROOT = Path(__file__).resolve().parents[2]
 
