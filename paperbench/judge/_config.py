@@ -19,9 +19,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from paperbench._config_io import read_yaml_mapping, validation_error_line
 from paperbench.errors import ConfigError
 
 CATALOG_SUFFIX = ".yaml"
@@ -192,35 +192,15 @@ class LoadedJudge(BaseModel):
     identity: JudgeIdentity
 
 
-def _json_path(loc: tuple[int | str, ...]) -> str:
-    out = "$"
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
-
-
-def _tagged_loc(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
-    """Drop the discriminator tag pydantic puts first (``simple``, ``dummy``, ...)."""
-    if loc and loc[0] in ("simple", "simple-faithful", "dummy", "random"):
-        return loc[1:]
-    return loc
+_MODES = ("simple", "simple-faithful", "dummy", "random")
 
 
 def _error_line(exc: ValidationError) -> tuple[str, str]:
-    error = exc.errors()[0]
-    loc = _tagged_loc(tuple(error["loc"]))
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        return _json_path(loc), "unknown key (a typo?); see judge/README.md for the fields"
-    if kind == "union_tag_invalid":
-        return "$.mode", "expected one of simple, simple-faithful, dummy, random"
-    if kind == "union_tag_not_found":
-        return "$.mode", "missing: set mode to simple, simple-faithful, dummy or random"
-    message = str(error["msg"]).removeprefix("Value error, ")
+    where, message = validation_error_line(exc, tag="mode", tags=_MODES, readme="judge/README.md")
     if message.startswith(("roles.", "prompts")) and ":" in message:
-        where, _, rest = message.partition(":")
-        return _json_path((*loc, *where.split("."))), rest.strip()
-    return _json_path(loc), message
+        field, _, rest = message.partition(":")
+        return where + "".join(f".{part}" for part in field.split(".")), rest.strip()
+    return where, message
 
 
 def resolve_config_path(ref: str | Path) -> Path:
@@ -254,19 +234,7 @@ def load_judge_config(ref: str | Path) -> LoadedJudge:
             names a prompt file that does not exist (one line: file, key path, what to do).
     """
     path = resolve_config_path(ref)
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=path) from exc
-    try:
-        data = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise ConfigError(f"not valid YAML: {problem}", file=path, path=where) from exc
-    if not isinstance(data, dict):
-        raise ConfigError("expected a mapping of keys (mode, roles, ...)", file=path, path="$")
+    data = read_yaml_mapping(path, expected="mode, roles, ...")
     try:
         config = _ADAPTER.validate_python(data)
     except ValidationError as exc:

@@ -1,0 +1,300 @@
+"""Agent configs as data: YAML files in the ``agents/`` catalog (shipped in the wheel) or anywhere.
+
+``load_agent("basic")`` loads ``agents/basic.yaml`` from the catalog; ``load_agent("my.yaml")``
+loads any file. The ``type`` key picks the agent (basic, iterative, dummy, replay,
+papercoder); unknown keys and bad values are one :class:`~paperbench.errors.ConfigError` line
+naming the file and the key path. Prompt and transcript files are named relative to the
+YAML's folder. :attr:`LoadedAgent.identity` hashes the resolved config and every file it
+names, so two rollouts are comparable only when their identities match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from paperbench._config_io import read_yaml_mapping, validation_error_line
+from paperbench.agents._base import AgentLimits
+from paperbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from paperbench.agents._base import Agent
+    from paperbench.llm import Model
+
+CATALOG_SUFFIX = ".yaml"
+AGENT_TYPES = ("basic", "iterative", "dummy", "replay", "papercoder")
+ToolName = Literal["bash", "python", "read_file_chunk", "search_file", "web_fetch", "submit"]
+
+
+def catalog_dir() -> Path:
+    """The ``agents/`` catalog: inside the installed package, or the repository's folder."""
+    return Path(str(resources.files("paperbench") / "_catalog" / "agents"))
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = None
+    """Defaults to the file's stem."""
+    description: str = ""
+    model: str | None = Field(default=None, pattern=r"^[^/\s]+/\S+$")
+    """``provider/model`` the agent calls; None for agents without a model."""
+    limits: AgentLimits = Field(default_factory=AgentLimits)
+
+
+class ToolSettings(BaseModel):
+    """What the tools may do."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: tuple[ToolName, ...] = (
+        "bash",
+        "python",
+        "read_file_chunk",
+        "search_file",
+        "web_fetch",
+        "submit",
+    )
+    """Tools offered to the model; web_fetch only when the sandbox network allows it."""
+    timeout_s: float = Field(default=600, gt=0)
+    """Default per-call timeout of bash and python (the model may ask for less or more, up
+    to ``max_timeout_s``)."""
+    max_timeout_s: float = Field(default=3600, gt=0)
+    output_chars: int = Field(default=16_000, ge=256)
+    """A tool output longer than this is cut in the middle, and the cut is said."""
+    search_max_matches: int = Field(default=200, ge=1)
+    fetch_max_chars: int = Field(default=32_000, ge=256)
+
+
+class _LoopCommon(_Common):
+    tools: ToolSettings = Field(default_factory=ToolSettings)
+    prompts: dict[str, str] = Field(
+        default_factory=lambda: {
+            "system": "prompts/system.md",
+            "restart": "prompts/restart.md",
+        }
+    )
+    """Prompt name → file, relative to the YAML's folder."""
+    context_window: int = Field(default=128_000, ge=2_048)
+    """The model's window in tokens; the oldest tool outputs are shortened before it is full."""
+    answer_tokens: int = Field(default=8_192, ge=256)
+    """Room kept for the model's answer."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Output cap per model call (None: the provider's default)."""
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+
+
+class BasicConfig(_LoopCommon):
+    """A ReAct tool loop until the model calls submit or a limit is reached."""
+
+    type: Literal["basic"]
+
+
+class IterativeConfig(_LoopCommon):
+    """A tool loop without a submit tool: after each step the model is told the time left
+    and asked to continue, until the time (or another limit) is up."""
+
+    type: Literal["iterative"]
+    prompts: dict[str, str] = Field(
+        default_factory=lambda: {
+            "system": "prompts/system.md",
+            "restart": "prompts/restart.md",
+            "continue": "prompts/continue.md",
+        }
+    )
+
+
+class DummyConfig(_Common):
+    """Writes a trivial reproduce.sh and README to /home/submission; no model."""
+
+    type: Literal["dummy"]
+
+
+class ReplayConfig(_LoopCommon):
+    """The tool loop with the model's answers read in order from a recorded transcript
+    (``transcript``, relative to the YAML); the tools really run."""
+
+    type: Literal["replay"]
+    transcript: str
+
+
+class PapercoderConfig(_Common):
+    """PaperCoder's plan → analyze → code (→ repair) pipeline."""
+
+    type: Literal["papercoder"]
+    plan_retries: int = Field(default=2, ge=0)
+    repair_rounds: int = Field(default=0, ge=0)
+    repair_timeout_s: float = Field(default=1800, gt=0)
+    max_files: int = Field(default=30, ge=1)
+    prompts: dict[str, str] = Field(default_factory=dict)
+    """Prompt name → file, relative to the YAML's folder."""
+
+
+AnyAgentConfig = BasicConfig | IterativeConfig | DummyConfig | ReplayConfig | PapercoderConfig
+AgentConfig = Annotated[AnyAgentConfig, Field(discriminator="type")]
+_ADAPTER: TypeAdapter[AnyAgentConfig] = TypeAdapter(AgentConfig)
+
+
+class AgentIdentity(BaseModel):
+    """What makes two rollouts comparable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    type: str
+    sha256: str
+    """Over the resolved config (canonical JSON) and every file it names (name and bytes)."""
+    model: str | None = None
+
+
+class LoadedAgent(BaseModel):
+    """A validated config, where it came from, its prompts' text and its identity."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config: AgentConfig
+    path: Path
+    prompts: dict[str, str] = Field(default_factory=dict)
+    """Prompt name → text."""
+    identity: AgentIdentity
+
+    def build(self, model: Model | None) -> Agent:
+        """The agent this config describes, calling ``model``.
+
+        Raises:
+            ConfigError: the agent needs a model and ``model`` is None.
+        """
+        config = self.config
+        if isinstance(config, DummyConfig):
+            from paperbench.agents._loop import DummyAgent
+
+            return DummyAgent(config)
+        if isinstance(config, ReplayConfig):
+            from paperbench.agents._replay import ReplayAgent
+
+            return ReplayAgent(config, self.prompts, self.path.parent / config.transcript)
+        if model is None:
+            raise ConfigError(
+                f"the {config.type} agent needs a model: set model: provider/model",
+                file=self.path,
+                path="$.model",
+            )
+        if isinstance(config, PapercoderConfig):
+            module = importlib.import_module("paperbench.agents._papercoder")
+            agent: Agent = module.PapercoderAgent(config, model)
+            return agent
+        from paperbench.agents._loop import BasicAgent, IterativeAgent
+
+        if isinstance(config, IterativeConfig):
+            return IterativeAgent(config, self.prompts, model)
+        return BasicAgent(config, self.prompts, model)
+
+
+def catalog_names() -> list[str]:
+    folder = catalog_dir()
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob(f"*{CATALOG_SUFFIX}"))
+
+
+def resolve_agent_path(ref: str | Path) -> Path:
+    """A catalog name (``basic``) or a path to a YAML file.
+
+    Raises:
+        ConfigError: no catalog config of that name.
+    """
+    text = str(ref)
+    if text.endswith((".yaml", ".yml")) or "/" in text or Path(text).exists():
+        return Path(text)
+    candidate = catalog_dir() / f"{text}{CATALOG_SUFFIX}"
+    if not candidate.is_file():
+        names = ", ".join(catalog_names()) or "none"
+        raise ConfigError(
+            f"no agent config named {text!r} in the catalog (have: {names}); "
+            "or give a path to a YAML file",
+            path="--agent",
+        )
+    return candidate
+
+
+def load_agent(ref: str | Path) -> LoadedAgent:
+    """Load, validate and identify an agent config.
+
+    Raises:
+        ConfigError: the file is missing, is not YAML, has an unknown key or a bad value, or
+            names a file that cannot be read (one line: file, key path, what to do).
+    """
+    path = resolve_agent_path(ref)
+    data = read_yaml_mapping(path, expected="type, model, limits, ...")
+    try:
+        config = _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        where, message = validation_error_line(
+            exc, tag="type", tags=AGENT_TYPES, readme="agents/README.md"
+        )
+        raise ConfigError(message, file=path, path=where) from exc
+    if config.name is None:
+        config = config.model_copy(update={"name": path.stem})
+    files = _named_files(config)
+    prompts: dict[str, str] = {}
+    contents: dict[str, bytes] = {}
+    for key, name in files.items():
+        file = path.parent / name
+        try:
+            contents[key] = file.read_bytes()
+        except OSError as exc:
+            raise ConfigError(
+                f"file {file} cannot be read ({exc.strerror or exc.__class__.__name__}); "
+                "paths are relative to the config's folder",
+                file=path,
+                path=f"$.{key}",
+            ) from exc
+        if key.startswith("prompts."):
+            try:
+                prompts[key.removeprefix("prompts.")] = contents[key].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError("not UTF-8 text", file=path, path=f"$.{key}") from exc
+    digest = hashlib.sha256()
+    digest.update(json.dumps(config.model_dump(mode="json"), sort_keys=True).encode())
+    for key in sorted(contents):
+        digest.update(f"\x00{key}\x00{files[key]}\x00".encode())
+        digest.update(contents[key])
+    identity = AgentIdentity(
+        name=config.name or path.stem,
+        type=config.type,
+        sha256=digest.hexdigest(),
+        model=config.model,
+    )
+    return LoadedAgent(config=config, path=path, prompts=prompts, identity=identity)
+
+
+def _named_files(config: AnyAgentConfig) -> dict[str, str]:
+    out: dict[str, str] = {}
+    prompts: dict[str, str] = getattr(config, "prompts", {})
+    for key, name in prompts.items():
+        out[f"prompts.{key}"] = name
+    if isinstance(config, ReplayConfig):
+        out["transcript"] = config.transcript
+    return out
+
+
+def instructions_text(code_dev: bool = False) -> str:
+    """The task instructions written to /home/instructions.txt: the full variant or the
+    Code-Dev one (write the code, do not run the experiments)."""
+    name = "instructions_code_dev.md" if code_dev else "instructions.md"
+    return (catalog_dir() / "prompts" / name).read_text(encoding="utf-8")
+
+
+def config_dump(loaded: LoadedAgent) -> dict[str, Any]:
+    """The resolved config and its identity, as recorded in a run's files."""
+    return {
+        "config": loaded.config.model_dump(mode="json"),
+        "path": str(loaded.path),
+        "identity": loaded.identity.model_dump(mode="json"),
+    }

@@ -1,0 +1,61 @@
+"""The ``replay`` agent: the real tool loop with the model replaced by a recorded transcript.
+
+The assistant messages of the transcript file (its MessageEvents, in order) are the model's
+answers; the tools really run in the sandbox. The n-th model call of a run gets the n-th
+recorded answer, so a resumed replay goes on where it stopped. Used to test the rollout
+stage end to end without a model, and to build the bundled papers' reference submissions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from paperbench.agents._base import AgentOutcome, RunContext, read_transcript
+from paperbench.agents._config import ReplayConfig
+from paperbench.agents._loop import ToolLoopAgent
+from paperbench.agents._transcript import MessageEvent, ModelCallEvent
+from paperbench.llm import AssistantMessage, Message, ToolDef
+
+
+def recorded_answers(path: Path) -> list[AssistantMessage]:
+    """The assistant messages of a transcript file, in order.
+
+    Raises:
+        InputError: a line is not a transcript event (file and line named).
+    """
+    return [
+        event.message
+        for event in read_transcript(path)
+        if isinstance(event, MessageEvent) and isinstance(event.message, AssistantMessage)
+    ]
+
+
+class ReplayAgent(ToolLoopAgent):
+    """Answers from a recorded transcript; the tools run for real."""
+
+    def __init__(self, config: ReplayConfig, prompts: dict[str, str], transcript: Path) -> None:
+        super().__init__(config, prompts, None)
+        self.transcript_path = transcript
+        self._answers: list[AssistantMessage] | None = None
+
+    async def run(self, ctx: RunContext) -> AgentOutcome:
+        self._answers = recorded_answers(self.transcript_path)
+        return await super().run(ctx)
+
+    async def generate(
+        self, ctx: RunContext, messages: Sequence[Message], defs: Sequence[ToolDef]
+    ) -> AssistantMessage | None:
+        assert self._answers is not None
+        index = sum(isinstance(m, AssistantMessage) for m in messages)
+        if index >= len(self._answers):
+            return None
+        ctx.transcript.append(
+            ModelCallEvent(
+                step=ctx.limits.steps,
+                model=f"replay/{self.transcript_path.name}",
+                label="agent_step",
+                stop_reason="tool_calls" if self._answers[index].tool_calls else "stop",
+            )
+        )
+        return self._answers[index]

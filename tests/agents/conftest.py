@@ -1,0 +1,145 @@
+"""Fixtures for the agent tests: a fake model server, a clean environment, and a helper that
+runs an agent in a real local-bubblewrap sandbox with a RunContext built directly."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from paperbench.agents import (
+    SUBMISSION_DIR,
+    AgentLimits,
+    LimitTracker,
+    RunContext,
+    TranscriptEvent,
+    TranscriptWriter,
+    read_transcript,
+)
+from paperbench.llm import CostLedger, Model, ModelConfig
+from paperbench.sandbox import LocalBackend, NetworkPolicy, Sandbox, SandboxBackend, SandboxSpec
+from paperbench.testing import FakeLLMServer
+
+# the Docker backend's session fixtures: engine, images
+from tests.sandbox.docker_fixtures import (  # noqa: F401
+    TEST_LABELS,
+    docker_client,
+    docker_images,
+    sweep,
+)
+
+T = TypeVar("T")
+
+_ENV = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_BASE_URL",
+    "PAPERBENCH_PRICES",
+    "PAPERBENCH_ENDPOINTS",
+)
+
+PROVIDERS = {
+    "chat": ("openai/gpt-4o", "openai_url"),
+    "messages": ("anthropic/claude-haiku-4-5", "anthropic_url"),
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No keys, no base URLs, a private cache folder, and a working directory with no .env."""
+    for name in _ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLMServer]:
+    """A fake OpenAI/Anthropic server on 127.0.0.1, stopped after the test."""
+    with FakeLLMServer() as server:
+        yield server
+
+
+def model_for(protocol: str, server: FakeLLMServer, **kwargs: Any) -> Model:
+    """A model talking ``protocol`` (chat, messages) to ``server``, with short timeouts."""
+    name, attr = PROVIDERS[protocol]
+    settings: dict[str, Any] = {
+        "timeout_s": 5.0,
+        "retry_initial_s": 0.01,
+        "retry_max_s": 0.05,
+        "max_retry_wait_s": 2.0,
+        "api_key": "x",
+    }
+    settings.update(kwargs)
+    return Model(ModelConfig(model=name, base_url=getattr(server, attr), **settings))
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float = 120) -> T:
+    """Run one coroutine with a bound on its time (no test may hang)."""
+
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout=timeout)
+
+    return asyncio.run(bounded())
+
+
+@dataclass
+class Rig:
+    """What a test gets inside :func:`with_context`."""
+
+    ctx: RunContext
+    sandbox: Sandbox
+    transcript: Path
+
+    def events(self) -> list[TranscriptEvent]:
+        return read_transcript(self.transcript)
+
+
+async def with_context(
+    tmp_path: Path,
+    body: Callable[[Rig], Awaitable[T]],
+    *,
+    model: Model | None = None,
+    limits: AgentLimits | None = None,
+    history: list[TranscriptEvent] | None = None,
+    network: NetworkPolicy = NetworkPolicy.NONE,
+    files: dict[str, str] | None = None,
+    backend: SandboxBackend | None = None,
+    image: str = "host",
+) -> T:
+    """Start a local-bubblewrap sandbox with /home/paper and a git repo in /home/submission,
+    build a RunContext on it and run ``body``; the sandbox is always stopped."""
+    backend = backend or LocalBackend(tmp_path / "ws", isolation="bwrap")
+    spec = SandboxSpec(image=image, network=network, workdir="/home", labels=TEST_LABELS)
+    sandbox = await backend.start(spec)
+    transcript = tmp_path / "run" / "transcript.jsonl"
+    writer = TranscriptWriter(transcript)
+    try:
+        await sandbox.write_file("/home/paper/paper.md", b"# A paper\n\nline two\n")
+        for path, text in (files or {}).items():
+            await sandbox.write_file(path, text.encode())
+        await sandbox.exec(f"mkdir -p {SUBMISSION_DIR} && git init -q {SUBMISSION_DIR}", timeout=30)
+        ledger = model.ledger if model is not None else CostLedger()
+        ctx = RunContext(
+            sandbox=sandbox,
+            model=model,
+            instructions="Replicate the paper.",
+            transcript=writer,
+            limits=LimitTracker(limits or AgentLimits(), ledger),
+            paper_id="p",
+            history=list(history or []),
+            resumed=bool(history),
+            run_dir=tmp_path / "run",
+        )
+        return await body(Rig(ctx=ctx, sandbox=sandbox, transcript=transcript))
+    finally:
+        writer.close()
+        if model is not None:
+            await model.aclose()
+        await sandbox.stop()
