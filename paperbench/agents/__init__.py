@@ -15,6 +15,14 @@ from paperbench.agents._base import (
     TranscriptWriter,
     read_transcript,
 )
+from paperbench.agents._monitor import (
+    MONITOR_VERSION,
+    MonitorHit,
+    MonitorPolicy,
+    MonitorReport,
+    monitor_run,
+    write_report,
+)
 from paperbench.agents._transcript import (
     TRANSCRIPT_VERSION,
     EndEvent,
@@ -29,6 +37,7 @@ from paperbench.agents._transcript import (
 
 __all__ = [
     "INSTRUCTIONS_PATH",
+    "MONITOR_VERSION",
     "PAPER_DIR",
     "SUBMISSION_DIR",
     "TRANSCRIPT_VERSION",
@@ -41,6 +50,9 @@ __all__ = [
     "LimitTracker",
     "MessageEvent",
     "ModelCallEvent",
+    "MonitorHit",
+    "MonitorPolicy",
+    "MonitorReport",
     "NoteEvent",
     "OutcomeStatus",
     "RunContext",
@@ -49,5 +61,7 @@ __all__ = [
     "ToolEvent",
     "TranscriptEvent",
     "TranscriptWriter",
+    "monitor_run",
     "read_transcript",
+    "write_report",
 ]
