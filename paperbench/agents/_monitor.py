@@ -69,6 +69,8 @@ _PORT = re.compile(r":\d{1,5}(?![\w.-])")
 # punctuation.
 _REST = re.compile(r"[^\s'\"`<>(){}\[\]|\\,;&*^]*")
 _TRAILING = ".:!?"
+# The scheme and user info written before a host (kept in the address as found).
+_PREFIX = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?(?:[\w.%+-]+(?::[^\s@/'\"]*)?@)?$", re.I)
 _GH_CLI = re.compile(r"\bgh\s+repo\s+(?:clone|fork|view)\s+(?P<repo>[\w.-]+/[\w.-]+)", re.I)
 _GH_SHORTHAND = re.compile(r"(?<![\w.-])(?:github|gh):(?P<repo>[\w.-]+/[\w.-]+)", re.I)
 
@@ -127,7 +129,8 @@ class MonitorReport(BaseModel):
 
 
 def _candidates(text: str) -> Iterator[tuple[int, int, str]]:
-    """(start, end, address) for every host name in ``text`` with the path after it."""
+    """(start, end, address) for every host name in ``text`` with the path after it; the
+    span includes the scheme and user info before the host, the address leaves them out."""
     for match in _HOST.finditer(text):
         host = match.group()
         pos = match.end()
@@ -140,10 +143,13 @@ def _candidates(text: str) -> Iterator[tuple[int, int, str]]:
         tail = tail.rstrip(_TRAILING)
         if tail.startswith(":") and not port:  # scp-like git@host:owner/repo
             tail = "/" + tail[1:]
+        window = text[max(0, match.start() - 100) : match.start()]
+        prefix = _PREFIX.search(window)
+        start = match.start() - (len(prefix.group()) if prefix else 0)
         address = host + tail
-        yield match.start(), end, address
+        yield start, end, address
         if "@" in tail:  # pip's VCS ref: git+https://host/o/r.git@main
-            yield match.start(), end, host + tail.split("@", 1)[0]
+            yield start, end, host + tail.split("@", 1)[0]
     for pattern in (_GH_CLI, _GH_SHORTHAND):
         for match in pattern.finditer(text):
             yield match.start(), match.end(), "github.com/" + match["repo"].rstrip(_TRAILING)
