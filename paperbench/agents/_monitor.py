@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -100,6 +100,9 @@ class MonitorHit(BaseModel):
     """The proxy's verdict for a network log entry: ``allowed``, ``blocked`` or ``error``."""
     context: str = ""
     """Text around the hit (capped), or the network log entry."""
+    echo_of: str | None = None
+    """Set when the hit is in a tool output and is written, as found, in one of the paper's
+    files the agent was given (e.g. ``blacklist.txt`` after ``cat``): listed, not counted."""
 
 
 class MonitorReport(BaseModel):
@@ -122,6 +125,11 @@ class MonitorReport(BaseModel):
     """True when flagged under policy ``disqualify``: the run scores 0 with ``reason``."""
     reason: str | None = None
     hits_total: int = 0
+    """Every hit, echoes included; ``hits`` lists the first MAX_HITS."""
+    counted: int = 0
+    """Hits that are not echoes of the paper's files: any makes the run flagged."""
+    echo_sources: list[str] = Field(default_factory=list)
+    """The paper's files whose echoes in tool outputs were not counted."""
     hits: list[MonitorHit] = Field(default_factory=list)
 
 
@@ -224,7 +232,21 @@ def _line_numbers(path: Path) -> list[int]:
     return [n for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
 
 
-def _scan_transcript(path: Path, blacklist: Blacklist) -> tuple[int, list[MonitorHit]]:
+def _echo_of(event: TranscriptEvent, field: str, found: str, echoes: dict[str, str]) -> str | None:
+    """The paper file a tool output's hit is copied from, or None."""
+    is_output = (isinstance(event, ToolEvent) and field == "output") or (
+        isinstance(event, MessageEvent)
+        and isinstance(event.message, ToolMessage)
+        and field == "content"
+    )
+    if not is_output:
+        return None
+    return next((name for name, text in echoes.items() if found in text), None)
+
+
+def _scan_transcript(
+    path: Path, blacklist: Blacklist, echoes: dict[str, str]
+) -> tuple[int, list[MonitorHit]]:
     events = read_transcript(path)
     hits: list[MonitorHit] = []
     for number, event in zip(_line_numbers(path), events, strict=False):
@@ -242,6 +264,7 @@ def _scan_transcript(path: Path, blacklist: Blacklist) -> tuple[int, list[Monito
                         url=found,
                         normalised=hit.normalised,
                         context=context,
+                        echo_of=_echo_of(event, field, found, echoes),
                     )
                 )
     return len(events), hits
@@ -316,8 +339,19 @@ def _scan_network(path: Path, blacklist: Blacklist) -> tuple[int, list[MonitorHi
 # --- the report ---------------------------------------------------------------------------
 
 
-def monitor_run(run_dir: Path, blacklist: Blacklist, *, policy: MonitorPolicy) -> MonitorReport:
+def monitor_run(
+    run_dir: Path,
+    blacklist: Blacklist,
+    *,
+    policy: MonitorPolicy,
+    echoes: Mapping[str, str] | None = None,
+) -> MonitorReport:
     """Scan a run folder's transcript and network log against ``blacklist``.
+
+    ``echoes`` maps names of the files the agent was given (``blacklist.txt``, ``paper.md``,
+    ``addendum.md``) to their text: a hit in a tool output whose address is written in one of
+    them as found (the agent printed the file) is listed with ``echo_of`` and not counted.
+    The address in the agent's own words, tool calls or network requests always counts.
 
     Raises:
         InputError: the folder has no transcript, or a line of it or of the network log is
@@ -330,19 +364,21 @@ def monitor_run(run_dir: Path, blacklist: Blacklist, *, policy: MonitorPolicy) -
         raise InputError(
             f"no {TRANSCRIPT_FILE} here; give the folder a rollout wrote (--out)", file=run_dir
         )
-    events, hits = _scan_transcript(transcript, blacklist)
+    events, hits = _scan_transcript(transcript, blacklist, dict(echoes or {}))
     network = run_dir / NETWORK_LOG_FILE
     entries = 0
     if network.is_file():
         entries, network_hits = _scan_network(network, blacklist)
         hits.extend(network_hits)
-    flagged = bool(hits)
+    counted = [hit for hit in hits if hit.echo_of is None]
+    flagged = bool(counted)
     reason = None
     if flagged:
-        rules = sorted({hit.rule for hit in hits})
+        rules = sorted({hit.rule for hit in counted})
+        where = sorted({hit.source for hit in counted})
         reason = (
-            f"blacklisted address in the run ({len(hits)} hit{'s' if len(hits) != 1 else ''}; "
-            f"rules: {', '.join(rules)})"
+            f"blacklisted address in the {' and '.join(where)} "
+            f"({len(counted)} hit{'s' if len(counted) != 1 else ''}; rules: {', '.join(rules)})"
         )
     return MonitorReport(
         run=str(run_dir),
@@ -356,6 +392,8 @@ def monitor_run(run_dir: Path, blacklist: Blacklist, *, policy: MonitorPolicy) -
         disqualify=flagged and policy == "disqualify",
         reason=reason,
         hits_total=len(hits),
+        counted=len(counted),
+        echo_sources=sorted(echoes or {}),
         hits=hits[:MAX_HITS],
     )
 

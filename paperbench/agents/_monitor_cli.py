@@ -20,8 +20,8 @@ from paperbench.agents._monitor import (
     write_report,
 )
 from paperbench.agents._transcript import StartEvent
-from paperbench.errors import InputError, PaperError, UsageError
-from paperbench.papers import PaperSource
+from paperbench.errors import InputError, PaperbenchError, PaperError, UsageError
+from paperbench.papers import PaperSource, read_paper_text
 from paperbench.sandbox import Blacklist, read_blacklist
 
 EXIT_FLAGGED = 3
@@ -39,17 +39,31 @@ def _paper_of_run(run: Path) -> str:
     )
 
 
-def _load_blacklist(run: Path, paper_id: str | None, data_dir: Path | None) -> Blacklist:
+def _paper_files(
+    run: Path, paper_id: str | None, data_dir: Path | None
+) -> tuple[Blacklist, dict[str, str]]:
+    """The paper's blacklist, and the texts of the files the agent was given (their echoes
+    in tool outputs are listed, not counted)."""
     if paper_id is None:
         paper_id = _paper_of_run(run)
     paper = PaperSource.resolve(data_dir).load(paper_id)
+    echoes: dict[str, str] = {}
+    for name, path in (("paper.md", paper.paper_md), ("addendum.md", paper.addendum)):
+        if path is None:
+            continue
+        try:
+            echoes[name] = read_paper_text(path)
+        except PaperbenchError as exc:
+            warning(f"{exc}; tool outputs echoing {name} count as hits")
     if paper.blacklist_file is None:
         warning(f"paper {paper_id} has no blacklist file: nothing can be flagged")
-        return Blacklist(source=None)
+        return Blacklist(source=None), echoes
     try:
-        return read_blacklist(paper.blacklist_file)
+        rules = read_blacklist(paper.blacklist_file)
     except ValueError as exc:
         raise PaperError(str(exc)) from None
+    echoes["blacklist.txt"] = paper.blacklist_file.read_text(encoding="utf-8")
+    return rules, echoes
 
 
 def _print(report: MonitorReport) -> None:
@@ -60,12 +74,16 @@ def _print(report: MonitorReport) -> None:
             field = (hit.event + "." if hit.event else "") + (hit.field or "")
             if hit.verdict:
                 field += f" ({hit.verdict})"
+            if hit.echo_of:
+                field += f" (echo of {hit.echo_of}, not counted)"
             table.add_row(where, field, printable(hit.rule), printable(hit.url))
         print_table(table)
     if report.verdict == "clean":
+        echoes = report.hits_total - report.counted
         console.print(
             f"clean: no blacklisted address in {report.transcript_events} events"
             f" and {report.network_entries} network requests"
+            + (f" ({echoes} hits in tool outputs echo the paper's files)" if echoes else "")
         )
     else:
         action = "disqualified" if report.disqualify else "flagged"
@@ -114,11 +132,12 @@ def monitor(
             rules = read_blacklist(blacklist)
         except ValueError as exc:
             raise InputError(str(exc)) from None
+        echoes = {"blacklist.txt": blacklist.read_text(encoding="utf-8")}
     else:
-        rules = _load_blacklist(run, paper, data_dir)
+        rules, echoes = _paper_files(run, paper, data_dir)
     if not (run / NETWORK_LOG_FILE).is_file():
         warning(f"{run / NETWORK_LOG_FILE}: no network log; only the transcript is scanned")
-    report = monitor_run(run, rules, policy=policy)
+    report = monitor_run(run, rules, policy=policy, echoes=echoes)
     try:
         write_report(report, run)
     except OSError as exc:

@@ -267,6 +267,51 @@ def test_the_papers_allowed_links_are_not_flagged(tmp_path: Path) -> None:
     assert report.network_entries == len(ALLOWED)
 
 
+# --- echoes of the paper's files -----------------------------------------------------------
+
+
+def test_printing_the_blacklist_is_listed_but_not_counted(tmp_path: Path) -> None:
+    echoes = {"blacklist.txt": BLACKLIST}
+    run = _run(
+        tmp_path,
+        [
+            _start(),
+            *_bash(1, "cat /home/paper/blacklist.txt", output=BLACKLIST),
+            MessageEvent(step=1, message=ToolMessage(tool_call_id="c1", content=BLACKLIST)),
+        ],
+    )
+    report = monitor_run(run, _blacklist(), policy="disqualify", echoes=echoes)
+    assert {(h.line, h.field, h.echo_of) for h in report.hits} == {
+        (3, "output", "blacklist.txt"),
+        (4, "content", "blacklist.txt"),
+    }
+    assert report.hits_total == 6 and report.counted == 0
+    assert report.verdict == "clean" and not report.disqualify
+    assert report.echo_sources == ["blacklist.txt"]
+
+
+def test_an_echoed_address_still_counts_in_the_agents_own_words_and_calls(tmp_path: Path) -> None:
+    echoes = {"blacklist.txt": BLACKLIST}
+    run = _run(
+        tmp_path,
+        [
+            _start(),
+            *_bash(1, "cat /home/paper/blacklist.txt", output=BLACKLIST),
+            _assistant(2, content=f"Let me look at {REPO} anyway"),
+            *_bash(3, f"curl -s {REPO}", output=f"fetched {REPO}/blob/main/x.py", call_id="c2"),
+        ],
+    )
+    report = monitor_run(run, _blacklist(), policy="disqualify", echoes=echoes)
+    counted = [(h.line, h.field) for h in report.hits if h.echo_of is None]
+    assert counted == [
+        (4, "content"),
+        (5, "tool_calls[0].arguments.cmd"),
+        (6, "arguments.cmd"),
+        (6, "output"),  # not written so in blacklist.txt
+    ]
+    assert report.verdict == "flagged" and report.counted == 4
+
+
 # --- talking around it --------------------------------------------------------------------
 
 DISGUISES = [
@@ -388,6 +433,33 @@ def test_cli_takes_the_blacklist_of_the_runs_paper(tmp_path: Path) -> None:
     assert code == 3, output
     report = json.loads((run / "monitor.json").read_text())
     assert report["blacklist_source"].endswith("calibration-binning.txt")
+
+
+def test_cli_tool_outputs_echoing_the_papers_files_are_not_counted(tmp_path: Path) -> None:
+    paper = tmp_path / "data" / "papers" / "p1"
+    paper.mkdir(parents=True)
+    (paper / "paper.md").write_text(PAPER_MD + f"Official code: {REPO}/tree/main/src\n")
+    (paper / "blacklist.txt").write_text(BLACKLIST)
+    (paper / "rubric.json").write_text("{}")
+    events = [
+        _start(),
+        *_bash(
+            1,
+            "cat /home/paper/*",
+            output=PAPER_MD + f"Official code: {REPO}/tree/main/src\n" + BLACKLIST,
+        ),
+    ]
+    run = _run(tmp_path, events)
+    args = [str(run), "--paper", "p1", "--data-dir", str(tmp_path / "data")]
+    code, output = _cli(args)
+    assert code == 0, output
+    assert "echo of paper.md, not counted" in output
+    report = json.loads((run / "monitor.json").read_text())
+    assert report["echo_sources"] == ["blacklist.txt", "paper.md"]
+    assert "4 hits in tool outputs echo the paper's files" in output
+    (paper / "paper.md").write_text(PAPER_MD)  # no longer in the paper: it counts
+    code, output = _cli(args)
+    assert code == 3, output
 
 
 def test_cli_a_paper_id_is_taken_from_a_data_dir(tmp_path: Path) -> None:
