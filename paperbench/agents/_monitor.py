@@ -69,8 +69,9 @@ _PORT = re.compile(r":\d{1,5}(?![\w.-])")
 # punctuation.
 _REST = re.compile(r"[^\s'\"`<>(){}\[\]|\\,;&*^]*")
 _TRAILING = ".:!?"
-# The scheme and user info written before a host (kept in the address as found).
-_PREFIX = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?(?:[\w.%+-]+(?::[^\s@/'\"]*)?@)?$", re.I)
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_USER_STOP = frozenset(" \t\r\n'\"`<>()[]{}|;,/@=")
+_PREFIX_MAX = 100
 _GH_CLI = re.compile(r"\bgh\s+repo\s+(?:clone|fork|view)\s+(?P<repo>[\w.-]+/[\w.-]+)", re.I)
 _GH_SHORTHAND = re.compile(r"(?<![\w.-])(?:github|gh):(?P<repo>[\w.-]+/[\w.-]+)", re.I)
 
@@ -136,6 +137,23 @@ class MonitorReport(BaseModel):
 # --- finding addresses in text ------------------------------------------------------------
 
 
+def _prefix_start(text: str, host_start: int) -> int:
+    """Where the user info (``git@``) and scheme (``git+https://``) before a host begin."""
+    start = host_start
+    limit = max(0, host_start - _PREFIX_MAX)
+    if start > 0 and text[start - 1] == "@":
+        i = start - 1
+        while i > limit and text[i - 1] not in _USER_STOP:
+            i -= 1
+        start = i if i < start - 1 else start
+    if text[max(0, start - 3) : start] == "://":
+        i = start - 3
+        while i > limit and text[i - 1] in _SCHEME_CHARS:
+            i -= 1
+        start = i if i < start - 3 else start
+    return start
+
+
 def _candidates(text: str) -> Iterator[tuple[int, int, str]]:
     """(start, end, address) for every host name in ``text`` with the path after it; the
     span includes the scheme and user info before the host, the address leaves them out."""
@@ -151,9 +169,7 @@ def _candidates(text: str) -> Iterator[tuple[int, int, str]]:
         tail = tail.rstrip(_TRAILING)
         if tail.startswith(":") and not port:  # scp-like git@host:owner/repo
             tail = "/" + tail[1:]
-        window = text[max(0, match.start() - 100) : match.start()]
-        prefix = _PREFIX.search(window)
-        start = match.start() - (len(prefix.group()) if prefix else 0)
+        start = _prefix_start(text, match.start())
         address = host + tail
         yield start, end, address
         if "@" in tail:  # pip's VCS ref: git+https://host/o/r.git@main
