@@ -221,7 +221,9 @@ def test_network_log_hits_allowed_and_refused_requests(tmp_path: Path) -> None:
             rule="mirror-of-results.org",
         ),
         _log("https://codeload.github.com/okonkwo-lab/scaling-or-binning/zip/main", "allowed"),
-    ]
+        {"ts": "t", "method": None, "url": None, "host": "mirror-of-results.org",
+         "verdict": "blocked", "rule": None, "status": None, "reason": "non-HTTP traffic"},
+    ]  # fmt: skip
     run = _run(tmp_path, [_start(), EndEvent(step=1, status="submitted")], network)
     report = monitor_run(run, _blacklist(), policy="disqualify")
     assert [(h.source, h.line, h.verdict) for h in report.hits] == [
@@ -229,13 +231,16 @@ def test_network_log_hits_allowed_and_refused_requests(tmp_path: Path) -> None:
         ("network", 3, "allowed"),
         ("network", 4, "blocked"),
         ("network", 5, "allowed"),
+        ("network", 6, "blocked"),
     ]
-    assert report.network_entries == 5
+    assert report.hits[-1].field == "host" and report.hits[-1].url == "mirror-of-results.org"
+    assert report.network_entries == 6
     assert [h.rule for h in report.hits] == [
         REPO,
         "mirror-of-results.org",
         "mirror-of-results.org",
         REPO,
+        "mirror-of-results.org",
     ]
 
 
@@ -363,6 +368,19 @@ def test_disguised_forms_are_still_caught(tmp_path: Path, text: str) -> None:
 def test_near_misses_are_not_flagged(tmp_path: Path, text: str) -> None:
     run = _run(tmp_path, [_start(), *_bash(1, text)])
     assert monitor_run(run, _blacklist(), policy="disqualify").hits == []
+
+
+def test_the_address_as_found_keeps_its_scheme_and_user(tmp_path: Path) -> None:
+    texts = [
+        "git clone git@github.com:okonkwo-lab/scaling-or-binning.git;",
+        "pip install git+ssh://git@github.com/okonkwo-lab/scaling-or-binning@v1",
+    ]
+    run = _run(tmp_path, [_start(), *(_assistant(1, content=t) for t in texts)])
+    found = [h.url for h in monitor_run(run, _blacklist(), policy="flag").hits]
+    assert found == [
+        "git@github.com:okonkwo-lab/scaling-or-binning.git",
+        "git+ssh://git@github.com/okonkwo-lab/scaling-or-binning@v1",
+    ]
 
 
 def test_an_address_is_reported_once_per_field(tmp_path: Path) -> None:
