@@ -202,7 +202,7 @@ def test_notes_and_tool_errors_are_scanned(tmp_path: Path) -> None:
 
 
 def test_network_log_hits_allowed_and_refused_requests(tmp_path: Path) -> None:
-    network = [
+    network: list[dict[str, object]] = [
         _log("https://pypi.org/simple/numpy/", "allowed"),
         _log(
             f"{REPO}.git/info/refs?service=git-upload-pack",
