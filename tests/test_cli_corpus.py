@@ -302,11 +302,18 @@ class _Paths:
         """A run folder whose transcript's first line is not an event."""
         return self.tmp / "bad-run"
 
+    @property
+    def binary_run(self) -> Path:
+        """A run folder whose transcript is not text."""
+        return self.tmp / "binary-run"
+
     def create(self) -> None:
         self.good.write_text(json.dumps(GOOD_RUBRIC))
         self.run.mkdir()
         (self.run / "transcript.jsonl").write_text('{"type": "note", "kind": "x"}\n')
         (self.run / "network.jsonl").write_text('{"ts": "t", "verdict": "maybe"}\n{"ts": "t"}\n')
+        self.binary_run.mkdir()
+        (self.binary_run / "transcript.jsonl").write_bytes(b"\xff\xfe\x00garbage\n")
         self.bad_run.mkdir()
         (self.bad_run / "transcript.jsonl").write_text(
             '{"type": "bogus"}\n{"type": "note", "kind": "x"}\n'
@@ -432,6 +439,11 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
         "monitor a bad transcript line": BadCall(
             ["monitor", str(paths.bad_run), "--paper", "calibration-binning"],
             f"{paths.bad_run / 'transcript.jsonl'}: line 1: not a transcript event",
+            frozenset({1}),
+        ),
+        "monitor a transcript that is not UTF-8": BadCall(
+            ["monitor", str(paths.binary_run), "--paper", "calibration-binning"],
+            f"{paths.binary_run / 'transcript.jsonl'}: not UTF-8 text",
             frozenset({1}),
         ),
         "monitor a run without a start event": BadCall(

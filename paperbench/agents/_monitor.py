@@ -244,7 +244,7 @@ def event_fields(event: TranscriptEvent) -> Iterator[tuple[str, str]]:
 
 def _line_numbers(path: Path) -> list[int]:
     """The line number of each event read_transcript returns (it skips blank lines)."""
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8")  # read_transcript has read it already
     return [n for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
 
 

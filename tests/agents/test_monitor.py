@@ -20,6 +20,7 @@ from paperbench.agents import (
     TranscriptEvent,
     TranscriptWriter,
     monitor_run,
+    read_transcript,
 )
 from paperbench.cli import app
 from paperbench.errors import InputError
@@ -397,6 +398,15 @@ def test_a_bad_transcript_line_is_one_error_naming_the_line(tmp_path: Path) -> N
     lines = path.read_text().splitlines()
     path.write_text("\n".join([lines[0], '{"type": "bogus"}', lines[1]]) + "\n")
     with pytest.raises(InputError, match=r"transcript\.jsonl: line 2: not a transcript event"):
+        monitor_run(run, _blacklist(), policy="disqualify")
+
+
+def test_a_transcript_that_is_not_utf8_is_one_error(tmp_path: Path) -> None:
+    run = _run(tmp_path, [_start()])
+    (run / "transcript.jsonl").write_bytes(b'\xff\xfe{"type": "note"}\n')
+    with pytest.raises(InputError, match=r"transcript\.jsonl: not UTF-8 text \(byte 0\)"):
+        read_transcript(run / "transcript.jsonl")
+    with pytest.raises(InputError, match=r"transcript\.jsonl: not UTF-8 text"):
         monitor_run(run, _blacklist(), policy="disqualify")
 
 
