@@ -18,7 +18,8 @@ api and ``git@host:owner/repo`` forms. The text scan finds every host name in th
 reads the address around it, which covers URLs with any scheme (``git+https://``,
 ``git+ssh://``, ``ssh://git@…``), scheme-less mentions (``github.com/o/r`` in code), the
 scp-like git form, pip's ``@ref`` suffix (``git+https://github.com/o/r.git@main``) and the
-GitHub CLI's ``gh repo clone owner/repo``. A JSON-escaped slash (``\\/``) is read as ``/``.
+GitHub CLI's ``gh repo clone owner/repo``. A JSON-escaped slash (``\\/``) and a backslash in
+a path are read as ``/``; percent-encoded paths are decoded by the matching.
 
 Out of scope: an address assembled at run time (string concatenation, ``"github" + ".com"``,
 variables, base64) or wrapped over several lines. Such a fetch still shows in the network log.
@@ -66,8 +67,8 @@ MonitorPolicy = Literal["disqualify", "flag"]
 _HOST = re.compile(r"(?<![\w.-])(?:[a-z0-9-]+\.)+[a-z][a-z0-9-]*", re.I)
 _PORT = re.compile(r":\d{1,5}(?![\w.-])")
 # What may follow a host in an address: stops at white space, quotes and shell or markup
-# punctuation.
-_REST = re.compile(r"[^\s'\"`<>(){}\[\]|\\,;&*^]*")
+# punctuation (a backslash stays, read as a slash).
+_REST = re.compile(r"[^\s'\"`<>(){}\[\]|,;&*^]*")
 _TRAILING = ".:!?"
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 _USER_STOP = frozenset(" \t\r\n'\"`<>()[]{}|;,/@=")
@@ -166,7 +167,7 @@ def _candidates(text: str) -> Iterator[tuple[int, int, str]]:
         rest = _REST.match(text, pos)
         tail = rest.group() if rest else ""
         end = pos + len(tail)
-        tail = tail.rstrip(_TRAILING)
+        tail = tail.rstrip(_TRAILING).replace("\\", "/")
         if tail.startswith(":") and not port:  # scp-like git@host:owner/repo
             tail = "/" + tail[1:]
         start = _prefix_start(text, match.start())

@@ -342,6 +342,8 @@ DISGUISES = [
     "git clone https://github.com:443/okonkwo-lab/scaling-or-binning",
     "curl http://www.okonkwo-lab.github.io/scaling-or-binning/index.html",
     "curl mirror-of-results.org",
+    "curl https://github.com/okonkwo-lab%2Fscaling-or-binning",
+    "open('github.com\\okonkwo-lab\\scaling-or-binning')",
 ]
 
 
