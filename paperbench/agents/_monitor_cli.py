@@ -24,6 +24,8 @@ from paperbench.errors import InputError, PaperbenchError, PaperError, UsageErro
 from paperbench.papers import PaperSource, read_paper_text
 from paperbench.sandbox import Blacklist, read_blacklist
 
+PRINTED_HITS = 40
+"""Hits shown on the console; monitor.json lists them all (up to MAX_HITS)."""
 EXIT_FLAGGED = 3
 """Exit code when the run is flagged (a blacklisted address was found)."""
 
@@ -69,7 +71,7 @@ def _paper_files(
 def _print(report: MonitorReport) -> None:
     if report.hits:
         table = Table("where", "field", "rule", "found")
-        for hit in report.hits:
+        for hit in report.hits[:PRINTED_HITS]:
             where = f"{hit.source}:{hit.line}" + (f" step {hit.step}" if hit.step else "")
             field = (hit.event + "." if hit.event else "") + (hit.field or "")
             if hit.verdict:
@@ -78,6 +80,9 @@ def _print(report: MonitorReport) -> None:
                 field += f" (echo of {hit.echo_of}, not counted)"
             table.add_row(where, field, printable(hit.rule), printable(hit.url))
         print_table(table)
+        if report.hits_total > PRINTED_HITS:
+            more = report.hits_total - PRINTED_HITS
+            console.print(f"… {more} more hits in {report.run}/{REPORT_FILE}")
     if report.verdict == "clean":
         echoes = report.hits_total - report.counted
         console.print(

@@ -492,6 +492,28 @@ def test_cli_tool_outputs_echoing_the_papers_files_are_not_counted(tmp_path: Pat
     assert code == 3, output
 
 
+def test_cli_many_hits_are_cut_on_the_console_not_in_monitor_json(tmp_path: Path) -> None:
+    text = " ".join(f"{REPO}/blob/main/f{i}.py" for i in range(45))
+    run = _run(tmp_path, [_start(), _assistant(1, content=text)], [])
+    (tmp_path / "bl.txt").write_text(BLACKLIST)
+    code, output = _cli([str(run), "--blacklist", str(tmp_path / "bl.txt")])
+    assert code == 3
+    assert "… 5 more hits in" in output and "f39.py" in output and "f40.py" not in output
+    assert len(json.loads((run / "monitor.json").read_text())["hits"]) == 45
+
+
+def test_cli_a_paper_without_a_blacklist_says_so(tmp_path: Path) -> None:
+    paper = tmp_path / "data" / "papers" / "p1"
+    paper.mkdir(parents=True)
+    (paper / "paper.md").write_text(PAPER_MD)
+    (paper / "rubric.json").write_text("{}")
+    run = _run(tmp_path, [_start(), *_bash(1, f"git clone {REPO}")], [])
+    code, output = _cli([str(run), "--paper", "p1", "--data-dir", str(tmp_path / "data")])
+    assert code == 0, output
+    assert "paper p1 has no blacklist file: nothing can be flagged" in output
+    assert json.loads((run / "monitor.json").read_text())["blacklist_rules"] == 0
+
+
 def test_cli_a_paper_id_is_taken_from_a_data_dir(tmp_path: Path) -> None:
     paper = tmp_path / "data" / "papers" / "p1"
     paper.mkdir(parents=True)
