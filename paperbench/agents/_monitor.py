@@ -118,6 +118,9 @@ class MonitorReport(BaseModel):
     """The blacklist file the run was checked against."""
     blacklist_rules: int
     transcript_events: int
+    unreadable_reasoning: int = 0
+    """Reasoning items with only encrypted content (OpenAI ``encrypted_content``, Anthropic
+    ``redacted_thinking``): they cannot be scanned, what the agent then did still is."""
     network_log: str | None
     """The network log scanned, or None when the run has none (said on the console too)."""
     network_entries: int = 0
@@ -261,9 +264,16 @@ def _echo_of(event: TranscriptEvent, field: str, found: str, echoes: dict[str, s
     return next((name for name, text in echoes.items() if found in text), None)
 
 
+def _unreadable(event: TranscriptEvent) -> int:
+    if isinstance(event, MessageEvent) and isinstance(event.message, AssistantMessage):
+        items = event.message.reasoning_items
+        return sum(1 for item in items if item.data and not (item.text or item.summary))
+    return 0
+
+
 def _scan_transcript(
     path: Path, blacklist: Blacklist, echoes: dict[str, str]
-) -> tuple[int, list[MonitorHit]]:
+) -> tuple[list[TranscriptEvent], list[MonitorHit]]:
     events = read_transcript(path)
     hits: list[MonitorHit] = []
     for number, event in zip(_line_numbers(path), events, strict=False):
@@ -284,7 +294,7 @@ def _scan_transcript(
                         echo_of=_echo_of(event, field, found, echoes),
                     )
                 )
-    return len(events), hits
+    return events, hits
 
 
 # --- the network log ----------------------------------------------------------------------
@@ -401,7 +411,8 @@ def monitor_run(
         run=str(run_dir),
         blacklist_source=blacklist.source,
         blacklist_rules=len(blacklist),
-        transcript_events=events,
+        transcript_events=len(events),
+        unreadable_reasoning=sum(_unreadable(event) for event in events),
         network_log=str(network) if network.is_file() else None,
         network_entries=entries,
         policy=policy,

@@ -83,6 +83,11 @@ def _print(report: MonitorReport) -> None:
         if report.hits_total > PRINTED_HITS:
             more = report.hits_total - PRINTED_HITS
             console.print(f"… {more} more hits in {report.run}/{REPORT_FILE}")
+    if report.unreadable_reasoning:
+        warning(
+            f"{report.unreadable_reasoning} reasoning items are encrypted and were not scanned "
+            "(the agent's messages, tool calls and requests were)"
+        )
     if report.verdict == "clean":
         echoes = report.hits_total - report.counted
         console.print(

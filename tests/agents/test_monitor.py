@@ -139,6 +139,20 @@ def test_a_url_in_reasoning_is_found_at_its_line_step_and_field(tmp_path: Path) 
     assert report.reason is not None and REPO in report.reason
 
 
+def test_encrypted_reasoning_is_counted_as_unreadable(tmp_path: Path) -> None:
+    items = [
+        {"type": "redacted_thinking", "data": "c2VjcmV0"},
+        {"type": "reasoning", "id": "rs_1", "data": "gAAAA", "summary": []},
+        {"type": "reasoning", "id": "rs_2", "data": "gAAAA", "summary": ["readable"]},
+    ]
+    run = _run(tmp_path, [_start(), _assistant(1, content="x", reasoning_items=items)])
+    report = monitor_run(run, _blacklist(), policy="disqualify")
+    assert report.unreadable_reasoning == 2
+    (tmp_path / "bl.txt").write_text(BLACKLIST)
+    code, output = _cli([str(run), "--blacklist", str(tmp_path / "bl.txt")])
+    assert code == 0 and "2 reasoning items are encrypted and were not scanned" in output
+
+
 def test_a_git_clone_tool_call_is_found_in_the_call_and_the_tool_event(tmp_path: Path) -> None:
     run = _run(tmp_path, [_start(), *_bash(1, f"cd /tmp && git clone {REPO}.git && ls")])
     report = monitor_run(run, _blacklist(), policy="disqualify")
