@@ -14,6 +14,7 @@ from typer.core import TyperGroup, TyperOption
 
 from paperbench import __version__
 from paperbench._console import console, error, print_table, printable, warning
+from paperbench.agents._monitor_cli import monitor
 from paperbench.errors import PaperbenchError, UsageError
 from paperbench.judge._eval_cli import judge_eval_command
 from paperbench.llm._cli import app as models_app
@@ -81,6 +82,7 @@ app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(images_app, name="images")
 app.command("reproduce")(reproduce)
 app.command("judge-eval")(judge_eval_command)
+app.command("monitor")(monitor)
 app.add_typer(models_app, name="models", help="Check models before a long run; show prices.")
 # --- end of sub-apps ---------------------------------------------------------
 

@@ -292,8 +292,32 @@ class _Paths:
     def empty(self) -> Path:
         return self.tmp / "empty-data"
 
+    @property
+    def run(self) -> Path:
+        """A run folder whose transcript has no start event (so no paper)."""
+        return self.tmp / "run"
+
+    @property
+    def bad_run(self) -> Path:
+        """A run folder whose transcript's first line is not an event."""
+        return self.tmp / "bad-run"
+
+    @property
+    def binary_run(self) -> Path:
+        """A run folder whose transcript is not text."""
+        return self.tmp / "binary-run"
+
     def create(self) -> None:
         self.good.write_text(json.dumps(GOOD_RUBRIC))
+        self.run.mkdir()
+        (self.run / "transcript.jsonl").write_text('{"type": "note", "kind": "x"}\n')
+        (self.run / "network.jsonl").write_text('{"ts": "t", "verdict": "maybe"}\n{"ts": "t"}\n')
+        self.binary_run.mkdir()
+        (self.binary_run / "transcript.jsonl").write_bytes(b"\xff\xfe\x00garbage\n")
+        self.bad_run.mkdir()
+        (self.bad_run / "transcript.jsonl").write_text(
+            '{"type": "bogus"}\n{"type": "note", "kind": "x"}\n'
+        )
         self.not_archive.write_text("not an archive")
         (self.empty / "papers").mkdir(parents=True)
 
@@ -403,6 +427,56 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
         ),
         "judge-eval --out a file": BadCall(
             ["judge-eval", "--judge", "dummy", "--out", str(not_archive)], "--out"
+        ),
+        "monitor a missing run folder": BadCall(
+            ["monitor", str(tmp_path / "gone")],
+            f"{tmp_path / 'gone'}: not a folder",
+            frozenset({1}),
+        ),
+        "monitor a folder without a transcript": BadCall(
+            ["monitor", str(empty)], f"{empty}: no transcript.jsonl", frozenset({1})
+        ),
+        "monitor a bad transcript line": BadCall(
+            ["monitor", str(paths.bad_run), "--paper", "calibration-binning"],
+            f"{paths.bad_run / 'transcript.jsonl'}: line 1: not a transcript event",
+            frozenset({1}),
+        ),
+        "monitor a transcript that is not UTF-8": BadCall(
+            ["monitor", str(paths.binary_run), "--paper", "calibration-binning"],
+            f"{paths.binary_run / 'transcript.jsonl'}: not UTF-8 text",
+            frozenset({1}),
+        ),
+        "monitor a run without a start event": BadCall(
+            ["monitor", str(paths.run)], "--paper ID or --blacklist FILE"
+        ),
+        "monitor a bad network log line": BadCall(
+            ["monitor", str(paths.run), "--paper", "calibration-binning"],
+            f"{paths.run / 'network.jsonl'}: line 1: not a log entry",
+            frozenset({1}),
+        ),
+        "monitor --blacklist missing": BadCall(
+            ["monitor", str(paths.run), "--blacklist", str(tmp_path / "bl.txt")],
+            f"{tmp_path / 'bl.txt'}: cannot read blacklist",
+            frozenset({1}),
+        ),
+        "monitor --blacklist not a blacklist": BadCall(
+            ["monitor", str(paths.run), "--blacklist", str(good)],
+            f"{good}: line 1: expected one URL per line",
+            frozenset({1}),
+        ),
+        "monitor --blacklist and --paper": BadCall(
+            ["monitor", str(paths.run), "--blacklist", str(good), "--paper", "x"], "not both"
+        ),
+        "monitor --paper unknown": BadCall(
+            ["monitor", str(paths.run), "--paper", "nosuch"], "nosuch", frozenset({1})
+        ),
+        "monitor --data-dir missing": BadCall(
+            ["monitor", str(paths.run), "--paper", "x", "--data-dir", str(tmp_path / "nope")],
+            "nope",
+            frozenset({1}),
+        ),
+        "monitor --policy bogus": BadCall(
+            ["monitor", str(paths.run), "--policy", "ban"], "--policy"
         ),
         "unknown command": BadCall(["nosuchcommand"], "nosuchcommand"),
     }

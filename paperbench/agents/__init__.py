@@ -29,6 +29,14 @@ from paperbench.agents._config import (
     load_agent,
 )
 from paperbench.agents._loop import BasicAgent, DummyAgent, IterativeAgent
+from paperbench.agents._monitor import (
+    MONITOR_VERSION,
+    MonitorHit,
+    MonitorPolicy,
+    MonitorReport,
+    monitor_run,
+    write_report,
+)
 from paperbench.agents._replay import ReplayAgent
 from paperbench.agents._tools import ToolResult, ToolSet, run_tool, tool_defs
 from paperbench.agents._transcript import (
@@ -45,6 +53,7 @@ from paperbench.agents._transcript import (
 
 __all__ = [
     "INSTRUCTIONS_PATH",
+    "MONITOR_VERSION",
     "PAPER_DIR",
     "SUBMISSION_DIR",
     "TRANSCRIPT_VERSION",
@@ -66,6 +75,9 @@ __all__ = [
     "LoadedAgent",
     "MessageEvent",
     "ModelCallEvent",
+    "MonitorHit",
+    "MonitorPolicy",
+    "MonitorReport",
     "NoteEvent",
     "OutcomeStatus",
     "PapercoderConfig",
@@ -82,7 +94,9 @@ __all__ = [
     "TranscriptWriter",
     "instructions_text",
     "load_agent",
+    "monitor_run",
     "read_transcript",
     "run_tool",
     "tool_defs",
+    "write_report",
 ]

@@ -125,7 +125,12 @@ def read_transcript(path: Path) -> list[TranscriptEvent]:
     event in flight); any other bad line is an error naming the file and the line."""
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").split("\n")
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", file=path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read the transcript: {exc.strerror}", file=path) from None
     events: list[TranscriptEvent] = []
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     for number, line in enumerate(lines, start=1):
