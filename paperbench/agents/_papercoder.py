@@ -151,7 +151,12 @@ class PapercoderAgent(Agent):
         self.prompts = load_prompts(config)
 
     async def run(self, ctx: RunContext) -> AgentOutcome:
-        pipeline = _Pipeline(self, ctx)
+        if ctx.run_dir is None:
+            return AgentOutcome(
+                status="error",
+                error="papercoder saves its plan in the run folder: RunContext.run_dir is unset",
+            )
+        pipeline = _Pipeline(self, ctx, ctx.run_dir)
         try:
             summary = await pipeline.run()
         except LimitReached as exc:
@@ -166,19 +171,16 @@ class PapercoderAgent(Agent):
 class _Pipeline:
     """One run of the pipeline in one sandbox."""
 
-    def __init__(self, agent: PapercoderAgent, ctx: RunContext) -> None:
+    def __init__(self, agent: PapercoderAgent, ctx: RunContext, run_dir: Path) -> None:
         self.agent = agent
         self.config = agent.config
         self.ctx = ctx
         self.model = agent.model
-        if ctx.run_dir is None:
-            raise _Failed(
-                "papercoder saves its plan in the run folder: RunContext.run_dir is unset"
-            )
-        self.art = Artifacts(ctx.run_dir / "papercoder")
+        self.art = Artifacts(run_dir / "papercoder")
         self.paper = ""
         self.addendum = ""
-        self.plan = ""
+        self.conversation: list[Message] = []
+        """The planning conversation: the shared prefix of every later call."""
 
     # -- transcript ---------------------------------------------------------------------
 
@@ -243,7 +245,7 @@ class _Pipeline:
                 error = str(exc)
             self.note("unusable_answer", error, label=label, attempt=attempt)
             conversation += [
-                AssistantMessage(content=out.text),
+                AssistantMessage(content=out.text or "(no answer)"),
                 UserMessage(
                     content=f"Your answer could not be used: {error}. Answer again, in the "
                     "form asked for."
@@ -275,6 +277,19 @@ class _Pipeline:
         await self.ctx.sandbox.write_file(f"{SUBMISSION_DIR}/{path}", content.encode("utf-8"))
         self.art.write(f"files/{path}", content)
 
+    async def restore(self) -> None:
+        """After a restart: put back every file the pipeline wrote (the snapshot may be older
+        than the last of them) and commit them."""
+        restored = self.art.files("files")
+        for path in restored:
+            content = self.art.path(f"files/{path}").read_text(encoding="utf-8")
+            await self.ctx.sandbox.write_file(f"{SUBMISSION_DIR}/{path}", content.encode("utf-8"))
+        if restored:
+            self.note(
+                "restored", f"{len(restored)} file(s) written by earlier attempts", files=restored
+            )
+            await self.commit(restored, "papercoder: files of the earlier attempt")
+
     async def commit(self, files: list[str], message: str) -> None:
         quoted = " ".join(shlex.quote(f) for f in files)
         cmd = (
@@ -294,12 +309,13 @@ class _Pipeline:
             self.note(
                 "resumed", "the environment was restarted: phases with saved results are skipped"
             )
+            await self.restore()
         await self.read_paper()
-        conversation, design, logic, config_yaml = await self.planning()
+        logic, config_yaml = await self.planning()
         await self.write("config.yaml", config_yaml)
         await self.commit(["config.yaml"], "papercoder: planning (config.yaml)")
-        analyses = await self.analysis(conversation, logic)
-        done = await self.coding(conversation, design, logic, config_yaml, analyses)
+        analyses = await self.analysis(logic)
+        done = await self.coding(logic, analyses)
         await self.commit(logic.task_list, "papercoder: coding")
         done["reproduce.sh"] = await self.reproduce(done)
         await self.commit(["reproduce.sh"], "papercoder: reproduce.sh")
@@ -308,16 +324,17 @@ class _Pipeline:
             summary += "; " + await self.repair([*done, "config.yaml"])
         return summary
 
-    async def planning(
-        self,
-    ) -> tuple[list[Message], ArchitectureDesign, LogicDesign, str]:
+    async def planning(self) -> tuple[LogicDesign, str]:
+        """The four planning turns; leaves the conversation in ``self.conversation``, its
+        paper and its last request marked as the shared prefix for prompt caching."""
         ctx = self.ctx
         conversation: list[Message] = [
             SystemMessage(content=self.render("system")),
             UserMessage(
                 content=self.render(
                     "plan", instructions=ctx.instructions, paper=self.paper, addendum=self.addendum
-                )
+                ),
+                cache=True,
             ),
         ]
         plan = self.art.read("plan.md")
@@ -325,7 +342,6 @@ class _Pipeline:
             plan = await self.ask_value(conversation, "plan", _nonempty)
             self.saved("plan.md", plan)
         conversation.append(AssistantMessage(content=plan))
-        self.plan = plan
 
         max_files = self.config.max_files
 
@@ -361,7 +377,7 @@ class _Pipeline:
             logic = read_logic(logic_text)
         conversation.append(AssistantMessage(content=logic_text))
 
-        conversation.append(UserMessage(content=self.render("config")))
+        conversation.append(UserMessage(content=self.render("config"), cache=True))
         config_text = self.art.read("config.answer.md")
         if config_text is None:
             config_yaml, config_text = await self.ask(conversation, "config", parse_config_answer)
@@ -370,9 +386,10 @@ class _Pipeline:
         else:
             config_yaml = parse_config_answer(config_text)
         conversation.append(AssistantMessage(content=config_text))
-        return conversation, design, logic, config_yaml
+        self.conversation = conversation
+        return logic, config_yaml
 
-    async def analysis(self, conversation: list[Message], logic: LogicDesign) -> dict[str, str]:
+    async def analysis(self, logic: LogicDesign) -> dict[str, str]:
         analyses: dict[str, str] = {}
         for file in logic.task_list:
             name = f"analyses/{file}.md"
@@ -386,20 +403,13 @@ class _Pipeline:
                     depends_on=", ".join(item.depends_on) or "none",
                 )
                 text = await self.ask_value(
-                    [*conversation, UserMessage(content=prompt)], f"analysis {file}", _nonempty
+                    [*self.conversation, UserMessage(content=prompt)], f"analysis {file}", _nonempty
                 )
                 self.saved(name, text)
             analyses[file] = text
         return analyses
 
-    async def coding(
-        self,
-        conversation: list[Message],
-        design: ArchitectureDesign,
-        logic: LogicDesign,
-        config_yaml: str,
-        analyses: dict[str, str],
-    ) -> dict[str, str]:
+    async def coding(self, logic: LogicDesign, analyses: dict[str, str]) -> dict[str, str]:
         done: dict[str, str] = {}
         for file in logic.task_list:
             content = self.art.read(f"files/{file}")
@@ -413,18 +423,9 @@ class _Pipeline:
                         "context_trimmed", f"coding {file}: files left out", left_out=left_out
                     )
                 prompt = self.render(
-                    "coding",
-                    instructions=self.ctx.instructions,
-                    paper=self.paper,
-                    plan=self.plan,
-                    architecture=design.model_dump_json(indent=2),
-                    logic=logic.model_dump_json(indent=2),
-                    config=config_yaml,
-                    done_files=context,
-                    analysis=analyses[file],
-                    file=file,
+                    "coding", done_files=context, analysis=analyses[file], file=file
                 )
-                messages: list[Message] = [conversation[0], UserMessage(content=prompt)]
+                messages = [*self.conversation, UserMessage(content=prompt)]
                 content = await self.ask_value(messages, f"coding {file}", parse_code_answer)
             await self.write(file, content)
             done[file] = content
@@ -436,11 +437,8 @@ class _Pipeline:
             context, left_out = files_context(done, [], self.agent.context_tokens, self.model.name)
             if left_out:
                 self.note("context_trimmed", "reproduce.sh: files left out", left_out=left_out)
-            prompt = self.render("reproduce", instructions=self.ctx.instructions, files=context)
-            messages: list[Message] = [
-                SystemMessage(content=self.render("system")),
-                UserMessage(content=prompt),
-            ]
+            prompt = self.render("reproduce", files=context)
+            messages = [*self.conversation, UserMessage(content=prompt)]
             content = await self.ask_value(messages, "reproduce.sh", parse_code_answer)
         await self.write("reproduce.sh", content)
         return content
@@ -519,7 +517,9 @@ class _Pipeline:
             content = self.art.read(f"files/{path}")
             if content is not None:
                 current[path] = content
-        context, _ = files_context(current, [], self.agent.context_tokens, self.model.name)
+        context, left_out = files_context(current, [], self.agent.context_tokens, self.model.name)
+        if left_out:
+            self.note("context_trimmed", "repair: files left out", left_out=left_out)
         report = ""
         if unapplied:
             report = (
@@ -529,16 +529,12 @@ class _Pipeline:
             )
         prompt = self.render(
             "repair",
-            instructions=self.ctx.instructions,
             files=context,
             exit_code=status,
             error_tail=tail,
             unapplied=report,
         )
-        messages: list[Message] = [
-            SystemMessage(content=self.render("system")),
-            UserMessage(content=prompt),
-        ]
+        messages = [*self.conversation, UserMessage(content=prompt)]
         answer = await self.ask_value(
             messages, "repair", lambda text: parse_json_answer(text, RepairAnswer)
         )

@@ -239,6 +239,10 @@ def apply_edit(content: str | None, edit: Edit) -> str:
     return content.replace(edit.search, edit.replace, 1)
 
 
+PARTIAL = ".partial"
+"""The suffix of an artifact being written (left behind only by a crash)."""
+
+
 class Artifacts:
     """The folder ``<run>/papercoder``: every intermediate result, written atomically.
 
@@ -262,7 +266,7 @@ class Artifacts:
     def write(self, name: str, text: str) -> Path:
         path = self.root / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PARTIAL)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
@@ -276,6 +280,17 @@ class Artifacts:
 
     def write_json(self, name: str, value: Any) -> Path:
         return self.write(name, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+    def files(self, folder: str) -> list[str]:
+        """The complete files under ``folder`` (relative, sorted); none being written."""
+        root = self.root / folder
+        if not root.is_dir():
+            return []
+        return sorted(
+            p.relative_to(root).as_posix()
+            for p in root.rglob("*")
+            if p.is_file() and not p.name.endswith(PARTIAL)
+        )
 
     def next_answer_name(self, label: str) -> str:
         folder = self.root / "answers"

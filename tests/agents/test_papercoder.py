@@ -88,12 +88,16 @@ class ScriptedModel:
     kinds: list[str] = field(default_factory=list)
     """What each request asked for, in order."""
     prompts: list[str] = field(default_factory=list)
+    """The last user message of each request."""
+    conversations: list[str] = field(default_factory=list)
+    """Every message of each request, joined."""
 
     def __call__(self, request: RecordedRequest) -> FakeReply:
         last = _last_user(request)
         kind, reply = self._answer(request, last)
         self.kinds.append(kind)
         self.prompts.append(last)
+        self.conversations.append("\n".join(_text(m["content"]) for m in request.body["messages"]))
         return FakeReply(text=reply)
 
     def _answer(self, request: RecordedRequest, last: str) -> tuple[str, str]:
@@ -247,9 +251,12 @@ def test_files_are_coded_in_dependency_order_with_the_files_so_far(
     assert "(none yet)" in coding["coding utils.py"]
     assert UTILS in coding["coding model.py"] and MODEL not in coding["coding model.py"]
     assert UTILS in coding["coding main.py"] and MODEL in coding["coding main.py"]
-    # each coding prompt carries its own analysis and the config
+    # each coding prompt carries its own analysis, after the planning conversation (the
+    # paper, the plan, the designs, config.yaml)
     assert "Analysis of main.py." in coding["coding main.py"]
-    assert "lr: 0.1" in coding["coding main.py"]
+    conversation = script.conversations[script.kinds.index("coding main.py")]
+    for part in ("We add one.", "The plan: add one", '"task_list"', "lr: 0.1"):
+        assert part in conversation
 
     assert run.files["utils.py"] == UTILS
     assert run.files["main.py"] == MAIN_FIXED
@@ -398,6 +405,8 @@ def test_a_resumed_run_repeats_no_call_whose_result_is_saved(
     assert script.kinds[first:] == ["coding main.py", "reproduce.sh"]
     # the new sandbox holds every file, the saved ones included
     assert again.files["utils.py"] == UTILS and again.files["config.yaml"] == "seed: 0\nlr: 0.1\n"
+    assert again.files["main.py"] == MAIN_FIXED
+    assert again.git_log[0] == "papercoder: files of the earlier attempt"
 
 
 def test_a_step_limit_stops_the_pipeline_with_status_limit(
