@@ -15,6 +15,7 @@ from paperbench.agents._base import (
     TranscriptWriter,
     read_transcript,
 )
+from paperbench.agents._papercoder import PapercoderAgent
 from paperbench.agents._transcript import (
     TRANSCRIPT_VERSION,
     EndEvent,
@@ -43,6 +44,7 @@ __all__ = [
     "ModelCallEvent",
     "NoteEvent",
     "OutcomeStatus",
+    "PapercoderAgent",
     "RunContext",
     "SnapshotEvent",
     "StartEvent",

@@ -103,7 +103,8 @@ def catalog_dir() -> Path:
 
 
 def load_prompts(config: PapercoderConfig, base: Path | None = None) -> dict[str, Template]:
-    """Every prompt of the pipeline: the config's own files, else the bundled ones."""
+    """Every prompt of the pipeline: the config's own files (relative to ``base``, the
+    config's folder; default the catalog), else the bundled ones."""
     base = base or catalog_dir()
     for name in config.prompts:
         if name not in PROMPT_NAMES:
@@ -114,8 +115,10 @@ def load_prompts(config: PapercoderConfig, base: Path | None = None) -> dict[str
     templates: dict[str, Template] = {}
     for name in PROMPT_NAMES:
         given = config.prompts.get(name)
-        path = Path(given) if given else Path("prompts") / f"papercoder_{name}.md"
-        path = path if path.is_absolute() else base / path
+        if given:
+            path = Path(given) if Path(given).is_absolute() else base / given
+        else:
+            path = catalog_dir() / "prompts" / f"papercoder_{name}.md"
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
