@@ -261,6 +261,16 @@ class _Pipeline:
     ) -> _T:
         return (await self.ask(messages, label, parse))[0]
 
+    def saved_answer(self, name: str, text: str, parse: Callable[[str], _T]) -> _T:
+        """A saved answer of an earlier attempt, read again (checked against this config)."""
+        try:
+            return parse(text)
+        except AnswerError as exc:
+            raise _Failed(
+                f"{self.art.path(name)}: the saved answer does not fit this configuration "
+                f"({exc}); delete it (and what follows it) to ask again"
+            ) from None
+
     # -- sandbox ------------------------------------------------------------------------
 
     async def read_paper(self) -> None:
@@ -270,11 +280,12 @@ class _Pipeline:
             ).decode("utf-8", errors="replace")
         except SandboxError as exc:
             raise _Failed(f"cannot read {PAPER_DIR}/paper.md in the sandbox: {exc}") from None
-        try:
-            data = await self.ctx.sandbox.read_file(f"{PAPER_DIR}/addendum.md", max_bytes=1 << 25)
+        addendum = f"{PAPER_DIR}/addendum.md"
+        found = await self.ctx.sandbox.exec(["test", "-f", addendum], timeout=60)
+        self.addendum = "(none)"
+        if found.exit_code == 0:
+            data = await self.ctx.sandbox.read_file(addendum, max_bytes=1 << 25)
             self.addendum = data.decode("utf-8", errors="replace")
-        except SandboxError:
-            self.addendum = "(none)"
 
     async def write(self, path: str, content: str) -> None:
         await self.ctx.sandbox.write_file(f"{SUBMISSION_DIR}/{path}", content.encode("utf-8"))
@@ -362,7 +373,7 @@ class _Pipeline:
             self.saved("sequence_diagram.mmd", design.sequence_diagram)
             self.saved("architecture.answer.md", design_text)
         else:
-            design = read_design(design_text)
+            design = self.saved_answer("architecture.answer.md", design_text, read_design)
         conversation.append(AssistantMessage(content=design_text))
 
         def read_logic(text: str) -> LogicDesign:
@@ -377,7 +388,7 @@ class _Pipeline:
             self.saved("logic.json", logic.model_dump_json(indent=2))
             self.saved("logic.answer.md", logic_text)
         else:
-            logic = read_logic(logic_text)
+            logic = self.saved_answer("logic.answer.md", logic_text, read_logic)
         conversation.append(AssistantMessage(content=logic_text))
 
         conversation.append(UserMessage(content=self.render("config"), cache=True))
@@ -387,7 +398,7 @@ class _Pipeline:
             self.saved("config.yaml", config_yaml)
             self.saved("config.answer.md", config_text)
         else:
-            config_yaml = parse_config_answer(config_text)
+            config_yaml = self.saved_answer("config.answer.md", config_text, parse_config_answer)
         conversation.append(AssistantMessage(content=config_text))
         self.conversation = conversation
         return logic, config_yaml

@@ -7,7 +7,7 @@ import asyncio
 import json
 import re
 import shutil
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from paperbench.agents import (
 )
 from paperbench.agents._papercoder import PapercoderAgent, PapercoderConfig
 from paperbench.llm import Model, ModelConfig
-from paperbench.sandbox import LocalBackend, Sandbox, SandboxSpec
+from paperbench.sandbox import LocalBackend, SandboxSpec
 from paperbench.testing import FakeLLMServer, FakeReply
 from paperbench.testing.fake_llm import RecordedRequest
 
@@ -169,7 +169,8 @@ def run_agent(
     resumed: bool = False,
     limits: AgentLimits | None = None,
     context_tokens: int = 60_000,
-    inspect: Callable[[Sandbox], Awaitable[None]] | None = None,
+    paper: str | None = "# Adding one\n\nWe add one.\n",
+    addendum: str | None = None,
 ) -> Run:
     """Start a sandbox with the paper and an empty git repository, run the agent, read back
     the submission; everything bounded in time."""
@@ -187,7 +188,10 @@ def run_agent(
         )
         writer = TranscriptWriter(run_dir / "transcript.jsonl")
         try:
-            await sb.write_file(f"{PAPER_DIR}/paper.md", b"# Adding one\n\nWe add one.\n")
+            if paper is not None:
+                await sb.write_file(f"{PAPER_DIR}/paper.md", paper.encode())
+            if addendum is not None:
+                await sb.write_file(f"{PAPER_DIR}/addendum.md", addendum.encode())
             init = await sb.exec(f"git init -q {SUBMISSION_DIR}", timeout=30)
             assert init.exit_code == 0, init.stderr
             ctx = RunContext(
@@ -212,8 +216,6 @@ def run_agent(
                 data = await sb.read_file(f"{SUBMISSION_DIR}/{name}")
                 files[name] = data.decode()
             log = await sb.exec("git log --format=%s", timeout=30, workdir=SUBMISSION_DIR)
-            if inspect is not None:
-                await inspect(sb)
             return Run(outcome, run_dir, files, log.stdout.splitlines()[::-1])
         finally:
             writer.close()
@@ -419,3 +421,41 @@ def test_a_step_limit_stops_the_pipeline_with_status_limit(
     )
     assert run.outcome.status == "limit" and run.outcome.limit == "steps"
     assert script.kinds == ["plan", "architecture", "logic"]
+
+
+def test_the_addendum_is_part_of_the_planning_prompt(
+    backend: LocalBackend, fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    script = ScriptedModel()
+    fake_llm.handler = script
+    run = run_agent(backend, fake_llm, tmp_path / "run", PapercoderConfig(), addendum="Use seed 7.")
+    assert run.outcome.status == "submitted", run.outcome
+    assert "Use seed 7." in script.prompts[0] and "We add one." in script.prompts[0]
+
+
+def test_without_a_paper_the_run_ends_with_an_error_and_no_call(
+    backend: LocalBackend, fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    script = ScriptedModel()
+    fake_llm.handler = script
+    run = run_agent(backend, fake_llm, tmp_path / "run", PapercoderConfig(), paper=None)
+    assert run.outcome.status == "error"
+    assert run.outcome.error is not None and "/home/paper/paper.md" in run.outcome.error
+    assert script.kinds == []
+
+
+def test_a_saved_design_that_no_longer_fits_the_config_is_an_error_naming_the_file(
+    backend: LocalBackend, fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    script = ScriptedModel()
+    fake_llm.handler = script
+    run_dir = tmp_path / "run"
+    run_agent(backend, fake_llm, run_dir, PapercoderConfig())
+    calls = len(script.kinds)
+
+    again = run_agent(backend, fake_llm, run_dir, PapercoderConfig(max_files=2), resumed=True)
+
+    assert again.outcome.status == "error"
+    assert again.outcome.error is not None
+    assert "architecture.answer.md: the saved answer does not fit" in again.outcome.error
+    assert len(script.kinds) == calls
