@@ -35,6 +35,9 @@ from paperbench.sandbox import LocalBackend, SandboxSpec
 from paperbench.testing import FakeLLMServer, FakeReply
 from paperbench.testing.fake_llm import RecordedRequest
 
+PROVIDERS = {"openai": "openai/gpt-4o", "anthropic": "anthropic/claude-haiku-4-5"}
+"""The wire protocols the pipeline is run through: Chat Completions and Messages."""
+
 _ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
 
 UTILS = "def add(a, b):\n    return a + b\n"
@@ -171,6 +174,7 @@ def run_agent(
     context_tokens: int = 60_000,
     paper: str | None = "# Adding one\n\nWe add one.\n",
     addendum: str | None = None,
+    provider: str = "openai",
 ) -> Run:
     """Start a sandbox with the paper and an empty git repository, run the agent, read back
     the submission; everything bounded in time."""
@@ -179,8 +183,8 @@ def run_agent(
         sb = await backend.start(SandboxSpec(image="host", workdir=SUBMISSION_DIR))
         model = Model(
             ModelConfig(
-                model="openai/gpt-4o",
-                base_url=server.openai_url,
+                model=PROVIDERS[provider],
+                base_url=server.anthropic_url if provider == "anthropic" else server.openai_url,
                 api_key=SecretStr("sk-test"),
                 timeout_s=10,
                 max_retry_wait_s=1,
@@ -228,12 +232,13 @@ def run_agent(
     return asyncio.run(bounded())
 
 
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
 def test_files_are_coded_in_dependency_order_with_the_files_so_far(
-    backend: LocalBackend, fake_llm: FakeLLMServer, tmp_path: Path
+    backend: LocalBackend, fake_llm: FakeLLMServer, tmp_path: Path, provider: str
 ) -> None:
     script = ScriptedModel()
     fake_llm.handler = script
-    run = run_agent(backend, fake_llm, tmp_path / "run", PapercoderConfig())
+    run = run_agent(backend, fake_llm, tmp_path / "run", PapercoderConfig(), provider=provider)
 
     assert run.outcome.status == "submitted", run.outcome
     assert script.kinds == [
@@ -259,6 +264,10 @@ def test_files_are_coded_in_dependency_order_with_the_files_so_far(
     conversation = script.conversations[script.kinds.index("coding main.py")]
     for part in ("We add one.", "The plan: add one", '"task_list"', "lr: 0.1"):
         assert part in conversation
+    if provider == "anthropic":
+        # the planning conversation is the prompt-cached prefix: two breakpoints in it
+        body = fake_llm.requests[script.kinds.index("coding main.py")].body
+        assert json.dumps(body["messages"]).count('"cache_control"') == 2
 
     assert run.files["utils.py"] == UTILS
     assert run.files["main.py"] == MAIN_FIXED
