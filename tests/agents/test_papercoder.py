@@ -31,9 +31,10 @@ from paperbench.agents import (
 )
 from paperbench.agents._papercoder import PapercoderAgent, PapercoderConfig
 from paperbench.llm import Model, ModelConfig
-from paperbench.sandbox import LocalBackend, SandboxSpec
+from paperbench.sandbox import LocalBackend, SandboxBackend, SandboxSpec
 from paperbench.testing import FakeLLMServer, FakeReply
 from paperbench.testing.fake_llm import RecordedRequest
+from tests.sandbox.docker_fixtures import TEST_LABELS, docker_client, docker_images  # noqa: F401
 
 PROVIDERS = {"openai": "openai/gpt-4o", "anthropic": "anthropic/claude-haiku-4-5"}
 """The wire protocols the pipeline is run through: Chat Completions and Messages."""
@@ -156,6 +157,24 @@ def backend(tmp_path: Path) -> LocalBackend:
 
 
 @dataclass
+class DockerCase:
+    backend: SandboxBackend
+    image: str
+
+
+@pytest.fixture
+def docker_backend(request: pytest.FixtureRequest) -> DockerCase:
+    """The Docker backend with the agent image; every container it makes is swept after."""
+    from paperbench.sandbox._docker import DockerBackend
+    from tests.sandbox.docker_fixtures import sweep
+
+    client = request.getfixturevalue("docker_client")
+    images = request.getfixturevalue("docker_images")
+    request.addfinalizer(lambda: sweep(client))
+    return DockerCase(DockerBackend(client=client), images["paperbench-agent"])
+
+
+@dataclass
 class Run:
     outcome: AgentOutcome
     run_dir: Path
@@ -164,7 +183,7 @@ class Run:
 
 
 def run_agent(
-    backend: LocalBackend,
+    backend: SandboxBackend,
     server: FakeLLMServer,
     run_dir: Path,
     config: PapercoderConfig,
@@ -175,12 +194,15 @@ def run_agent(
     paper: str | None = "# Adding one\n\nWe add one.\n",
     addendum: str | None = None,
     provider: str = "openai",
+    image: str = "host",
 ) -> Run:
     """Start a sandbox with the paper and an empty git repository, run the agent, read back
     the submission; everything bounded in time."""
 
     async def main() -> Run:
-        sb = await backend.start(SandboxSpec(image="host", workdir=SUBMISSION_DIR))
+        labels = dict(TEST_LABELS) if image != "host" else {}
+        spec = SandboxSpec(image=image, workdir=SUBMISSION_DIR, labels=labels)
+        sb = await backend.start(spec)
         model = Model(
             ModelConfig(
                 model=PROVIDERS[provider],
@@ -468,3 +490,23 @@ def test_a_saved_design_that_no_longer_fits_the_config_is_an_error_naming_the_fi
     assert again.outcome.error is not None
     assert "architecture.answer.md: the saved answer does not fit" in again.outcome.error
     assert len(script.kinds) == calls
+
+
+@pytest.mark.docker
+def test_the_repair_loop_in_a_docker_sandbox(
+    docker_backend: DockerCase, fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fix = {"edits": [{"file": "main.py", "search": "undefined_name", "replace": "'ok'"}]}
+    script = ScriptedModel(main=MAIN_BROKEN, repairs=[fix])
+    fake_llm.handler = script
+    run = run_agent(
+        docker_backend.backend,
+        fake_llm,
+        tmp_path / "run",
+        PapercoderConfig(repair_rounds=1),
+        image=docker_backend.image,
+    )
+    assert run.outcome.status == "submitted", run.outcome
+    assert "NameError" in script.prompts[-1]
+    assert run.files["result.txt"] == "2 ok\n"
+    assert run.git_log[-1] == "papercoder: repair round 1"
