@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
-from string import Template
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,28 +48,16 @@ from paperbench.agents._papercoder_parts import (
     check_logic,
     check_path,
     files_context,
+    load_prompts,
     parse_code_answer,
     parse_config_answer,
     parse_json_answer,
 )
 from paperbench.agents._transcript import MessageEvent, ModelCallEvent, NoteEvent, ToolEvent
-from paperbench.errors import ConfigError, ModelError, SandboxError
+from paperbench.errors import ModelError, SandboxError
 from paperbench.llm import AssistantMessage, Message, Model, ModelOutput, SystemMessage, UserMessage
 
 _T = TypeVar("_T")
-
-PROMPT_NAMES = (
-    "system",
-    "plan",
-    "architecture",
-    "logic",
-    "config",
-    "analysis",
-    "coding",
-    "reproduce",
-    "repair",
-)
-"""The prompts of the pipeline; ``prompts`` in the config may replace any of them."""
 
 ERROR_TAIL_CHARS = 4000
 """How much of a failing reproduce.sh's output is sent back in a repair round."""
@@ -97,44 +83,6 @@ class PapercoderConfig(BaseModel):
     """Prompt name → file (relative to the YAML, or to the bundled catalog)."""
 
 
-def catalog_dir() -> Path:
-    """The ``agents/`` catalog: inside the installed package, or the repository's folder."""
-    return Path(str(resources.files("paperbench") / "_catalog" / "agents"))
-
-
-def load_prompts(config: PapercoderConfig, base: Path | None = None) -> dict[str, Template]:
-    """Every prompt of the pipeline: the config's own files (relative to ``base``, the
-    config's folder; default the catalog), else the bundled ones."""
-    base = base or catalog_dir()
-    for name in config.prompts:
-        if name not in PROMPT_NAMES:
-            raise ConfigError(
-                f"unknown papercoder prompt {name!r} (known: {', '.join(PROMPT_NAMES)})",
-                path=f"$.prompts.{name}",
-            )
-    templates: dict[str, Template] = {}
-    for name in PROMPT_NAMES:
-        given = config.prompts.get(name)
-        if given:
-            path = Path(given) if Path(given).is_absolute() else base / given
-        else:
-            path = catalog_dir() / "prompts" / f"papercoder_{name}.md"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read prompt file {path} ({exc.strerror}); fix the path",
-                path=f"$.prompts.{name}",
-            ) from None
-        template = Template(text)
-        if not template.is_valid():
-            raise ConfigError(
-                "a '$' that is not a $name placeholder (write $$ for a literal $)", file=path
-            )
-        templates[name] = template
-    return templates
-
-
 class _Failed(Exception):
     """The pipeline cannot go on; the message is the run's error."""
 
@@ -145,13 +93,20 @@ class PapercoderAgent(Agent):
     name = "papercoder"
 
     def __init__(
-        self, config: PapercoderConfig, model: Model, *, context_tokens: int = 60_000
+        self,
+        config: PapercoderConfig,
+        model: Model,
+        *,
+        context_tokens: int = 60_000,
+        config_dir: Path | None = None,
     ) -> None:
+        """``config_dir``: the folder of the config's YAML, which relative prompt paths are
+        read from (default: the bundled catalog)."""
         self.config = config
         self.model = model
         self.context_tokens = context_tokens
         """Token budget of the files-written-so-far context of a coding or repair prompt."""
-        self.prompts = load_prompts(config)
+        self.prompts = load_prompts(config, config_dir)
 
     async def run(self, ctx: RunContext) -> AgentOutcome:
         if ctx.run_dir is None:

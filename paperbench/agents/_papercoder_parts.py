@@ -1,6 +1,6 @@
-"""The PaperCoder pipeline's data: what each planning answer must hold, how answers are read
-(JSON objects, fenced code blocks, search/replace edits), and the artifact folder a run keeps
-under ``<run>/papercoder/`` so that a resumed run repeats no paid call.
+"""The PaperCoder pipeline's data: its prompts, what each planning answer must hold, how
+answers are read (JSON objects, fenced code blocks, search/replace edits), and the artifact
+folder a run keeps under ``<run>/papercoder/`` so that a resumed run repeats no paid call.
 
 Every reader raises :class:`AnswerError` with one line saying what is wrong with an answer;
 the pipeline sends that line back to the model when it re-asks.
@@ -13,18 +13,78 @@ import os
 import posixpath
 import re
 import tempfile
+from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from string import Template
+from typing import Any, Protocol, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from paperbench.errors import ConfigError
 from paperbench.llm import count_tokens
 
 _M = TypeVar("_M", bound=BaseModel)
 
 RESERVED_FILES = ("reproduce.sh", "config.yaml")
 """Files the pipeline writes itself, after (config.yaml) or besides (reproduce.sh) the design."""
+
+
+PROMPT_NAMES = (
+    "system",
+    "plan",
+    "architecture",
+    "logic",
+    "config",
+    "analysis",
+    "coding",
+    "reproduce",
+    "repair",
+)
+"""The prompts of the pipeline; ``prompts`` in the config may replace any of them."""
+
+
+class _PromptsConfig(Protocol):
+    @property
+    def prompts(self) -> dict[str, str]: ...
+
+
+def catalog_dir() -> Path:
+    """The ``agents/`` catalog: inside the installed package, or the repository's folder."""
+    return Path(str(resources.files("paperbench") / "_catalog" / "agents"))
+
+
+def load_prompts(config: _PromptsConfig, base: Path | None = None) -> dict[str, Template]:
+    """Every prompt of the pipeline: the config's own files (relative to ``base``, the
+    config's folder; default the catalog), else the bundled ones."""
+    base = base or catalog_dir()
+    for name in config.prompts:
+        if name not in PROMPT_NAMES:
+            raise ConfigError(
+                f"unknown papercoder prompt {name!r} (known: {', '.join(PROMPT_NAMES)})",
+                path=f"$.prompts.{name}",
+            )
+    templates: dict[str, Template] = {}
+    for name in PROMPT_NAMES:
+        given = config.prompts.get(name)
+        if given:
+            path = Path(given) if Path(given).is_absolute() else base / given
+        else:
+            path = catalog_dir() / "prompts" / f"papercoder_{name}.md"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read prompt file {path} ({exc.strerror}); fix the path",
+                path=f"$.prompts.{name}",
+            ) from None
+        template = Template(text)
+        if not template.is_valid():
+            raise ConfigError(
+                "a '$' that is not a $name placeholder (write $$ for a literal $)", file=path
+            )
+        templates[name] = template
+    return templates
 
 
 class AnswerError(ValueError):

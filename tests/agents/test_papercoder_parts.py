@@ -7,13 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paperbench.agents._papercoder import (
-    PROMPT_NAMES,
-    PapercoderConfig,
-    catalog_dir,
-    load_prompts,
-)
+from paperbench.agents._papercoder import PapercoderConfig
 from paperbench.agents._papercoder_parts import (
+    PROMPT_NAMES,
     AnswerError,
     ArchitectureDesign,
     Artifacts,
@@ -21,10 +17,12 @@ from paperbench.agents._papercoder_parts import (
     LogicDesign,
     RepairAnswer,
     apply_edit,
+    catalog_dir,
     check_architecture,
     check_logic,
     check_path,
     files_context,
+    load_prompts,
     parse_code_answer,
     parse_config_answer,
     parse_json_answer,
@@ -153,3 +151,10 @@ def test_a_prompt_file_that_is_missing_or_unknown_is_one_config_error(tmp_path: 
     bad.write_text("costs 5$ each")
     with pytest.raises(ConfigError, match="write \\$\\$ for a literal"):
         load_prompts(PapercoderConfig(prompts={"plan": str(bad)}))
+
+
+def test_relative_prompt_paths_are_read_from_the_config_folder(tmp_path: Path) -> None:
+    (tmp_path / "mine.md").write_text("Plan it: $paper")
+    prompts = load_prompts(PapercoderConfig(prompts={"plan": "mine.md"}), tmp_path)
+    assert prompts["plan"].substitute(paper="P") == "Plan it: P"
+    assert "expert" in prompts["system"].template  # the others stay the bundled ones
