@@ -519,13 +519,15 @@ class _Pipeline:
                 continue
             content = changed.get(edit.file)
             if content is None:
-                try:
-                    data = await self.ctx.sandbox.read_file(
-                        f"{SUBMISSION_DIR}/{edit.file}", max_bytes=1 << 24
-                    )
+                target = f"{SUBMISSION_DIR}/{edit.file}"
+                exists = await self.ctx.sandbox.exec(["test", "-e", target], timeout=60)
+                if exists.exit_code == 0:
+                    try:
+                        data = await self.ctx.sandbox.read_file(target, max_bytes=1 << 24)
+                    except SandboxError as exc:
+                        unapplied.append(f"edit {index}: {edit.file}: cannot be read ({exc})")
+                        continue
                     content = data.decode("utf-8", errors="replace")
-                except SandboxError:
-                    content = None
             try:
                 changed[edit.file] = apply_edit(content, edit)
             except AnswerError as exc:

@@ -403,7 +403,13 @@ def test_the_repair_loop_applies_an_edit_and_the_second_run_passes(
 def test_an_edit_whose_search_text_is_missing_is_reported_back(
     backend: LocalBackend, fake_llm: FakeLLMServer, tmp_path: Path
 ) -> None:
-    wrong = {"edits": [{"file": "main.py", "search": "no such text", "replace": "x"}]}
+    wrong = {
+        "edits": [
+            {"file": "main.py", "search": "no such text", "replace": "x"},
+            {"file": "../outside.py", "search": "", "replace": "x"},
+            {"file": "ghost.py", "search": "a", "replace": "b"},
+        ]
+    }
     fix = {"edits": [{"file": "main.py", "search": "undefined_name", "replace": "'ok'"}]}
     script = ScriptedModel(main=MAIN_BROKEN, repairs=[wrong, fix])
     fake_llm.handler = script
@@ -415,7 +421,11 @@ def test_an_edit_whose_search_text_is_missing_is_reported_back(
     assert "edit 1: main.py: the search text was not found in the file" in script.prompts[-1]
     assert run.files["main.py"] == MAIN_FIXED
     record = json.loads((run.run_dir / "papercoder" / "repair" / "round-01.json").read_text())
-    assert record["applied"] == [] and len(record["unapplied"]) == 1
+    assert record["applied"] == []
+    assert record["unapplied"][1:] == [
+        "edit 2: '../outside.py' must be a plain relative path inside the repository",
+        "edit 3: ghost.py: no such file (use an empty search to create it)",
+    ]
     events = read_transcript(run.run_dir / "transcript.jsonl")
     assert any(isinstance(e, NoteEvent) and e.kind == "edits_not_applied" for e in events)
 
