@@ -37,6 +37,7 @@ from paperbench.agents._monitor import (
     monitor_run,
     write_report,
 )
+from paperbench.agents._papercoder import PapercoderAgent
 from paperbench.agents._replay import ReplayAgent
 from paperbench.agents._tools import ToolResult, ToolSet, run_tool, tool_defs
 from paperbench.agents._transcript import (
@@ -80,6 +81,7 @@ __all__ = [
     "MonitorReport",
     "NoteEvent",
     "OutcomeStatus",
+    "PapercoderAgent",
     "PapercoderConfig",
     "ReplayAgent",
     "ReplayConfig",

@@ -127,10 +127,12 @@ class ReplayConfig(_LoopCommon):
 class PapercoderConfig(_Common):
     """PaperCoder's plan → analyze → code (→ repair) pipeline."""
 
-    type: Literal["papercoder"]
+    type: Literal["papercoder"] = "papercoder"
     plan_retries: int = Field(default=2, ge=0)
+    """Times an unusable planning (or coding) answer is re-asked before the run fails."""
     repair_rounds: int = Field(default=0, ge=0)
     repair_timeout_s: float = Field(default=1800, gt=0)
+    """Timeout of one ``bash reproduce.sh`` run in a repair round."""
     max_files: int = Field(default=30, ge=1)
     prompts: dict[str, str] = Field(default_factory=dict)
     """Prompt name → file, relative to the YAML's folder."""
@@ -187,7 +189,7 @@ class LoadedAgent(BaseModel):
             )
         if isinstance(config, PapercoderConfig):
             module = importlib.import_module("paperbench.agents._papercoder")
-            agent: Agent = module.PapercoderAgent(config, model)
+            agent: Agent = module.PapercoderAgent(config, model, config_dir=self.path.parent)
             return agent
         from paperbench.agents._loop import BasicAgent, IterativeAgent
 
