@@ -15,6 +15,13 @@ from paperbench.agents._base import (
     TranscriptWriter,
     read_transcript,
 )
+from paperbench.agents._rollout import (
+    RolloutConfig,
+    RolloutResult,
+    RolloutStatus,
+    load_status,
+    rollout,
+)
 from paperbench.agents._transcript import (
     TRANSCRIPT_VERSION,
     EndEvent,
@@ -43,11 +50,16 @@ __all__ = [
     "ModelCallEvent",
     "NoteEvent",
     "OutcomeStatus",
+    "RolloutConfig",
+    "RolloutResult",
+    "RolloutStatus",
     "RunContext",
     "SnapshotEvent",
     "StartEvent",
     "ToolEvent",
     "TranscriptEvent",
     "TranscriptWriter",
+    "load_status",
     "read_transcript",
+    "rollout",
 ]

@@ -1,0 +1,261 @@
+"""The rollout stage on the local backend (bubblewrap) with a scripted model behind the real
+OpenAI SDK: run folder, paper upload, limits, errors, snapshots, kill -9 and resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from paperbench.agents import (
+    Agent,
+    AgentLimits,
+    AgentOutcome,
+    EndEvent,
+    NoteEvent,
+    RunContext,
+    SnapshotEvent,
+    StartEvent,
+    read_transcript,
+)
+from paperbench.agents._rollout import RolloutResult, read_costs, rollout
+from paperbench.errors import ConfigError, UsageError
+from paperbench.llm import ModelConfig
+from paperbench.papers import Paper, PaperSource, load_data_dir_paper
+from paperbench.sandbox import NetworkPolicy, SandboxConfig
+from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall
+from tests.agents.step_agent import INSTRUCTIONS, REPO, CrashingAgent, StepAgent
+
+LOCAL = SandboxConfig(backend="local")
+
+
+def _paper() -> Paper:
+    return PaperSource(repo_root=REPO).load("calibration-binning")
+
+
+def _bash(cmd: str) -> FakeReply:
+    return FakeReply(tool_calls=[FakeToolCall(name="bash", arguments={"cmd": cmd})])
+
+
+def _run(
+    out: Path,
+    agent: Agent,
+    server: FakeLLMServer | None = None,
+    paper: Paper | None = None,
+    **kw: object,
+) -> RolloutResult:
+    config = ModelConfig(model="openai/gpt-4o", base_url=server.openai_url) if server else None
+    options: dict[str, object] = {
+        "sandbox": LOCAL,
+        "network": NetworkPolicy.NONE,
+        "snapshot_every_s": None,
+        "instructions": INSTRUCTIONS,
+        "limits": AgentLimits(wall_time_s=300),
+    }
+    options.update(kw)
+    return asyncio.run(
+        rollout(paper or _paper(), agent, out_dir=out, model_config=config, **options)  # type: ignore[arg-type]
+    )
+
+
+def _members(archive: Path) -> set[str]:
+    with tarfile.open(archive) as tar:
+        return {m.name.removeprefix("./") for m in tar.getmembers()}
+
+
+def _read(archive: Path, name: str) -> str:
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if member.name.removeprefix("./") == name:
+                handle = tar.extractfile(member)
+                assert handle is not None
+                return handle.read().decode()
+    raise AssertionError(f"{name} not in {archive}")
+
+
+def test_rollout_writes_the_run_folder(tmp_path: Path, fake_llm: FakeLLMServer) -> None:
+    fake_llm.script(
+        _bash("echo 1 > a.txt && git add a.txt && git commit -qm a"),
+        _bash("echo 2 > b.txt"),
+        FakeReply(text="done"),
+    )
+    out = tmp_path / "run"
+    result = _run(out, StepAgent(), fake_llm)
+    status = result.status
+    assert (status.status, status.limit, status.error) == ("submitted", None, None)
+    assert (status.steps, status.attempts, status.agent) == (3, 1, "step-agent")
+    assert status.model == "openai/gpt-4o"
+    assert status.isolation == "bubblewrap" and status.sandbox_backend == "local"
+    assert status.costs.calls == 3 and status.costs.usage.total_tokens > 0
+    saved = json.loads((out / "status.json").read_text())
+    assert saved["status"] == "submitted" and saved["submission"] == "submission.tar.gz"
+    members = _members(out / "submission.tar.gz")
+    assert {"a.txt", "b.txt", ".git/HEAD"} <= members
+    events = read_transcript(out / "transcript.jsonl")
+    assert isinstance(events[0], StartEvent) and events[0].resumed == 0
+    assert isinstance(events[-1], EndEvent) and events[-1].status == "submitted"
+    assert any(isinstance(e, SnapshotEvent) for e in events)
+    assert len(read_costs(out / "costs.jsonl")) == 3
+    assert json.loads((out / "config.json").read_text())["agent"] == "step-agent"
+    assert len(fake_llm.requests) == 3
+
+
+class _LookAround(Agent):
+    """Records what the sandbox holds into the submission."""
+
+    name = "look-around"
+
+    async def run(self, ctx: RunContext) -> AgentOutcome:
+        await ctx.sandbox.exec(
+            "cd /home/paper && find . -mindepth 1 | sort > /home/submission/paper-files.txt; "
+            "cp /home/instructions.txt /home/submission/instructions.txt; "
+            "cd /home/submission && git config user.email > email.txt && "
+            "git rev-parse --is-inside-work-tree > git.txt",
+            timeout=60,
+        )
+        return AgentOutcome(status="submitted")
+
+
+def _data_dir_paper(root: Path) -> Paper:
+    folder = root / "papers" / "p1"
+    (folder / "assets").mkdir(parents=True)
+    (folder / "config.yaml").write_text("id: p1\ntitle: A paper\n")
+    (folder / "paper.md").write_text("# A paper\n")
+    (folder / "paper.pdf").write_bytes(b"%PDF-1.4\n")
+    (folder / "assets" / "fig1.png").write_bytes(b"png")
+    (folder / "addendum.md").write_text("addendum\n")
+    (folder / "judge.addendum.md").write_text("SECRET judge addendum\n")
+    (folder / "blacklist.txt").write_text("https://github.com/someone/p1-code\n")
+    (folder / "rubric.json").write_text('{"id": "r", "requirements": "x", "weight": 1}')
+    (folder / "checks").mkdir()
+    (folder / "checks" / "hidden_test.py").write_text("assert True\n")
+    return load_data_dir_paper(root, "p1")
+
+
+def test_paper_upload_holds_only_what_the_agent_may_see(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = _run(out, _LookAround(), paper=_data_dir_paper(tmp_path / "data"))
+    assert result.status.status == "submitted", result.status.error
+    archive = out / "submission.tar.gz"
+    listed = _read(archive, "paper-files.txt").split()
+    assert listed == [
+        "./addendum.md",
+        "./assets",
+        "./assets/fig1.png",
+        "./blacklist.txt",
+        "./paper.md",
+        "./paper.pdf",
+    ]
+    assert _read(archive, "instructions.txt") == INSTRUCTIONS
+    assert _read(archive, "git.txt").strip() == "true"
+    assert _read(archive, "email.txt").strip() == "agent@paperbench.invalid"
+
+
+def test_an_agent_that_raises_is_a_recorded_error(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = _run(out, CrashingAgent())
+    assert result.status.status == "error"
+    assert result.status.error == "RuntimeError: the agent broke"
+    assert "partial.txt" in _members(out / "submission.tar.gz")
+    end = read_transcript(out / "transcript.jsonl")[-1]
+    assert isinstance(end, EndEvent) and end.error == "RuntimeError: the agent broke"
+    assert json.loads((out / "status.json").read_text())["status"] == "error"
+
+
+def test_a_step_limit_stops_the_run_and_is_named(tmp_path: Path, fake_llm: FakeLLMServer) -> None:
+    fake_llm.handler = lambda request: _bash("echo again >> log.txt")
+    result = _run(tmp_path / "run", StepAgent(), fake_llm, limits=AgentLimits(steps=2))
+    assert (result.status.status, result.status.limit) == ("limit", "steps")
+    assert len(fake_llm.requests) == 2
+
+
+def test_a_finished_run_is_not_run_again(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    first = _run(out, CrashingAgent())
+    again = _run(out, CrashingAgent(), resume=True)
+    assert again.already_finished and again.status == first.status
+    assert sum(isinstance(e, StartEvent) for e in read_transcript(out / "transcript.jsonl")) == 1
+
+
+def test_an_existing_run_folder_is_refused_without_resume(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    with pytest.raises(UsageError, match="--resume"):
+        _run(out, CrashingAgent())
+
+
+def test_resume_refuses_a_changed_configuration(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    _run(out, CrashingAgent())
+    (out / "status.json").unlink()  # as if it had crashed
+    with pytest.raises(ConfigError, match=r"\$\.seed"):
+        _run(out, CrashingAgent(), resume=True, seed=7)
+
+
+def test_resume_without_a_run_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no run to resume"):
+        _run(tmp_path / "run", CrashingAgent(), resume=True)
+
+
+def _wait_for(predicate: object, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting")
+
+
+def test_kill_9_mid_run_then_resume(tmp_path: Path, fake_llm: FakeLLMServer) -> None:
+    fake_llm.script(
+        _bash("echo one > a.txt && git add -A && git commit -qm one"),
+        _bash("echo two > b.txt && sleep 120"),
+        _bash("echo three > c.txt"),
+        FakeReply(text="done"),
+    )
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "tests.agents.step_agent", str(out), fake_llm.openai_url]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+
+        def snapshot_after_step_one() -> bool:
+            events = read_transcript(out / "transcript.jsonl")
+            return len(fake_llm.requests) == 2 and any(
+                isinstance(e, SnapshotEvent) and e.step >= 1 for e in events
+            )
+
+        _wait_for(snapshot_after_step_one)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    assert not (out / "status.json").exists()
+    sent_before = len(fake_llm.requests)
+    assert sent_before == 2
+
+    resumed = subprocess.run(
+        [*cmd, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    status = json.loads((out / "status.json").read_text())
+    assert (status["status"], status["attempts"]) == ("submitted", 2)
+    assert status["costs"]["calls"] == 4  # two before the kill, two after: none twice
+    assert len(fake_llm.requests) == 4 and fake_llm.pending == 0
+    sizes = [len(r.body["messages"]) for r in fake_llm.requests]
+    assert sizes == sorted(set(sizes)), "a model request was sent again"
+    members = _members(out / "submission.tar.gz")
+    assert {"a.txt", "c.txt"} <= members
+    assert _read(out / "submission.tar.gz", "a.txt") == "one\n"
+    events = read_transcript(out / "transcript.jsonl")
+    starts = [e for e in events if isinstance(e, StartEvent)]
+    assert [s.resumed for s in starts] == [0, 1]
+    assert any(isinstance(e, NoteEvent) and e.kind == "environment_restarted" for e in events)
