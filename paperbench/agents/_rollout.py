@@ -58,9 +58,15 @@ from paperbench.agents._transcript import (
     StartEvent,
     TranscriptEvent,
 )
-from paperbench.errors import ConfigError, InputError, SandboxError, UsageError
+from paperbench.errors import (
+    ConfigError,
+    InputError,
+    LfsPointerError,
+    SandboxError,
+    UsageError,
+)
 from paperbench.llm import CostLedger, CostRecord, CostTotal, Model, ModelConfig
-from paperbench.papers import Paper
+from paperbench.papers import LFS_POINTER_MESSAGE, Paper
 from paperbench.sandbox import (
     IsolationKind,
     NetworkPolicy,
@@ -402,8 +408,11 @@ async def rollout(
     Raises:
         UsageError: ``out_dir`` holds another run (without ``resume``) or none (with it).
         ConfigError: resuming with a configuration that differs from config.json.
+        LfsPointerError: paper.md is a Git LFS pointer, not the paper.
         SandboxUnavailableError: the sandbox backend asked for does not answer.
     """
+    if paper.paper_md_is_lfs_pointer:
+        raise LfsPointerError(LFS_POINTER_MESSAGE, file=paper.paper_md)
     out = Path(out_dir)
     status_file = out / "status.json"
     if status_file.exists():

@@ -42,7 +42,7 @@ def _paper() -> Paper:
 
 
 def _bash(cmd: str) -> FakeReply:
-    return FakeReply(tool_calls=[FakeToolCall(name="bash", arguments={"cmd": cmd})])
+    return FakeReply(tool_calls=(FakeToolCall(name="bash", arguments={"cmd": cmd}),))
 
 
 def _run(
