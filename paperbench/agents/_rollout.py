@@ -97,6 +97,11 @@ class _LoadedAgent(Protocol):
     def build(self, model: Model | None) -> Agent: ...
 
 
+def _identity(agent_config: dict[str, Any]) -> dict[str, Any] | None:
+    identity = agent_config.get("identity")
+    return identity if isinstance(identity, dict) else None
+
+
 class RolloutConfig(BaseModel):
     """config.json: what a run was asked to do. A resume must ask for the same."""
 
@@ -131,6 +136,8 @@ class RolloutStatus(BaseModel):
     summary: str = ""
     paper_id: str
     agent: str
+    agent_identity: dict[str, Any] | None = None
+    """The agent config's name, type and hash over it and its prompts, when loaded from one."""
     model: str | None = None
     seed: int = 0
     code_dev: bool = False
@@ -424,8 +431,11 @@ async def rollout(
         agent_limits = limits or AgentLimits()
     else:
         cfg = agent.config
-        agent_name = str(getattr(cfg, "name", "agent"))
-        agent_config = cfg.model_dump(mode="json")
+        agent_name = str(getattr(cfg, "name", None) or "agent")
+        agent_config = {"config": cfg.model_dump(mode="json")}
+        identity = getattr(agent, "identity", None)
+        if isinstance(identity, BaseModel):
+            agent_config["identity"] = identity.model_dump(mode="json")
         agent_limits = limits or cfg.limits
         built = None
         if model_config is None and getattr(cfg, "model", None):
@@ -467,6 +477,7 @@ async def rollout(
         status="error",
         paper_id=paper.id,
         agent=agent_name,
+        agent_identity=_identity(agent_config),
         model=config.model,
         seed=seed,
         code_dev=code_dev,
