@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -206,10 +207,10 @@ def test_resume_without_a_run_is_refused(tmp_path: Path) -> None:
         _run(tmp_path / "run", CrashingAgent(), resume=True)
 
 
-def _wait_for(predicate: object, timeout: float = 60.0) -> None:
+def _wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return
         time.sleep(0.05)
     raise AssertionError("timed out waiting")
@@ -228,13 +229,13 @@ def test_kill_9_mid_run_then_resume(tmp_path: Path, fake_llm: FakeLLMServer) -> 
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
 
-        def snapshot_after_step_one() -> bool:
+        def snapshots() -> int:
             events = read_transcript(out / "transcript.jsonl")
-            return len(fake_llm.requests) == 2 and any(
-                isinstance(e, SnapshotEvent) and e.step >= 1 for e in events
-            )
+            return sum(isinstance(e, SnapshotEvent) for e in events)
 
-        _wait_for(snapshot_after_step_one)
+        _wait_for(lambda: len(fake_llm.requests) == 2)  # step one's tool has run
+        taken = snapshots()
+        _wait_for(lambda: snapshots() > taken)  # and a snapshot holds its work
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,19 @@ def test_dummy_agent_rollout_offline(tmp_path: Path) -> None:
     assert again.exit_code == 0 and "already finished" in again.output
 
 
+def _snapshots(out: Path) -> int:
+    return sum(isinstance(e, SnapshotEvent) for e in read_transcript(out / "transcript.jsonl"))
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting")
+
+
 def _bash(command: str) -> FakeReply:
     return FakeReply(tool_calls=(FakeToolCall(name="bash", arguments={"command": command}),))
 
@@ -72,16 +86,9 @@ def test_cli_kill_9_then_resume_repeats_no_model_call(
     pipe = subprocess.PIPE
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=pipe, stderr=pipe)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            events = read_transcript(out / "transcript.jsonl")
-            if len(fake_llm.requests) == 2 and any(
-                isinstance(e, SnapshotEvent) and e.step >= 1 for e in events
-            ):
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("the rollout did not reach its second step")
+        _wait_for(lambda: len(fake_llm.requests) == 2)  # step one's tool has run
+        taken = _snapshots(out)
+        _wait_for(lambda: _snapshots(out) > taken)  # and a snapshot holds its work
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
