@@ -260,3 +260,31 @@ def test_kill_9_mid_run_then_resume(tmp_path: Path, fake_llm: FakeLLMServer) -> 
     starts = [e for e in events if isinstance(e, StartEvent)]
     assert [s.resumed for s in starts] == [0, 1]
     assert any(isinstance(e, NoteEvent) and e.kind == "environment_restarted" for e in events)
+
+
+class _Fetch(Agent):
+    """Asks for a blacklisted page of the paper through the sandbox's network."""
+
+    name = "fetch"
+
+    async def run(self, ctx: RunContext) -> AgentOutcome:
+        result = await ctx.sandbox.exec(
+            "curl -s -o /dev/null -w '%{http_code}' "
+            "https://github.com/okonkwo-lab/scaling-or-binning/tree/main",
+            timeout=60,
+        )
+        return AgentOutcome(status="submitted", summary=result.stdout)
+
+
+def test_the_network_is_filtered_with_the_paper_blacklist_by_default(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = asyncio.run(
+        rollout(_paper(), _Fetch(), out_dir=out, sandbox=LOCAL, instructions=INSTRUCTIONS)
+    )
+    assert result.status.status == "submitted", result.status.error
+    assert result.status.network == NetworkPolicy.FILTERED
+    config = json.loads((out / "config.json").read_text())
+    assert "https://github.com/okonkwo-lab/scaling-or-binning" in config["blacklist"]
+    log = [json.loads(line) for line in (out / "network.jsonl").read_text().splitlines()]
+    blocked = [e for e in log if e["verdict"] == "blocked"]
+    assert blocked and "okonkwo-lab" in (blocked[0].get("url") or blocked[0].get("host") or "")
