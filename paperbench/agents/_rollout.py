@@ -405,12 +405,15 @@ async def rollout(
     instructions: str | None = None,
     image: str | None = None,
     sandbox_limits: SandboxLimits | None = None,
+    labels: dict[str, str] | None = None,
 ) -> RolloutResult:
     """Run ``agent`` on ``paper`` into ``out_dir``; see the module docstring.
 
-    An agent that raises is a recorded ``error``, a limit a recorded ``limit``; a
-    cancellation is recorded (``cancelled``) and re-raised. A folder with status.json is a
-    finished run: it is returned as it is (``already_finished``), never run again.
+    An agent that raises is a recorded ``error``, a limit a recorded ``limit``. A
+    cancellation ends the transcript with ``cancelled`` and is re-raised, without status.json:
+    the run stays resumable. A folder with status.json is a finished run: it is returned as
+    it is (``already_finished``), never run again. ``labels`` go on the sandbox (e.g. the run
+    it belongs to) and are not part of the configuration a resume compares.
 
     Raises:
         UsageError: ``out_dir`` holds another run (without ``resume``) or none (with it).
@@ -502,7 +505,11 @@ async def rollout(
             blacklist=config.blacklist,
             network_log=(out / "network.jsonl") if network == NetworkPolicy.FILTERED else None,
             workdir=SUBMISSION_DIR,
-            labels={"paperbench.stage": "rollout", "paperbench.paper": paper.id},
+            labels={
+                **(labels or {}),
+                "paperbench.stage": "rollout",
+                "paperbench.paper": paper.id,
+            },
         )
         sb = await backend.start(spec)
         last = run.snapshots[-1] if run.snapshots else None

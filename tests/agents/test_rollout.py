@@ -34,6 +34,12 @@ from paperbench.papers import Paper, PaperSource, load_data_dir_paper
 from paperbench.sandbox import NetworkPolicy, SandboxConfig
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall
 from tests.agents.step_agent import INSTRUCTIONS, REPO, CrashingAgent, StepAgent
+from tests.sandbox.docker_fixtures import (  # noqa: F401
+    TEST_LABELS,
+    docker_client,
+    docker_images,
+    sweep,
+)
 
 LOCAL = SandboxConfig(backend="local")
 
@@ -288,3 +294,34 @@ def test_the_network_is_filtered_with_the_paper_blacklist_by_default(tmp_path: P
     log = [json.loads(line) for line in (out / "network.jsonl").read_text().splitlines()]
     blocked = [e for e in log if e["verdict"] == "blocked"]
     assert blocked and "okonkwo-lab" in (blocked[0].get("url") or blocked[0].get("host") or "")
+
+
+@pytest.mark.docker
+def test_rollout_in_docker_with_the_agent_image(
+    tmp_path: Path, fake_llm: FakeLLMServer, request: pytest.FixtureRequest
+) -> None:
+    images = request.getfixturevalue("docker_images")
+    client = request.getfixturevalue("docker_client")
+    fake_llm.script(
+        _bash("ls /home/paper > seen.txt && git add -A && git commit -qm seen"),
+        FakeReply(text="done"),
+    )
+    out = tmp_path / "run"
+    try:
+        result = _run(
+            out,
+            StepAgent(),
+            fake_llm,
+            sandbox=SandboxConfig(backend="docker"),
+            labels=TEST_LABELS,
+        )
+    finally:
+        sweep(client)
+    status = result.status
+    assert status.status == "submitted", status.error
+    assert status.isolation == "docker" and status.sandbox_image == images["paperbench-agent"]
+    assert _read(out / "submission.tar.gz", "seen.txt").split() == [
+        "addendum.md",
+        "blacklist.txt",
+        "paper.md",
+    ]
