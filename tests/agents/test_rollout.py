@@ -25,9 +25,10 @@ from paperbench.agents import (
     RunContext,
     SnapshotEvent,
     StartEvent,
+    TranscriptEvent,
     read_transcript,
 )
-from paperbench.agents._rollout import RolloutResult, read_costs, rollout
+from paperbench.agents._rollout import RolloutResult, read_costs, rollout, used_before
 from paperbench.errors import ConfigError, UsageError
 from paperbench.llm import ModelConfig
 from paperbench.papers import Paper, PaperSource, load_data_dir_paper
@@ -254,7 +255,7 @@ def test_kill_9_mid_run_then_resume(tmp_path: Path, fake_llm: FakeLLMServer) -> 
     )
     assert resumed.returncode == 0, resumed.stderr
     status = json.loads((out / "status.json").read_text())
-    assert (status["status"], status["attempts"]) == ("submitted", 2)
+    assert (status["status"], status["attempts"], status["steps"]) == ("submitted", 2, 4)
     assert status["costs"]["calls"] == 4  # two before the kill, two after: none twice
     assert len(fake_llm.requests) == 4 and fake_llm.pending == 0
     sizes = [len(r.body["messages"]) for r in fake_llm.requests]
@@ -325,3 +326,26 @@ def test_rollout_in_docker_with_the_agent_image(
         "blacklist.txt",
         "paper.md",
     ]
+
+
+def test_resume_carries_the_steps_used(tmp_path: Path, fake_llm: FakeLLMServer) -> None:
+    fake_llm.handler = lambda request: _bash("echo again >> log.txt")
+    out = tmp_path / "run"
+    first = _run(out, StepAgent(), fake_llm, limits=AgentLimits(steps=2))
+    assert (first.status.status, first.status.steps) == ("limit", 2)
+    (out / "status.json").unlink()  # as if it had died before its end
+    again = _run(out, StepAgent(), fake_llm, limits=AgentLimits(steps=2), resume=True)
+    assert (again.status.status, again.status.limit, again.status.steps) == ("limit", "steps", 2)
+    assert again.status.attempts == 2
+    assert len(fake_llm.requests) == 2  # nothing was asked after the resume
+    assert again.status.costs.calls == 2  # the first attempt's costs, read from costs.jsonl
+
+
+def test_time_used_counts_each_attempt_from_its_start_to_its_last_event() -> None:
+    events: list[TranscriptEvent] = [
+        StartEvent(agent="a", paper_id="p", time=100.0),
+        NoteEvent(kind="x", time=130.0, step=3),
+        StartEvent(agent="a", paper_id="p", time=500.0, resumed=1, step=3),
+        EndEvent(status="submitted", time=520.0, step=5),
+    ]
+    assert used_before(events) == (50.0, 5, 2)  # the time between attempts does not count
