@@ -420,6 +420,8 @@ async def rollout(
         ConfigError: resuming with a configuration that differs from config.json.
         LfsPointerError: paper.md is a Git LFS pointer, not the paper.
         SandboxUnavailableError: the sandbox backend asked for does not answer.
+        SandboxError: the sandbox could not be started or was lost; the run folder is kept
+            without status.json, to be resumed.
     """
     if paper.paper_md_is_lfs_pointer:
         raise LfsPointerError(LFS_POINTER_MESSAGE, file=paper.paper_md)
@@ -496,6 +498,7 @@ async def rollout(
     run.writer = writer
     sb: Sandbox | None = None
     cancelled = False
+    lost: SandboxError | None = None
     try:
         status.sandbox_image = await resolve_agent_image(backend, image)
         spec = SandboxSpec(
@@ -526,7 +529,7 @@ async def rollout(
                 step=steps,
             )
         )
-        if resume:
+        if starts > 0:
             restored = last.relative_to(out).as_posix() if last else "an empty repository"
             writer.append(
                 NoteEvent(
@@ -546,7 +549,7 @@ async def rollout(
             seed=seed,
             code_dev=code_dev,
             history=history,
-            resumed=resume,
+            resumed=starts > 0,
             run_dir=out,
         )
         outcome = await _run_agent(built, ctx, run, sb)
@@ -556,7 +559,8 @@ async def rollout(
         cancelled = True
         status.status, status.error = "cancelled", "the rollout was cancelled"
     except SandboxError as exc:
-        status.status, status.error = "error", str(exc)
+        lost = exc
+        status.status, status.error = "error", f"the sandbox failed: {exc}"
     finally:
         try:
             if sb is not None:
@@ -582,10 +586,14 @@ async def rollout(
                     await model.aclose()
             if sb is not None:
                 await sb.stop()
-            if not cancelled:  # a cancelled run stays resumable
+            if not cancelled and lost is None:  # else the run stays resumable
                 atomic_write_text(status_file, status.model_dump_json(indent=2))
     if cancelled:
         raise asyncio.CancelledError
+    if lost is not None:
+        raise SandboxError(
+            f"{out}: {status.error}; the run is kept: continue it with --resume"
+        ) from lost
     return RolloutResult(status=status, out_dir=out)
 
 
@@ -602,6 +610,10 @@ async def _run_agent(agent: Agent, ctx: RunContext, run: _Run, sb: Sandbox) -> A
             return await agent.run(ctx)
     except LimitReached as exc:
         return AgentOutcome(status="limit", limit=exc.kind, error=None, summary=str(exc))
+    except SandboxError as exc:
+        if not await _alive(sb):
+            raise  # the sandbox is gone: the run can be resumed in a new one
+        return AgentOutcome(status="error", error=f"{type(exc).__name__}: {exc}")
     except TimeoutError:
         return AgentOutcome(
             status="limit",
@@ -615,6 +627,14 @@ async def _run_agent(agent: Agent, ctx: RunContext, run: _Run, sb: Sandbox) -> A
             snapshots.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await snapshots
+
+
+async def _alive(sb: Sandbox) -> bool:
+    try:
+        result = await sb.exec("true", timeout=_COMMAND_TIMEOUT_S)
+    except SandboxError:
+        return False
+    return result.exit_code == 0
 
 
 async def _finish_submission(run: _Run, sb: Sandbox, status: RolloutStatus) -> None:

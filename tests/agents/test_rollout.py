@@ -29,7 +29,7 @@ from paperbench.agents import (
     read_transcript,
 )
 from paperbench.agents._rollout import RolloutResult, read_costs, rollout, used_before
-from paperbench.errors import ConfigError, UsageError
+from paperbench.errors import ConfigError, SandboxError, UsageError
 from paperbench.llm import ModelConfig
 from paperbench.papers import Paper, PaperSource, load_data_dir_paper
 from paperbench.sandbox import NetworkPolicy, SandboxConfig
@@ -349,3 +349,47 @@ def test_time_used_counts_each_attempt_from_its_start_to_its_last_event() -> Non
         EndEvent(status="submitted", time=520.0, step=5),
     ]
     assert used_before(events) == (50.0, 5, 2)  # the time between attempts does not count
+
+
+class _LosesItsSandboxOnce(Agent):
+    """First attempt: the sandbox disappears under it. Later: writes a file and submits."""
+
+    name = "loses-sandbox"
+    attempts = 0
+
+    async def run(self, ctx: RunContext) -> AgentOutcome:
+        type(self).attempts += 1
+        await ctx.sandbox.exec("echo kept > kept.txt", timeout=30)
+        if type(self).attempts == 1:
+            await asyncio.sleep(0.5)  # a snapshot holds kept.txt
+            await ctx.sandbox.stop()
+            await ctx.sandbox.exec("true", timeout=30)
+        await ctx.sandbox.exec("echo after > after.txt", timeout=30)
+        return AgentOutcome(status="submitted")
+
+
+def test_a_lost_sandbox_leaves_the_run_resumable(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(SandboxError, match="--resume"):
+        _run(out, _LosesItsSandboxOnce(), snapshot_every_s=0.1)
+    assert not (out / "status.json").exists()
+    end = read_transcript(out / "transcript.jsonl")[-1]
+    assert isinstance(end, EndEvent) and end.status == "error"
+    result = _run(out, _LosesItsSandboxOnce(), snapshot_every_s=0.1, resume=True)
+    assert (result.status.status, result.status.attempts) == ("submitted", 2)
+    assert {"kept.txt", "after.txt"} <= _members(out / "submission.tar.gz")
+
+
+class _ReadsAMissingFile(Agent):
+    name = "reads-missing"
+
+    async def run(self, ctx: RunContext) -> AgentOutcome:
+        await ctx.sandbox.read_file("/home/submission/nope.txt")
+        return AgentOutcome(status="submitted")
+
+
+def test_a_sandbox_error_of_the_agent_own_making_is_a_recorded_error(tmp_path: Path) -> None:
+    result = _run(tmp_path / "run", _ReadsAMissingFile())
+    assert result.status.status == "error"
+    assert (result.status.error or "").startswith("SandboxError")
+    assert (tmp_path / "run" / "status.json").exists()
