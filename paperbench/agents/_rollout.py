@@ -59,13 +59,14 @@ from paperbench.agents._transcript import (
     TranscriptEvent,
 )
 from paperbench.errors import (
+    BudgetExhaustedError,
     ConfigError,
     InputError,
     LfsPointerError,
     SandboxError,
     UsageError,
 )
-from paperbench.llm import CostLedger, CostRecord, CostTotal, Model, ModelConfig
+from paperbench.llm import BudgetCaps, CostLedger, CostRecord, CostTotal, Model, ModelConfig
 from paperbench.papers import LFS_POINTER_MESSAGE, Paper
 from paperbench.sandbox import (
     IsolationKind,
@@ -171,8 +172,8 @@ class RolloutResult:
 class _JournalLedger(CostLedger):
     """A ledger that appends each record to costs.jsonl (flushed and synced) as it is added."""
 
-    def __init__(self, path: Path, records: list[CostRecord]) -> None:
-        super().__init__(records)
+    def __init__(self, path: Path, records: list[CostRecord], caps: BudgetCaps) -> None:
+        super().__init__(records, caps=caps)
         self._journal = path.open("a", encoding="utf-8")
 
     def add(self, record: CostRecord) -> None:
@@ -469,7 +470,10 @@ async def rollout(
     seconds, steps, starts = used_before(history)
 
     run = _Run(out, config, snapshot_every_s)
-    ledger = _JournalLedger(out / "costs.jsonl", read_costs(out / "costs.jsonl"))
+    # The dollar limit is also the ledger's cap: no call is sent once it is spent, even by an
+    # agent that makes many calls between two checks of its limits.
+    caps = BudgetCaps(run_usd=agent_limits.dollars)
+    ledger = _JournalLedger(out / "costs.jsonl", read_costs(out / "costs.jsonl"), caps)
     tracker = LimitTracker(limits=agent_limits, ledger=ledger, used_s=seconds, steps=steps)
     run.tracker = tracker
     model = Model(model_config, ledger=ledger, stage="rollout") if model_config else None
@@ -610,6 +614,8 @@ async def _run_agent(agent: Agent, ctx: RunContext, run: _Run, sb: Sandbox) -> A
             return await agent.run(ctx)
     except LimitReached as exc:
         return AgentOutcome(status="limit", limit=exc.kind, error=None, summary=str(exc))
+    except BudgetExhaustedError as exc:
+        return AgentOutcome(status="limit", limit="dollars", summary=str(exc))
     except SandboxError as exc:
         if not await _alive(sb):
             raise  # the sandbox is gone: the run can be resumed in a new one

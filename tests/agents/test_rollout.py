@@ -393,3 +393,39 @@ def test_a_sandbox_error_of_the_agent_own_making_is_a_recorded_error(tmp_path: P
     assert result.status.status == "error"
     assert (result.status.error or "").startswith("SandboxError")
     assert (tmp_path / "run" / "status.json").exists()
+
+
+def test_dollar_limit_stops_calls_within_a_step(tmp_path: Path, fake_llm: FakeLLMServer) -> None:
+    """An agent that calls the model many times without checking its limits is stopped by the
+    ledger's cap, recorded as the dollar limit."""
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  openai/gpt-4o: {input: 100000, output: 100000}\n")
+    fake_llm.handler = lambda request: FakeReply(text="thinking")
+
+    class _Chatty(Agent):
+        name = "chatty"
+
+        async def run(self, ctx: RunContext) -> AgentOutcome:
+            assert ctx.model is not None
+            for _ in range(10):
+                await ctx.model.generate("go on", label="agent_step")
+            return AgentOutcome(status="submitted")
+
+    config = ModelConfig(
+        model="openai/gpt-4o", base_url=fake_llm.openai_url, prices_path=str(prices)
+    )
+    result = asyncio.run(
+        rollout(
+            _paper(),
+            _Chatty(),
+            out_dir=tmp_path / "run",
+            model_config=config,
+            sandbox=LOCAL,
+            network=NetworkPolicy.NONE,
+            snapshot_every_s=None,
+            instructions=INSTRUCTIONS,
+            limits=AgentLimits(dollars=1.0),
+        )
+    )
+    assert (result.status.status, result.status.limit) == ("limit", "dollars")
+    assert len(fake_llm.requests) == 1  # one call spent it all; no other was sent
