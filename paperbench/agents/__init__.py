@@ -15,12 +15,12 @@ from paperbench.agents._base import (
     TranscriptWriter,
     read_transcript,
 )
-from paperbench.agents._rollout import (
+from paperbench.agents._rollout import rollout
+from paperbench.agents._rollout_files import (
     RolloutConfig,
     RolloutResult,
     RolloutStatus,
     load_status,
-    rollout,
 )
 from paperbench.agents._transcript import (
     TRANSCRIPT_VERSION,

@@ -28,12 +28,11 @@ import importlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel
 
 from paperbench._io import atomic_write_json, atomic_write_text, read_json
 from paperbench.agents._base import (
@@ -43,33 +42,36 @@ from paperbench.agents._base import (
     Agent,
     AgentLimits,
     AgentOutcome,
-    LimitKind,
     LimitReached,
     LimitTracker,
-    OutcomeStatus,
     RunContext,
     TranscriptWriter,
-    read_transcript,
+)
+from paperbench.agents._rollout_files import (
+    DEFAULT_SNAPSHOT_EVERY_S,
+    JournalLedger,
+    RolloutConfig,
+    RolloutResult,
+    RolloutStatus,
+    check_out_dir,
+    read_costs,
+    used_before,
 )
 from paperbench.agents._transcript import (
     EndEvent,
     NoteEvent,
     SnapshotEvent,
     StartEvent,
-    TranscriptEvent,
 )
 from paperbench.errors import (
     BudgetExhaustedError,
-    ConfigError,
-    InputError,
     LfsPointerError,
     SandboxError,
     UsageError,
 )
-from paperbench.llm import BudgetCaps, CostLedger, CostRecord, CostTotal, Model, ModelConfig
+from paperbench.llm import BudgetCaps, Model, ModelConfig
 from paperbench.papers import LFS_POINTER_MESSAGE, Paper
 from paperbench.sandbox import (
-    IsolationKind,
     NetworkPolicy,
     Sandbox,
     SandboxBackend,
@@ -79,10 +81,8 @@ from paperbench.sandbox import (
     safe_extract,
 )
 
-SCHEMA_VERSION = 1
 AGENT_IMAGE = "paperbench-agent"
 LOCAL_IMAGE = "host"
-DEFAULT_SNAPSHOT_EVERY_S = 600.0
 GIT_USER = ("paperbench-agent", "agent@paperbench.invalid")
 _COMMAND_TIMEOUT_S = 120.0
 _STOP_GRACE_S = 30.0
@@ -103,128 +103,8 @@ def _identity(agent_config: dict[str, Any]) -> dict[str, Any] | None:
     return identity if isinstance(identity, dict) else None
 
 
-class RolloutConfig(BaseModel):
-    """config.json: what a run was asked to do. A resume must ask for the same."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    schema_version: int = SCHEMA_VERSION
-    paper_id: str
-    agent: str
-    agent_config: dict[str, Any] = Field(default_factory=dict)
-    model: str | None = None
-    base_url: str | None = None
-    seed: int = 0
-    code_dev: bool = False
-    network: NetworkPolicy = NetworkPolicy.FILTERED
-    blacklist: list[str] = Field(default_factory=list)
-    limits: AgentLimits = Field(default_factory=AgentLimits)
-    snapshot_every_s: float | None = DEFAULT_SNAPSHOT_EVERY_S
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    image: str | None = None
-    instructions_sha: str = ""
-
-
-class RolloutStatus(BaseModel):
-    """status.json of a rollout, written last."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int = SCHEMA_VERSION
-    status: OutcomeStatus
-    limit: LimitKind | None = None
-    error: str | None = None
-    summary: str = ""
-    paper_id: str
-    agent: str
-    agent_identity: dict[str, Any] | None = None
-    """The agent config's name, type and hash over it and its prompts, when loaded from one."""
-    model: str | None = None
-    seed: int = 0
-    code_dev: bool = False
-    attempts: int = 1
-    """Starts of this run: 1, plus one per resume."""
-    steps: int = 0
-    wall_time_s: float = 0.0
-    """Agent time over every attempt (what the wall-time limit counts)."""
-    started_at: datetime
-    finished_at: datetime
-    sandbox_backend: str | None = None
-    sandbox_image: str | None = None
-    isolation: IsolationKind | None = None
-    isolation_reason: str | None = None
-    network: NetworkPolicy
-    snapshots: int = 0
-    submission: str | None = None
-    """``submission.tar.gz`` when the final submission was saved."""
-    submission_bytes: int = 0
-    costs: CostTotal = Field(default_factory=CostTotal)
-
-
-@dataclass
-class RolloutResult:
-    status: RolloutStatus
-    out_dir: Path
-    already_finished: bool = False
-    """status.json was there before: nothing was run."""
-
-
-class _JournalLedger(CostLedger):
-    """A ledger that appends each record to costs.jsonl (flushed and synced) as it is added."""
-
-    def __init__(self, path: Path, records: list[CostRecord], caps: BudgetCaps) -> None:
-        super().__init__(records, caps=caps)
-        self._journal = path.open("a", encoding="utf-8")
-
-    def add(self, record: CostRecord) -> None:
-        super().add(record)
-        journal = getattr(self, "_journal", None)
-        if journal is None:
-            return  # the records given at construction are already in the file
-        journal.write(record.model_dump_json() + "\n")
-        journal.flush()
-        os.fsync(journal.fileno())
-
-    def close(self) -> None:
-        self._journal.close()
-
-
-def read_costs(path: Path) -> list[CostRecord]:
-    """The records of costs.jsonl; a last line cut short by a crash is dropped."""
-    if not path.exists():
-        return []
-    lines = [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
-    records: list[CostRecord] = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            records.append(CostRecord.model_validate_json(line))
-        except ValidationError:
-            if number == len(lines):
-                break  # the record in flight when the process died
-            raise InputError(f"line {number}: not a cost record", file=path) from None
-    return records
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def used_before(history: list[TranscriptEvent]) -> tuple[float, int, int]:
-    """(seconds, steps, starts) of the attempts in ``history``: each attempt counts from its
-    StartEvent to its last event."""
-    seconds, steps, starts = 0.0, 0, 0
-    began: float | None = None
-    last = 0.0
-    for event in history:
-        steps = max(steps, event.step)
-        if isinstance(event, StartEvent):
-            if began is not None:
-                seconds += last - began
-            began, starts = event.time, starts + 1
-        last = event.time
-    if began is not None:
-        seconds += last - began
-    return seconds, steps, starts
 
 
 async def resolve_agent_image(backend: SandboxBackend, image: str | None = None) -> str:
@@ -278,19 +158,6 @@ def _default_instructions(code_dev: bool) -> str:
             "no instructions: this installation has no agent catalog; pass instructions="
         ) from None
     return text
-
-
-def _diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "$") -> str | None:
-    """The JSON path of the first difference between two config dicts, if any."""
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            found = _diff(a, b, f"{prefix}.{key}")
-            if found:
-                return found
-        elif a != b:
-            return f"{prefix}.{key}"
-    return None
 
 
 class _Run:
@@ -361,33 +228,6 @@ async def _prepare(
         f"git config user.name {name} && git config user.email {email}",
         "git init of /home/submission",
     )
-
-
-def _check_out_dir(out: Path, config: RolloutConfig, resume: bool) -> list[TranscriptEvent]:
-    """Refuse what cannot be run in ``out``; the history to resume from."""
-    config_file = out / "config.json"
-    if not resume:
-        if out.exists() and any(out.iterdir()):
-            raise UsageError(
-                f"--out {out}: the folder is not empty; pass --resume to continue the run in "
-                "it, or give another --out"
-            )
-        return []
-    if not config_file.exists():
-        raise UsageError(f"--out {out}: no run to resume (no config.json); drop --resume")
-    old = read_json(config_file)
-    new = config.model_dump(mode="json")
-    if not isinstance(old, dict):
-        raise ConfigError("expected an object", file=config_file)
-    changed = _diff(old, new)
-    if changed:
-        raise ConfigError(
-            "the configuration differs from the run's (resume with the same flags, or give "
-            "another --out)",
-            file=config_file,
-            path=changed,
-        )
-    return read_transcript(out / "transcript.jsonl")
 
 
 async def rollout(
@@ -463,7 +303,7 @@ async def rollout(
         image=image,
         instructions_sha=hashlib.sha256(text.encode()).hexdigest(),
     )
-    history = _check_out_dir(out, config, resume)
+    history = check_out_dir(out, config, resume)
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
         atomic_write_json(out / "config.json", config.model_dump(mode="json"))
@@ -473,7 +313,7 @@ async def rollout(
     # The dollar limit is also the ledger's cap: no call is sent once it is spent, even by an
     # agent that makes many calls between two checks of its limits.
     caps = BudgetCaps(run_usd=agent_limits.dollars)
-    ledger = _JournalLedger(out / "costs.jsonl", read_costs(out / "costs.jsonl"), caps)
+    ledger = JournalLedger(out / "costs.jsonl", read_costs(out / "costs.jsonl"), caps)
     tracker = LimitTracker(limits=agent_limits, ledger=ledger, used_s=seconds, steps=steps)
     run.tracker = tracker
     model = Model(model_config, ledger=ledger, stage="rollout") if model_config else None
@@ -658,14 +498,3 @@ async def _finish_submission(run: _Run, sb: Sandbox, status: RolloutStatus) -> N
     os.replace(partial, dest)
     status.submission = dest.name
     status.submission_bytes = dest.stat().st_size
-
-
-def load_status(out_dir: Path) -> RolloutStatus | None:
-    """status.json of a run folder, or None when the run has not finished."""
-    path = Path(out_dir) / "status.json"
-    if not path.exists():
-        return None
-    try:
-        return RolloutStatus.model_validate(read_json(path))
-    except ValidationError as exc:
-        raise InputError(str(exc.errors()[0]["msg"]), file=path) from None

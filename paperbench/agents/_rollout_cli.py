@@ -17,11 +17,11 @@ from rich.markup import escape
 
 from paperbench._console import console, err_console, warning
 from paperbench.agents._base import AgentLimits
-from paperbench.agents._rollout import (
+from paperbench.agents._rollout import rollout
+from paperbench.agents._rollout_files import (
     DEFAULT_SNAPSHOT_EVERY_S,
     RolloutResult,
     RolloutStatus,
-    rollout,
 )
 from paperbench.errors import UsageError
 from paperbench.llm import ModelConfig

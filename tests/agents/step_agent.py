@@ -23,7 +23,8 @@ from paperbench.agents import (
     RunContext,
     ToolEvent,
 )
-from paperbench.agents._rollout import RolloutResult, rollout
+from paperbench.agents._rollout import rollout
+from paperbench.agents._rollout_files import RolloutResult
 from paperbench.llm import (
     AssistantMessage,
     Message,

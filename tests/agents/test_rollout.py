@@ -28,7 +28,8 @@ from paperbench.agents import (
     TranscriptEvent,
     read_transcript,
 )
-from paperbench.agents._rollout import RolloutResult, read_costs, rollout, used_before
+from paperbench.agents._rollout import rollout
+from paperbench.agents._rollout_files import RolloutResult, read_costs, used_before
 from paperbench.errors import ConfigError, SandboxError, UsageError
 from paperbench.llm import ModelConfig
 from paperbench.papers import Paper, PaperSource, load_data_dir_paper
