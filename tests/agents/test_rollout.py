@@ -26,6 +26,7 @@ from paperbench.agents import (
     SnapshotEvent,
     StartEvent,
     TranscriptEvent,
+    _rollout,
     read_transcript,
 )
 from paperbench.agents._rollout import rollout
@@ -430,3 +431,52 @@ def test_dollar_limit_stops_calls_within_a_step(tmp_path: Path, fake_llm: FakeLL
     )
     assert (result.status.status, result.status.limit) == ("limit", "dollars")
     assert len(fake_llm.requests) == 1  # one call spent it all; no other was sent
+
+
+class _Sleeper(Agent):
+    """Ignores its limits."""
+
+    name = "sleeper"
+
+    async def run(self, ctx: RunContext) -> AgentOutcome:
+        await ctx.sandbox.exec("echo started > started.txt", timeout=30)
+        await asyncio.sleep(3600)
+        return AgentOutcome(status="submitted")
+
+
+def test_an_agent_past_its_wall_time_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_rollout, "_STOP_GRACE_S", 0.2)
+    out = tmp_path / "run"
+    result = _run(out, _Sleeper(), limits=AgentLimits(wall_time_s=1))
+    assert (result.status.status, result.status.limit) == ("limit", "wall_time")
+    assert "started.txt" in _members(out / "submission.tar.gz")
+
+
+def test_a_cancelled_rollout_is_recorded_and_stays_resumable(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+
+    async def cancel_soon() -> None:
+        task = asyncio.create_task(
+            rollout(
+                _paper(),
+                _Sleeper(),
+                out_dir=out,
+                sandbox=LOCAL,
+                network=NetworkPolicy.NONE,
+                snapshot_every_s=None,
+                instructions=INSTRUCTIONS,
+            )
+        )
+        while not (out / "transcript.jsonl").exists():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_soon())
+    assert not (out / "status.json").exists()
+    end = read_transcript(out / "transcript.jsonl")[-1]
+    assert isinstance(end, EndEvent) and end.status == "cancelled"
