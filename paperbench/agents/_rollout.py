@@ -28,6 +28,7 @@ import importlib
 import os
 import shutil
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -304,22 +305,22 @@ async def rollout(
         instructions_sha=hashlib.sha256(text.encode()).hexdigest(),
     )
     history = check_out_dir(out, config, resume)
-    out.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        atomic_write_json(out / "config.json", config.model_dump(mode="json"))
     seconds, steps, starts = used_before(history)
-
-    run = _Run(out, config, snapshot_every_s)
     # The dollar limit is also the ledger's cap: no call is sent once it is spent, even by an
     # agent that makes many calls between two checks of its limits.
     caps = BudgetCaps(run_usd=agent_limits.dollars)
     ledger = JournalLedger(out / "costs.jsonl", read_costs(out / "costs.jsonl"), caps)
-    tracker = LimitTracker(limits=agent_limits, ledger=ledger, used_s=seconds, steps=steps)
-    run.tracker = tracker
     model = Model(model_config, ledger=ledger, stage="rollout") if model_config else None
     if built is None:
         assert not isinstance(agent, Agent)
-        built = agent.build(model)
+        built = agent.build(model)  # e.g. an agent that needs a model: refused before any file
+    out.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        atomic_write_json(out / "config.json", config.model_dump(mode="json"))
+
+    run = _Run(out, config, snapshot_every_s)
+    tracker = LimitTracker(limits=agent_limits, ledger=ledger, used_s=seconds, steps=steps)
+    run.tracker = tracker
 
     backend = await config.sandbox.build()
     status = RolloutStatus(
@@ -362,6 +363,7 @@ async def rollout(
         last = run.snapshots[-1] if run.snapshots else None
         with tempfile.TemporaryDirectory(prefix="paperbench-rollout-") as tmp:
             await _prepare(sb, paper, text, last if resume else None, Path(tmp))
+        tracker.started = time.monotonic()  # the agent's time starts here, as on a resume
         writer.append(
             StartEvent(
                 agent=agent_name,

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -95,23 +95,31 @@ class RolloutResult:
 
 
 class JournalLedger(CostLedger):
-    """A ledger that appends each record to costs.jsonl (flushed and synced) as it is added."""
+    """A ledger that appends each record to costs.jsonl (flushed and synced) as it is added.
+    The file is opened at the first new record."""
 
     def __init__(self, path: Path, records: list[CostRecord], caps: BudgetCaps) -> None:
-        super().__init__(records, caps=caps)
-        self._journal = path.open("a", encoding="utf-8")
+        self._path = path
+        self._journal: TextIO | None = None
+        self._opened = False
+        super().__init__(records, caps=caps)  # these are in the file already
+        self._opened = True
 
     def add(self, record: CostRecord) -> None:
         super().add(record)
-        journal = getattr(self, "_journal", None)
-        if journal is None:
-            return  # the records given at construction are already in the file
-        journal.write(record.model_dump_json() + "\n")
-        journal.flush()
-        os.fsync(journal.fileno())
+        if not self._opened:
+            return
+        with self._lock:
+            if self._journal is None:
+                self._journal = self._path.open("a", encoding="utf-8")
+            self._journal.write(record.model_dump_json() + "\n")
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
 
     def close(self) -> None:
-        self._journal.close()
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
 
 
 def read_costs(path: Path) -> list[CostRecord]:

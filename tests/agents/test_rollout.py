@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from paperbench.agents import (
     Agent,
@@ -32,7 +33,7 @@ from paperbench.agents import (
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import RolloutResult, read_costs, used_before
 from paperbench.errors import ConfigError, SandboxError, UsageError
-from paperbench.llm import ModelConfig
+from paperbench.llm import Model, ModelConfig
 from paperbench.papers import Paper, PaperSource, load_data_dir_paper
 from paperbench.sandbox import NetworkPolicy, SandboxConfig
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall
@@ -480,3 +481,25 @@ def test_a_cancelled_rollout_is_recorded_and_stays_resumable(tmp_path: Path) -> 
     assert not (out / "status.json").exists()
     end = read_transcript(out / "transcript.jsonl")[-1]
     assert isinstance(end, EndEvent) and end.status == "cancelled"
+
+
+class _NeedsModelConfig(BaseModel):
+    name: str = "needs-model"
+    model: str | None = None
+    limits: AgentLimits = AgentLimits()
+
+
+class _NeedsAModel:
+    """A loaded config (as load_agent returns) whose agent refuses to be built without a model."""
+
+    config = _NeedsModelConfig()
+
+    def build(self, model: Model | None) -> Agent:
+        raise ConfigError("the basic agent needs a model", path="$.model")
+
+
+def test_an_agent_that_cannot_be_built_leaves_no_run_folder(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match="needs a model"):
+        asyncio.run(rollout(_paper(), _NeedsAModel(), out_dir=out, sandbox=LOCAL, instructions="x"))
+    assert not out.exists()
