@@ -319,7 +319,10 @@ async def rollout(
         atomic_write_json(out / "config.json", config.model_dump(mode="json"))
 
     run = _Run(out, config, snapshot_every_s)
+    if agent_limits.exclude_retry_wait:
+        seconds = max(0.0, seconds - ledger.earlier_retry_wait_s)
     tracker = LimitTracker(limits=agent_limits, ledger=ledger, used_s=seconds, steps=steps)
+    ledger.tracker = tracker
     run.tracker = tracker
 
     backend = await config.sandbox.build()
@@ -414,6 +417,7 @@ async def rollout(
         finally:
             status.steps = tracker.steps
             status.wall_time_s = tracker.elapsed_s()
+            status.retry_wait_s = ledger.earlier_retry_wait_s + tracker.retry_wait_s
             status.snapshots = len(run.snapshots)
             status.costs = ledger.report().total
             status.finished_at = _now()

@@ -16,6 +16,7 @@ from paperbench._io import read_json
 from paperbench.agents._base import (
     AgentLimits,
     LimitKind,
+    LimitTracker,
     OutcomeStatus,
     read_transcript,
 )
@@ -72,6 +73,9 @@ class RolloutStatus(BaseModel):
     steps: int = 0
     wall_time_s: float = 0.0
     """Agent time over every attempt (what the wall-time limit counts)."""
+    retry_wait_s: float = 0.0
+    """Time spent waiting on provider retries, over every attempt (not counted in
+    ``wall_time_s`` when the limits exclude it)."""
     started_at: datetime
     finished_at: datetime
     sandbox_backend: str | None = None
@@ -95,21 +99,40 @@ class RolloutResult:
 
 
 class JournalLedger(CostLedger):
-    """A ledger that appends each record to costs.jsonl (flushed and synced) as it is added.
+    """A ledger that appends each record to costs.jsonl (flushed and synced) as it is added,
+    and adds up the time spent waiting between a retried attempt and the next one.
     The file is opened at the first new record."""
 
     def __init__(self, path: Path, records: list[CostRecord], caps: BudgetCaps) -> None:
         self._path = path
         self._journal: TextIO | None = None
         self._opened = False
+        self._retried_at: dict[tuple[str, str, str | None], float] = {}
+        self.earlier_retry_wait_s = 0.0
+        """Retry waits in the records given (earlier attempts of the run)."""
+        self.tracker: LimitTracker | None = None
+        """Gets the retry waits of new records (``retry_wait_s``)."""
         super().__init__(records, caps=caps)  # these are in the file already
         self._opened = True
 
+    def _retry_wait(self, record: CostRecord) -> float:
+        key = (record.model, record.label, record.stage)
+        wait = 0.0
+        if key in self._retried_at:
+            wait = max(0.0, record.time - record.latency_s - self._retried_at.pop(key))
+        if record.outcome == "retried":
+            self._retried_at[key] = record.time
+        return wait
+
     def add(self, record: CostRecord) -> None:
         super().add(record)
-        if not self._opened:
-            return
         with self._lock:
+            wait = self._retry_wait(record)
+            if not self._opened:
+                self.earlier_retry_wait_s += wait
+                return
+            if self.tracker is not None:
+                self.tracker.retry_wait_s += wait
             if self._journal is None:
                 self._journal = self._path.open("a", encoding="utf-8")
             self._journal.write(record.model_dump_json() + "\n")

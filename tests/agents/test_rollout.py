@@ -36,7 +36,7 @@ from paperbench.errors import ConfigError, SandboxError, UsageError
 from paperbench.llm import Model, ModelConfig
 from paperbench.papers import Paper, PaperSource, load_data_dir_paper
 from paperbench.sandbox import NetworkPolicy, SandboxConfig
-from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall
+from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, Fault
 from tests.agents.step_agent import INSTRUCTIONS, REPO, CrashingAgent, StepAgent
 from tests.sandbox.docker_fixtures import (  # noqa: F401
     TEST_LABELS,
@@ -503,3 +503,17 @@ def test_an_agent_that_cannot_be_built_leaves_no_run_folder(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="needs a model"):
         asyncio.run(rollout(_paper(), _NeedsAModel(), out_dir=out, sandbox=LOCAL, instructions="x"))
     assert not out.exists()
+
+
+def test_time_waiting_on_provider_retries_can_be_left_out_of_the_wall_time(
+    tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.script(Fault.rate_limit(retry_after=1.0), FakeReply(text="done"))
+    limits = AgentLimits(wall_time_s=300, exclude_retry_wait=True)
+    t0 = time.monotonic()
+    result = _run(tmp_path / "run", StepAgent(), fake_llm, limits=limits)
+    elapsed = time.monotonic() - t0
+    status = result.status
+    assert status.status == "submitted" and status.costs.retried == 1
+    assert status.retry_wait_s >= 0.9  # retry-after: 1 s
+    assert status.wall_time_s <= elapsed - status.retry_wait_s
