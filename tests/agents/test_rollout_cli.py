@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from paperbench.agents import SnapshotEvent, StartEvent, read_transcript
 from paperbench.cli import app
+from paperbench.sandbox._local_gc import reap_local_orphans
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +83,9 @@ def test_cli_kill_9_then_resume_repeats_no_model_call(
     cmd += ["--paper", "calibration-binning", "--agent", "basic", *LOCAL, "--out", str(out)]
     cmd += ["--model", "openai/gpt-4o", "--base-url", fake_llm.openai_url]
     cmd += ["--snapshot-every", "0.005"]  # 0.3 s
-    env = {**os.environ, "OPENAI_API_KEY": "sk-test-fake-server"}
+    sandboxes = tmp_path / "sandboxes"  # the local backend's workspaces go to TMPDIR
+    sandboxes.mkdir()
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test-fake-server", "TMPDIR": str(sandboxes)}
     pipe = subprocess.PIPE
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=pipe, stderr=pipe)
     try:
@@ -92,6 +95,7 @@ def test_cli_kill_9_then_resume_repeats_no_model_call(
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
+        reap_local_orphans(sandboxes)  # the killed run's workspace and cgroups
     assert not (out / "status.json").exists()
     assert len(fake_llm.requests) == 2
 
