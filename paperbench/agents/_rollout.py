@@ -172,6 +172,7 @@ class _Run:
         self.snapshot_lock = asyncio.Lock()
         self.snapshots = sorted((out_dir / "snapshots").glob("[0-9][0-9][0-9][0-9].tar.gz"))
         self.writer: TranscriptWriter | None = None
+        self.inflight: asyncio.Future[Path] | None = None
         self.tracker: LimitTracker | None = None
 
     def next_snapshot(self) -> Path:
@@ -196,8 +197,11 @@ class _Run:
         assert self.snapshot_every_s is not None
         while True:
             await asyncio.sleep(self.snapshot_every_s)
+            # Shielded: stopping the loop lets a snapshot under way finish (it holds the lock,
+            # so the final snapshot comes after it and never shares its number).
+            self.inflight = asyncio.ensure_future(self.snapshot(sb))
             try:
-                await self.snapshot(sb)
+                await asyncio.shield(self.inflight)
             except SandboxError as exc:
                 if self.writer is not None:
                     self.writer.append(NoteEvent(kind="snapshot_failed", text=str(exc)))
@@ -479,6 +483,9 @@ async def _run_agent(agent: Agent, ctx: RunContext, run: _Run, sb: Sandbox) -> A
             snapshots.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await snapshots
+        if run.inflight is not None:  # its failure, if any, is in the transcript already
+            with contextlib.suppress(SandboxError):
+                await run.inflight
 
 
 async def _alive(sb: Sandbox) -> bool:
