@@ -15,6 +15,7 @@ from typer.core import TyperGroup, TyperOption
 from paperbench import __version__
 from paperbench._console import console, error, print_table, printable, warning
 from paperbench.agents._monitor_cli import monitor
+from paperbench.agents._rollout_cli import rollout_command
 from paperbench.errors import PaperbenchError, UsageError
 from paperbench.judge._eval_cli import judge_eval_command
 from paperbench.llm._cli import app as models_app
@@ -80,6 +81,7 @@ app = typer.Typer(
 app.add_typer(rubric_app, name="rubric")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(images_app, name="images")
+app.command("rollout")(rollout_command)
 app.command("reproduce")(reproduce)
 app.command("judge-eval")(judge_eval_command)
 app.command("monitor")(monitor)

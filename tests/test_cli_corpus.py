@@ -330,6 +330,7 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
     good, not_archive, empty = paths.good, paths.not_archive, paths.empty
     out = str(tmp_path / "out")
     closed = CLOSED
+    roll = ["rollout", "--paper", "calibration-binning", "--agent", "dummy"]
     return {
         "papers list --data-dir missing": BadCall(
             ["papers", "list", "--data-dir", str(tmp_path / "nope")], "nope", frozenset({1})
@@ -478,6 +479,47 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
         "monitor --policy bogus": BadCall(
             ["monitor", str(paths.run), "--policy", "ban"], "--policy"
         ),
+        "rollout without --paper": BadCall(["rollout", "--agent", "dummy"], "--paper"),
+        "rollout --paper unknown": BadCall(
+            ["rollout", "--paper", "nosuch", "--agent", "dummy", "--out", out],
+            "'nosuch'",
+            frozenset({1}),
+        ),
+        "rollout --agent unknown": BadCall(
+            ["rollout", "--paper", "calibration-binning", "--agent", "nosuch", "--out", out],
+            "nosuch",
+            frozenset({1, 2}),
+        ),
+        **{
+            f"rollout {flag} {value}": BadCall(
+                [*roll, "--out", out, flag, value],
+                flag,
+            )
+            for flag, value in [
+                ("--max-steps", "0"),
+                ("--max-tokens", "x"),
+                ("--max-hours", "-1"),
+                ("--max-dollars", "nan"),
+                ("--snapshot-every", "0"),
+                ("--seed", "-1"),
+                ("--sandbox", "bogus"),
+                ("--network", "bogus"),
+                ("--base-url", "http://127.0.0.1:9"),
+            ]
+        },
+        "rollout --base-url notaurl": BadCall(
+            [*roll, "--out", out, "--model", "openai/x", "--base-url", "notaurl"],
+            "--base-url",
+            frozenset({1, 2}),
+        ),
+        "rollout --resume without a run": BadCall(
+            [*roll, "--out", out, "--resume"],
+            "--out",
+        ),
+        "rollout --out not empty": BadCall(
+            [*roll, "--out", str(tmp_path)],
+            "--out",
+        ),
         "unknown command": BadCall(["nosuchcommand"], "nosuchcommand"),
     }
 
@@ -498,6 +540,7 @@ def test_every_command_refuses_bad_flags_and_paths(tmp_path: Path, name: str) ->
 @pytest.mark.parametrize(
     "args",
     [[], ["rubric"], ["papers"], ["models"], ["images"], ["sandbox"], ["reproduce"]]
+    + [["rollout"]]
     + [["judge-eval"]]
     + [["rubric", c] for c in ["validate", "stats", "score", "show"]]
     + [["papers", "list"], ["models", "check"], ["models", "list"], ["sandbox", "gc"]]

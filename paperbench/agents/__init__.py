@@ -39,6 +39,13 @@ from paperbench.agents._monitor import (
 )
 from paperbench.agents._papercoder import PapercoderAgent
 from paperbench.agents._replay import ReplayAgent
+from paperbench.agents._rollout import rollout
+from paperbench.agents._rollout_files import (
+    RolloutConfig,
+    RolloutResult,
+    RolloutStatus,
+    load_status,
+)
 from paperbench.agents._tools import ToolResult, ToolSet, run_tool, tool_defs
 from paperbench.agents._transcript import (
     TRANSCRIPT_VERSION,
@@ -85,6 +92,9 @@ __all__ = [
     "PapercoderConfig",
     "ReplayAgent",
     "ReplayConfig",
+    "RolloutConfig",
+    "RolloutResult",
+    "RolloutStatus",
     "RunContext",
     "SnapshotEvent",
     "StartEvent",
@@ -96,8 +106,10 @@ __all__ = [
     "TranscriptWriter",
     "instructions_text",
     "load_agent",
+    "load_status",
     "monitor_run",
     "read_transcript",
+    "rollout",
     "run_tool",
     "tool_defs",
     "write_report",

@@ -1,0 +1,513 @@
+"""The rollout stage: run an agent on a paper in a fresh sandbox and keep what it leaves.
+
+``await rollout(paper, agent, out_dir=...)`` starts an agent sandbox (network ``filtered`` with
+the paper's blacklist by default), uploads the paper to /home/paper (paper.md, paper.pdf,
+assets/, addendum.md, blacklist.txt — never the rubric, the judge addendum or check files),
+writes the instructions to /home/instructions.txt, makes /home/submission an empty git
+repository and runs the agent under its limits. The run folder::
+
+    out_dir/
+      config.json          what was asked (compared on --resume: a change is refused)
+      transcript.jsonl     every event, appended and synced as it happens
+      costs.jsonl          one cost record a line, appended as each model call ends
+      network.jsonl        the egress proxy's request log (network filtered)
+      snapshots/NNNN.tar.gz  /home/submission every few minutes and at the end
+      submission.tar.gz    the final /home/submission
+      status.json          RolloutStatus, written last: it marks completion
+
+A run folder without status.json is resumed (``resume=True``) in a new sandbox from its last
+snapshot and its transcript, with the time, steps and budget that remain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib
+import os
+import shutil
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from paperbench._io import atomic_write_json, atomic_write_text, read_json
+from paperbench.agents._base import (
+    INSTRUCTIONS_PATH,
+    PAPER_DIR,
+    SUBMISSION_DIR,
+    Agent,
+    AgentLimits,
+    AgentOutcome,
+    LimitReached,
+    LimitTracker,
+    RunContext,
+    TranscriptWriter,
+)
+from paperbench.agents._rollout_files import (
+    DEFAULT_SNAPSHOT_EVERY_S,
+    JournalLedger,
+    RolloutConfig,
+    RolloutResult,
+    RolloutStatus,
+    check_out_dir,
+    read_costs,
+    used_before,
+)
+from paperbench.agents._transcript import (
+    EndEvent,
+    NoteEvent,
+    SnapshotEvent,
+    StartEvent,
+)
+from paperbench.errors import (
+    BudgetExhaustedError,
+    LfsPointerError,
+    SandboxError,
+    UsageError,
+)
+from paperbench.llm import BudgetCaps, Model, ModelConfig
+from paperbench.papers import LFS_POINTER_MESSAGE, Paper
+from paperbench.sandbox import (
+    NetworkPolicy,
+    Sandbox,
+    SandboxBackend,
+    SandboxConfig,
+    SandboxLimits,
+    SandboxSpec,
+    safe_extract,
+)
+
+AGENT_IMAGE = "paperbench-agent"
+LOCAL_IMAGE = "host"
+GIT_USER = ("paperbench-agent", "agent@paperbench.invalid")
+_COMMAND_TIMEOUT_S = 120.0
+_STOP_GRACE_S = 30.0
+"""How long past its wall-time limit an agent that does not stop by itself is given."""
+
+
+class _LoadedAgent(Protocol):
+    """What ``load_agent`` returns (paperbench.agents._config.LoadedAgent)."""
+
+    @property
+    def config(self) -> Any: ...
+
+    def build(self, model: Model | None) -> Agent: ...
+
+
+def _identity(agent_config: dict[str, Any]) -> dict[str, Any] | None:
+    identity = agent_config.get("identity")
+    return identity if isinstance(identity, dict) else None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def resolve_agent_image(backend: SandboxBackend, image: str | None = None) -> str:
+    """The agent image: ``image`` when given, else paperbench's agent image on Docker (built
+    when missing) or the host's own system on the local backend.
+
+    Raises:
+        SandboxError: the image cannot be found or built.
+    """
+    if image:
+        return image
+    if backend.name != "docker":
+        return LOCAL_IMAGE
+    from paperbench.sandbox._images import ensure_images
+
+    tags = await asyncio.to_thread(ensure_images, (AGENT_IMAGE,))
+    return tags[AGENT_IMAGE]
+
+
+def stage_paper(paper: Paper, dest: Path) -> list[str]:
+    """Copy what the agent may see of ``paper`` into ``dest``; return the names copied.
+
+    Only paper.md, paper.pdf, assets/, addendum.md and blacklist.txt: never the rubric, the
+    judge addendum or check files.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(paper.paper_md, dest / "paper.md")
+    names = ["paper.md"]
+    if paper.paper_pdf is not None:
+        shutil.copyfile(paper.paper_pdf, dest / "paper.pdf")
+        names.append("paper.pdf")
+    if paper.assets is not None and paper.assets.is_dir():
+        shutil.copytree(paper.assets, dest / "assets", symlinks=False)
+        names.append("assets")
+    if paper.addendum is not None:
+        shutil.copyfile(paper.addendum, dest / "addendum.md")
+        names.append("addendum.md")
+    urls = paper.blacklist()
+    (dest / "blacklist.txt").write_text("\n".join(urls) + "\n" if urls else "none\n")
+    names.append("blacklist.txt")
+    return names
+
+
+def _default_instructions(code_dev: bool) -> str:
+    """The catalog's instructions (full or Code-Dev), from the agents' config module."""
+    try:
+        module = importlib.import_module("paperbench.agents._config")
+        text: str = module.instructions_text(code_dev)
+    except (ImportError, AttributeError):
+        raise UsageError(
+            "no instructions: this installation has no agent catalog; pass instructions="
+        ) from None
+    return text
+
+
+class _Run:
+    """One attempt of a rollout (the first, or a resume)."""
+
+    def __init__(self, out_dir: Path, config: RolloutConfig, snapshot_every_s: float | None):
+        self.out = out_dir
+        self.config = config
+        self.snapshot_every_s = snapshot_every_s
+        self.started_at = _now()
+        self.snapshot_lock = asyncio.Lock()
+        self.snapshots = sorted((out_dir / "snapshots").glob("[0-9][0-9][0-9][0-9].tar.gz"))
+        self.writer: TranscriptWriter | None = None
+        self.inflight: asyncio.Future[Path] | None = None
+        self.tracker: LimitTracker | None = None
+
+    def next_snapshot(self) -> Path:
+        last = int(self.snapshots[-1].name.split(".")[0]) if self.snapshots else -1
+        return self.out / "snapshots" / f"{last + 1:04d}.tar.gz"
+
+    async def snapshot(self, sb: Sandbox) -> Path:
+        """/home/submission into the next snapshots/NNNN.tar.gz (atomically) + SnapshotEvent."""
+        async with self.snapshot_lock:
+            dest = self.next_snapshot()
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            await sb.snapshot(SUBMISSION_DIR, dest)
+            self.snapshots.append(dest)
+            if self.writer is not None:
+                step = self.tracker.steps if self.tracker else 0
+                rel = dest.relative_to(self.out).as_posix()
+                size = dest.stat().st_size
+                self.writer.append(SnapshotEvent(path=rel, bytes=size, step=step))
+            return dest
+
+    async def snapshot_loop(self, sb: Sandbox) -> None:
+        assert self.snapshot_every_s is not None
+        while True:
+            await asyncio.sleep(self.snapshot_every_s)
+            # Shielded: stopping the loop lets a snapshot under way finish (it holds the lock,
+            # so the final snapshot comes after it and never shares its number).
+            self.inflight = asyncio.ensure_future(self.snapshot(sb))
+            try:
+                await asyncio.shield(self.inflight)
+            except SandboxError as exc:
+                if self.writer is not None:
+                    self.writer.append(NoteEvent(kind="snapshot_failed", text=str(exc)))
+
+
+async def _sh(sb: Sandbox, cmd: str, what: str) -> None:
+    result = await sb.exec(cmd, timeout=_COMMAND_TIMEOUT_S)
+    if result.exit_code != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["timed out"]
+        raise SandboxError(f"{what} failed in the sandbox: {detail[0]}")
+
+
+async def _prepare(
+    sb: Sandbox, paper: Paper, instructions: str, snapshot: Path | None, tmp: Path
+) -> None:
+    staged = tmp / "paper"
+    await asyncio.to_thread(stage_paper, paper, staged)
+    await sb.upload(staged, PAPER_DIR)
+    await sb.write_file(INSTRUCTIONS_PATH, instructions.encode())
+    if snapshot is not None:
+        restored = tmp / "submission"
+        await asyncio.to_thread(safe_extract, snapshot, restored, strip_top=False)
+        await sb.upload(restored, SUBMISSION_DIR)
+        return
+    name, email = GIT_USER
+    await _sh(
+        sb,
+        f"mkdir -p {SUBMISSION_DIR} && cd {SUBMISSION_DIR} && git init -q && "
+        f"git config user.name {name} && git config user.email {email}",
+        "git init of /home/submission",
+    )
+
+
+async def rollout(
+    paper: Paper,
+    agent: Agent | _LoadedAgent,
+    *,
+    out_dir: Path,
+    model_config: ModelConfig | None = None,
+    seed: int = 0,
+    sandbox: SandboxConfig | None = None,
+    network: NetworkPolicy = NetworkPolicy.FILTERED,
+    code_dev: bool = False,
+    snapshot_every_s: float | None = DEFAULT_SNAPSHOT_EVERY_S,
+    resume: bool = False,
+    limits: AgentLimits | None = None,
+    instructions: str | None = None,
+    image: str | None = None,
+    sandbox_limits: SandboxLimits | None = None,
+    labels: dict[str, str] | None = None,
+) -> RolloutResult:
+    """Run ``agent`` on ``paper`` into ``out_dir``; see the module docstring.
+
+    An agent that raises is a recorded ``error``, a limit a recorded ``limit``. A
+    cancellation ends the transcript with ``cancelled`` and is re-raised, without status.json:
+    the run stays resumable. A folder with status.json is a finished run: it is returned as
+    it is (``already_finished``), never run again. ``labels`` go on the sandbox (e.g. the run
+    it belongs to) and are not part of the configuration a resume compares.
+
+    Raises:
+        UsageError: ``out_dir`` holds another run (without ``resume``) or none (with it).
+        ConfigError: resuming with a configuration that differs from config.json.
+        LfsPointerError: paper.md is a Git LFS pointer, not the paper.
+        SandboxUnavailableError: the sandbox backend asked for does not answer.
+        SandboxError: the sandbox could not be started or was lost; the run folder is kept
+            without status.json, to be resumed.
+    """
+    if paper.paper_md_is_lfs_pointer:
+        raise LfsPointerError(LFS_POINTER_MESSAGE, file=paper.paper_md)
+    out = Path(out_dir)
+    status_file = out / "status.json"
+    if status_file.exists():
+        status = RolloutStatus.model_validate(read_json(status_file))
+        return RolloutResult(status=status, out_dir=out, already_finished=True)
+
+    if isinstance(agent, Agent):
+        agent_name, agent_config, built = agent.name, {}, agent
+        agent_limits = limits or AgentLimits()
+    else:
+        cfg = agent.config
+        agent_name = str(getattr(cfg, "name", None) or "agent")
+        agent_config = {"config": cfg.model_dump(mode="json")}
+        identity = getattr(agent, "identity", None)
+        if isinstance(identity, BaseModel):
+            agent_config["identity"] = identity.model_dump(mode="json")
+        agent_limits = limits or cfg.limits
+        built = None
+        if model_config is None and getattr(cfg, "model", None):
+            model_config = ModelConfig(model=cfg.model)
+    text = instructions if instructions is not None else _default_instructions(code_dev)
+    config = RolloutConfig(
+        paper_id=paper.id,
+        agent=agent_name,
+        agent_config=agent_config,
+        model=model_config.model if model_config else None,
+        base_url=model_config.base_url if model_config else None,
+        seed=seed,
+        code_dev=code_dev,
+        network=network,
+        blacklist=paper.blacklist() if network == NetworkPolicy.FILTERED else [],
+        limits=agent_limits,
+        snapshot_every_s=snapshot_every_s,
+        sandbox=sandbox or SandboxConfig(),
+        image=image,
+        instructions_sha=hashlib.sha256(text.encode()).hexdigest(),
+    )
+    history = check_out_dir(out, config, resume)
+    seconds, steps, starts = used_before(history)
+    # The dollar limit is also the ledger's cap: no call is sent once it is spent, even by an
+    # agent that makes many calls between two checks of its limits.
+    caps = BudgetCaps(run_usd=agent_limits.dollars)
+    ledger = JournalLedger(out / "costs.jsonl", read_costs(out / "costs.jsonl"), caps)
+    model = Model(model_config, ledger=ledger, stage="rollout") if model_config else None
+    if built is None:
+        assert not isinstance(agent, Agent)
+        built = agent.build(model)  # e.g. an agent that needs a model: refused before any file
+    out.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        atomic_write_json(out / "config.json", config.model_dump(mode="json"))
+
+    run = _Run(out, config, snapshot_every_s)
+    if agent_limits.exclude_retry_wait:
+        seconds = max(0.0, seconds - ledger.earlier_retry_wait_s)
+    tracker = LimitTracker(limits=agent_limits, ledger=ledger, used_s=seconds, steps=steps)
+    ledger.tracker = tracker
+    run.tracker = tracker
+
+    backend = await config.sandbox.build()
+    status = RolloutStatus(
+        status="error",
+        paper_id=paper.id,
+        agent=agent_name,
+        agent_identity=_identity(agent_config),
+        model=config.model,
+        seed=seed,
+        code_dev=code_dev,
+        attempts=starts + 1,
+        started_at=run.started_at,
+        finished_at=run.started_at,
+        sandbox_backend=backend.name,
+        isolation=backend.isolation_kind,
+        isolation_reason=backend.isolation_reason,
+        network=network,
+    )
+    writer = TranscriptWriter(out / "transcript.jsonl")
+    run.writer = writer
+    sb: Sandbox | None = None
+    cancelled = False
+    lost: SandboxError | None = None
+    try:
+        status.sandbox_image = await resolve_agent_image(backend, image)
+        spec = SandboxSpec(
+            image=status.sandbox_image,
+            limits=sandbox_limits or SandboxLimits(),
+            network=network,
+            blacklist=config.blacklist,
+            network_log=(out / "network.jsonl") if network == NetworkPolicy.FILTERED else None,
+            workdir=SUBMISSION_DIR,
+            labels={
+                **(labels or {}),
+                "paperbench.stage": "rollout",
+                "paperbench.paper": paper.id,
+            },
+        )
+        sb = await backend.start(spec)
+        last = run.snapshots[-1] if run.snapshots else None
+        with tempfile.TemporaryDirectory(prefix="paperbench-rollout-") as tmp:
+            await _prepare(sb, paper, text, last if resume else None, Path(tmp))
+        tracker.started = time.monotonic()  # the agent's time starts here, as on a resume
+        writer.append(
+            StartEvent(
+                agent=agent_name,
+                model=config.model,
+                paper_id=paper.id,
+                seed=seed,
+                resumed=starts,
+                config=agent_config,
+                step=steps,
+            )
+        )
+        if starts > 0:
+            restored = last.relative_to(out).as_posix() if last else "an empty repository"
+            writer.append(
+                NoteEvent(
+                    kind="environment_restarted",
+                    text=f"new sandbox; /home/submission restored from {restored}",
+                    data={"snapshot": restored, "used_s": seconds, "steps": steps},
+                    step=steps,
+                )
+            )
+        ctx = RunContext(
+            sandbox=sb,
+            model=model,
+            instructions=text,
+            transcript=writer,
+            limits=tracker,
+            paper_id=paper.id,
+            seed=seed,
+            code_dev=code_dev,
+            history=history,
+            resumed=starts > 0,
+            run_dir=out,
+        )
+        outcome = await _run_agent(built, ctx, run, sb)
+        status.status, status.limit = outcome.status, outcome.limit
+        status.error, status.summary = outcome.error, outcome.summary
+    except asyncio.CancelledError:
+        cancelled = True
+        status.status, status.error = "cancelled", "the rollout was cancelled"
+    except SandboxError as exc:
+        lost = exc
+        status.status, status.error = "error", f"the sandbox failed: {exc}"
+    finally:
+        try:
+            if sb is not None:
+                await _finish_submission(run, sb, status)
+        finally:
+            status.steps = tracker.steps
+            status.wall_time_s = tracker.elapsed_s()
+            status.retry_wait_s = ledger.earlier_retry_wait_s + tracker.retry_wait_s
+            status.snapshots = len(run.snapshots)
+            status.costs = ledger.report().total
+            status.finished_at = _now()
+            writer.append(
+                EndEvent(
+                    status=status.status,
+                    limit=status.limit,
+                    error=status.error,
+                    step=tracker.steps,
+                )
+            )
+            writer.close()
+            ledger.close()
+            if model is not None:
+                with contextlib.suppress(Exception):
+                    await model.aclose()
+            if sb is not None:
+                await sb.stop()
+            if not cancelled and lost is None:  # else the run stays resumable
+                atomic_write_text(status_file, status.model_dump_json(indent=2))
+    if cancelled:
+        raise asyncio.CancelledError
+    if lost is not None:
+        raise SandboxError(
+            f"{out}: {status.error}; the run is kept: continue it with --resume"
+        ) from lost
+    return RolloutResult(status=status, out_dir=out)
+
+
+async def _run_agent(agent: Agent, ctx: RunContext, run: _Run, sb: Sandbox) -> AgentOutcome:
+    """``agent.run(ctx)`` with the snapshot loop beside it and the wall-time limit around it;
+    an exception or a limit becomes the outcome."""
+    snapshots = (
+        asyncio.create_task(run.snapshot_loop(sb)) if run.snapshot_every_s is not None else None
+    )
+    remaining = ctx.limits.remaining_s()
+    try:
+        ctx.limits.check()
+        async with asyncio.timeout(None if remaining is None else remaining + _STOP_GRACE_S):
+            return await agent.run(ctx)
+    except LimitReached as exc:
+        return AgentOutcome(status="limit", limit=exc.kind, error=None, summary=str(exc))
+    except BudgetExhaustedError as exc:
+        return AgentOutcome(status="limit", limit="dollars", summary=str(exc))
+    except SandboxError as exc:
+        if not await _alive(sb):
+            raise  # the sandbox is gone: the run can be resumed in a new one
+        return AgentOutcome(status="error", error=f"{type(exc).__name__}: {exc}")
+    except TimeoutError:
+        return AgentOutcome(
+            status="limit",
+            limit="wall_time",
+            summary="the agent did not stop at its wall-time limit and was stopped",
+        )
+    except Exception as exc:
+        return AgentOutcome(status="error", error=f"{type(exc).__name__}: {exc}")
+    finally:
+        if snapshots is not None:
+            snapshots.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await snapshots
+        if run.inflight is not None:  # its failure, if any, is in the transcript already
+            with contextlib.suppress(SandboxError):
+                await run.inflight
+
+
+async def _alive(sb: Sandbox) -> bool:
+    try:
+        result = await sb.exec("true", timeout=_COMMAND_TIMEOUT_S)
+    except SandboxError:
+        return False
+    return result.exit_code == 0
+
+
+async def _finish_submission(run: _Run, sb: Sandbox, status: RolloutStatus) -> None:
+    """The last snapshot and submission.tar.gz (a copy of it, written atomically)."""
+    try:
+        final = await run.snapshot(sb)
+    except SandboxError as exc:
+        status.error = (status.error + "; " if status.error else "") + f"final snapshot: {exc}"
+        if status.status != "cancelled":
+            status.status = "error"
+        return
+    dest = run.out / "submission.tar.gz"
+    partial = dest.with_name(dest.name + ".partial")
+    await asyncio.to_thread(shutil.copyfile, final, partial)
+    os.replace(partial, dest)
+    status.submission = dest.name
+    status.submission_bytes = dest.stat().st_size

@@ -1,0 +1,230 @@
+"""The files of a run folder (see :mod:`paperbench.agents._rollout`): config.json compared on
+resume, status.json written last, costs.jsonl appended per record, and what an interrupted run
+has used (read back from its transcript and costs)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from paperbench._io import read_json
+from paperbench.agents._base import (
+    AgentLimits,
+    LimitKind,
+    LimitTracker,
+    OutcomeStatus,
+    read_transcript,
+)
+from paperbench.agents._transcript import StartEvent, TranscriptEvent
+from paperbench.errors import ConfigError, InputError, UsageError
+from paperbench.llm import BudgetCaps, CostLedger, CostRecord, CostTotal
+from paperbench.sandbox import IsolationKind, NetworkPolicy, SandboxConfig
+
+SCHEMA_VERSION = 1
+DEFAULT_SNAPSHOT_EVERY_S = 600.0
+
+
+class RolloutConfig(BaseModel):
+    """config.json: what a run was asked to do. A resume must ask for the same."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = SCHEMA_VERSION
+    paper_id: str
+    agent: str
+    agent_config: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = None
+    base_url: str | None = None
+    seed: int = 0
+    code_dev: bool = False
+    network: NetworkPolicy = NetworkPolicy.FILTERED
+    blacklist: list[str] = Field(default_factory=list)
+    limits: AgentLimits = Field(default_factory=AgentLimits)
+    snapshot_every_s: float | None = DEFAULT_SNAPSHOT_EVERY_S
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    image: str | None = None
+    instructions_sha: str = ""
+
+
+class RolloutStatus(BaseModel):
+    """status.json of a rollout, written last."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    status: OutcomeStatus
+    limit: LimitKind | None = None
+    error: str | None = None
+    summary: str = ""
+    paper_id: str
+    agent: str
+    agent_identity: dict[str, Any] | None = None
+    """The agent config's name, type and hash over it and its prompts, when loaded from one."""
+    model: str | None = None
+    seed: int = 0
+    code_dev: bool = False
+    attempts: int = 1
+    """Starts of this run: 1, plus one per resume."""
+    steps: int = 0
+    wall_time_s: float = 0.0
+    """Agent time over every attempt (what the wall-time limit counts)."""
+    retry_wait_s: float = 0.0
+    """Time spent waiting on provider retries, over every attempt (not counted in
+    ``wall_time_s`` when the limits exclude it)."""
+    started_at: datetime
+    finished_at: datetime
+    sandbox_backend: str | None = None
+    sandbox_image: str | None = None
+    isolation: IsolationKind | None = None
+    isolation_reason: str | None = None
+    network: NetworkPolicy
+    snapshots: int = 0
+    submission: str | None = None
+    """``submission.tar.gz`` when the final submission was saved."""
+    submission_bytes: int = 0
+    costs: CostTotal = Field(default_factory=CostTotal)
+
+
+@dataclass
+class RolloutResult:
+    status: RolloutStatus
+    out_dir: Path
+    already_finished: bool = False
+    """status.json was there before: nothing was run."""
+
+
+class JournalLedger(CostLedger):
+    """A ledger that appends each record to costs.jsonl (flushed and synced) as it is added,
+    and adds up the time spent waiting between a retried attempt and the next one.
+    The file is opened at the first new record."""
+
+    def __init__(self, path: Path, records: list[CostRecord], caps: BudgetCaps) -> None:
+        self._path = path
+        self._journal: TextIO | None = None
+        self._opened = False
+        self._retried_at: dict[tuple[str, str, str | None], float] = {}
+        self.earlier_retry_wait_s = 0.0
+        """Retry waits in the records given (earlier attempts of the run)."""
+        self.tracker: LimitTracker | None = None
+        """Gets the retry waits of new records (``retry_wait_s``)."""
+        super().__init__(records, caps=caps)  # these are in the file already
+        self._opened = True
+
+    def _retry_wait(self, record: CostRecord) -> float:
+        key = (record.model, record.label, record.stage)
+        wait = 0.0
+        if key in self._retried_at:
+            wait = max(0.0, record.time - record.latency_s - self._retried_at.pop(key))
+        if record.outcome == "retried":
+            self._retried_at[key] = record.time
+        return wait
+
+    def add(self, record: CostRecord) -> None:
+        super().add(record)
+        with self._lock:
+            wait = self._retry_wait(record)
+            if not self._opened:
+                self.earlier_retry_wait_s += wait
+                return
+            if self.tracker is not None:
+                self.tracker.retry_wait_s += wait
+            if self._journal is None:
+                self._journal = self._path.open("a", encoding="utf-8")
+            self._journal.write(record.model_dump_json() + "\n")
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+
+
+def read_costs(path: Path) -> list[CostRecord]:
+    """The records of costs.jsonl; a last line cut short by a crash is dropped."""
+    if not path.exists():
+        return []
+    lines = [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    records: list[CostRecord] = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(CostRecord.model_validate_json(line))
+        except ValidationError:
+            if number == len(lines):
+                break  # the record in flight when the process died
+            raise InputError(f"line {number}: not a cost record", file=path) from None
+    return records
+
+
+def used_before(history: list[TranscriptEvent]) -> tuple[float, int, int]:
+    """(seconds, steps, starts) of the attempts in ``history``: each attempt counts from its
+    StartEvent to its last event."""
+    seconds, steps, starts = 0.0, 0, 0
+    began: float | None = None
+    last = 0.0
+    for event in history:
+        steps = max(steps, event.step)
+        if isinstance(event, StartEvent):
+            if began is not None:
+                seconds += last - began
+            began, starts = event.time, starts + 1
+        last = event.time
+    if began is not None:
+        seconds += last - began
+    return seconds, steps, starts
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "$") -> str | None:
+    """The JSON path of the first difference between two config dicts, if any."""
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found = config_diff(a, b, f"{prefix}.{key}")
+            if found:
+                return found
+        elif a != b:
+            return f"{prefix}.{key}"
+    return None
+
+
+def check_out_dir(out: Path, config: RolloutConfig, resume: bool) -> list[TranscriptEvent]:
+    """Refuse what cannot be run in ``out``; the history to resume from."""
+    config_file = out / "config.json"
+    if not resume:
+        if out.exists() and any(out.iterdir()):
+            raise UsageError(
+                f"--out {out}: the folder is not empty; pass --resume to continue the run in "
+                "it, or give another --out"
+            )
+        return []
+    if not config_file.exists():
+        raise UsageError(f"--out {out}: no run to resume (no config.json); drop --resume")
+    old = read_json(config_file)
+    new = config.model_dump(mode="json")
+    if not isinstance(old, dict):
+        raise ConfigError("expected an object", file=config_file)
+    changed = config_diff(old, new)
+    if changed:
+        raise ConfigError(
+            "the configuration differs from the run's (resume with the same flags, or give "
+            "another --out)",
+            file=config_file,
+            path=changed,
+        )
+    return read_transcript(out / "transcript.jsonl")
+
+
+def load_status(out_dir: Path) -> RolloutStatus | None:
+    """status.json of a run folder, or None when the run has not finished."""
+    path = Path(out_dir) / "status.json"
+    if not path.exists():
+        return None
+    try:
+        return RolloutStatus.model_validate(read_json(path))
+    except ValidationError as exc:
+        raise InputError(str(exc.errors()[0]["msg"]), file=path) from None
