@@ -15,6 +15,7 @@ from typer.core import TyperGroup, TyperOption
 from paperbench import __version__
 from paperbench._console import console, error, print_table, printable, warning
 from paperbench.errors import PaperbenchError, UsageError
+from paperbench.judge._cli import grade
 from paperbench.llm._cli import app as models_app
 from paperbench.papers import DATA_DIR_ENV, LFS_POINTER_MESSAGE, PaperSource
 from paperbench.reproduce_cli import reproduce
@@ -79,6 +80,7 @@ app.add_typer(rubric_app, name="rubric")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(images_app, name="images")
 app.command("reproduce")(reproduce)
+app.command("grade")(grade)
 app.add_typer(models_app, name="models", help="Check models before a long run; show prices.")
 # --- end of sub-apps ---------------------------------------------------------
 
