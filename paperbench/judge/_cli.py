@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
+from pydantic import ValidationError
 from rich.table import Table
 
 from paperbench._console import console, print_table, warning
@@ -35,6 +36,18 @@ def missing_keys(judge: LoadedJudge, settings: ModelSettings) -> list[str]:
         if target.missing_key is not None:
             missing.add(target.missing_key)
     return sorted(missing)
+
+
+def _check_model_flags(model: str | None, base_url: str | None) -> None:
+    """A malformed --model or --base-url is a usage error before any work."""
+    for flag, values in (("--model", {"model": model}), ("--base-url", {"base_url": base_url})):
+        if values[next(iter(values))] is None:
+            continue
+        try:
+            ModelConfig.model_validate({"model": "openai/x", **values})
+        except ValidationError as exc:
+            message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise UsageError(f"{flag}: {message}") from None
 
 
 def _table(result: GradeResult, out: Path) -> Table:
@@ -147,9 +160,8 @@ def grade(
     loaded = load_judge_config(judge)
     source = PaperSource.resolve(data_dir)
     the_paper = source.load(paper)
+    _check_model_flags(model, base_url)
     settings = ModelSettings(model=model, base_url=base_url, concurrency=concurrency)
-    if model is not None:
-        ModelConfig(model=model)  # a malformed name is a usage error before any work
     view = build_view(submission, executed, log=log)
     out_dir = out or Path(f"grade-{the_paper.id}-{loaded.identity.name}")
     if style == "papercoder":
