@@ -4,7 +4,8 @@ This package holds the model-free half: the judge's view of a submission
 (:func:`build_view`), the context each leaf's grader sees (:func:`select_context`, with a
 BM25 index instead of a ranking call), judge configs as data (:func:`load_judge_config`,
 ``judge/*.yaml`` in the catalog) with their identity, content fences, and the prompts
-rendered from the catalog's templates. Model calls build on these.
+rendered from the catalog's templates; and the grading engine (:func:`grade_submission`,
+``paperbench grade``) that grades every leaf with a judge config, resumably.
 """
 
 from paperbench.judge._config import (
@@ -34,6 +35,9 @@ from paperbench.judge._context import (
     tokenize,
 )
 from paperbench.judge._fence import fence
+from paperbench.judge._gold import grade_gold
+from paperbench.judge._grader import GradeResult, grade_submission, read_result, transform_rubric
+from paperbench.judge._job import GradeOptions, ModelSettings, majority
 from paperbench.judge._log import LogExcerpt, cut_log, fold_log
 from paperbench.judge._prompts import (
     CATEGORY_QUESTIONS,
@@ -71,6 +75,8 @@ __all__ = [
     "DummyConfig",
     "FaithfulConfig",
     "FileKind",
+    "GradeOptions",
+    "GradeResult",
     "GradeSource",
     "InvalidReason",
     "JudgeConfig",
@@ -81,6 +87,7 @@ __all__ = [
     "LoadedJudge",
     "LogExcerpt",
     "LogView",
+    "ModelSettings",
     "PromptFiles",
     "RandomConfig",
     "ReproductionSummary",
@@ -100,11 +107,16 @@ __all__ = [
     "fence",
     "file_tree",
     "fold_log",
+    "grade_gold",
+    "grade_submission",
     "grading_messages",
     "load_judge_config",
+    "majority",
     "parsing_messages",
     "ranking_messages",
+    "read_result",
     "render",
     "select_context",
     "tokenize",
+    "transform_rubric",
 ]

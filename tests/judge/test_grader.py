@@ -427,3 +427,103 @@ def test_budget_exhausted_leaves_are_invalid_with_that_reason(
     )
     assert result.invalid_reasons.get("budget_exhausted", 0) >= 1
     assert len(fake_llm.requests) == 1
+
+
+def test_grade_gold_grades_the_gold_rubric_and_resumes(llm_env: Path, tmp_path: Path) -> None:
+    from dataclasses import dataclass
+
+    from paperbench.judge._gold import grade_gold
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "calibration-binning" / "buggy"
+
+    @dataclass(frozen=True)
+    class Gold:
+        paper_id: str = "calibration-binning"
+        name: str = "calibration-binning/buggy"
+        submission: Path = example / "submission"
+        log: Path | None = example / "reproduce.log"
+        data_dir: Path | None = None
+
+        def rubric(self) -> TaskNode:
+            return load_graded(example / "expected_result.json").to_rubric()
+
+    tree = asyncio.run(grade_gold(Gold(), load_judge_config("dummy"), out_root=tmp_path))
+    assert tree.score == 1.0
+    assert tree.to_rubric() == Gold().rubric()
+    again = asyncio.run(grade_gold(Gold(), load_judge_config("dummy"), out_root=tmp_path))
+    assert again == tree
+
+
+def _with_check() -> TaskNode:
+    data = small_rubric().to_dict()
+    data["sub_tasks"][0]["sub_tasks"][2]["check"] = {"command": "pytest -q tests/test_gamma.py"}
+    return TaskNode.model_validate(data)
+
+
+def test_check_leaves_go_to_the_check_runner_with_the_executed_submission(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(by_word(SCORES))
+    executed = write_executed(
+        tmp_path / "executed", {**FILES, "results.csv": "a,b\n"}, created=["results.csv"]
+    )
+    seen: list[dict[str, Any]] = []
+
+    async def runner(leaf: TaskNode, path: Any, **kwargs: Any) -> LeafGrade:
+        seen.append({"leaf": leaf.id, "path": path, **kwargs})
+        return LeafGrade(
+            path=path, leaf_id=leaf.id, category="Code Execution", score=0.0, valid=True,
+            explanation="exit 1", source="check",
+        )  # fmt: skip
+
+    result = asyncio.run(
+        grade_submission(
+            build_view(tmp_path / "unused", executed),
+            paper,
+            load_judge_config("simple"),
+            out_dir=tmp_path / "o",
+            rubric=_with_check(),
+            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
+            check_runner=runner,
+            sandbox="the-sandbox-config",
+        )
+    )
+    assert [(s["leaf"], s["path"], s["executed"], s["sandbox"]) for s in seen] == [
+        ("a3", (0, 2), executed, "the-sandbox-config")
+    ]
+    assert seen[0]["rubric_dir"] == paper.checks_root
+    assert not any("GAMMA" in last_user_text(r) for r in fake_llm.requests)
+    assert result.sources == {"check": 1, "llm": 3}
+    assert result.score == pytest.approx((2 * 0.25 + 1) / 3)
+
+
+def test_checks_llm_grades_check_leaves_with_the_model(
+    fake_llm: FakeLLMServer, paper: Paper, submission: Path, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(by_word(SCORES))
+    judge = _judge(tmp_path, "simple", checks="llm")
+    result = grade(
+        fake_llm, build_view(submission), paper, judge, tmp_path / "o", rubric=_with_check()
+    )
+    assert result.sources == {"llm": 4} and result.score == pytest.approx(EXPECTED)
+
+
+@pytest.mark.parametrize("mode", ["simple", "simple-faithful"])
+def test_max_depth_grades_subtrees_as_one_continuous_unit(
+    fake_llm: FakeLLMServer, paper: Paper, submission: Path, tmp_path: Path, mode: str
+) -> None:
+    def score(text: str) -> float | None:
+        return 0.25 if "ALPHA" in text else 1.0
+
+    fake_llm.handler = ScriptedJudge(score)
+    result = grade(
+        fake_llm,
+        build_view(submission),
+        paper,
+        load_judge_config(mode),
+        tmp_path / "o",
+        max_depth=2,
+    )
+    assert result.leaves == 2
+    assert result.scores_by_category == {"Subtree": pytest.approx((2 * 0.25 + 1) / 3)}
+    assert result.score == pytest.approx((2 * 0.25 + 1) / 3)
