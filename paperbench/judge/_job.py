@@ -23,7 +23,7 @@ from paperbench.judge._config import LoadedJudge, RoleModel
 from paperbench.judge._context import ContextCategory, SubmissionIndex
 from paperbench.judge._types import CallCost, InvalidReason, LeafGrade, SampleGrade
 from paperbench.judge._view import SubmissionView
-from paperbench.llm import CostLedger, Model, ModelConfig, ModelOutput
+from paperbench.llm import CostLedger, Message, Model, ModelConfig, ModelOutput
 from paperbench.rubric import NodePath, TaskNode, prior_criteria
 
 PRIOR_SIBLINGS = 20
@@ -86,6 +86,8 @@ class Job:
     check_runner: CheckRunner | None = None
     sandbox: Any = None
     memo: dict[str, int] = field(default_factory=dict)
+    shared: list[Message] | None = None
+    """The rendered prefix every grading call of this paper shares."""
     _indexes: dict[str, SubmissionIndex] = field(default_factory=dict)
     _models: dict[tuple[str, int], Model] = field(default_factory=dict)
 

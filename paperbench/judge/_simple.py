@@ -45,7 +45,13 @@ def _left_out_summary(context: LeafContext) -> str:
 
 
 def shared_messages(job: Job) -> list[Message]:
-    """The prefix every grading call of this paper shares."""
+    """The prefix every grading call of this paper shares (rendered once per grading)."""
+    if job.shared is None:
+        job.shared = _render_shared(job)
+    return list(job.shared)
+
+
+def _render_shared(job: Job) -> list[Message]:
     return [
         SystemMessage(content=render(job.judge.prompts["system"])),
         UserMessage(
