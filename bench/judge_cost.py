@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import random
-import re
 import tarfile
 import tempfile
 import time
@@ -42,7 +41,8 @@ from paperbench.judge._view import SubmissionView
 from paperbench.llm import count_tokens
 from paperbench.papers import Paper, PaperSource
 from paperbench.rubric import TaskNode, load_graded
-from paperbench.testing import FakeLLMServer, FakeReply, RecordedRequest, requested_schema
+from paperbench.testing import FakeLLMServer, RecordedRequest
+from paperbench.testing.judge_server import judge_handler
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = "openai/gpt-4o"
@@ -52,7 +52,6 @@ WORDS = [
     "seed", "split", "train", "test", "momentum", "nesterov", "heavy", "ball", "condition",
     "number", "quadratic", "learning", "rate", "schedule", "ablation", "table", "figure",
 ]  # fmt: skip
-_KEY = re.compile(r"^\[(\d+)\]$", re.M)
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -60,25 +59,6 @@ def _text(message: dict[str, Any]) -> str:
     if isinstance(content, list):
         return "".join(str(part.get("text", "")) for part in content)
     return str(content or "")
-
-
-def _answer(request: RecordedRequest) -> FakeReply:
-    messages = request.body.get("messages") or []
-    last = _text(messages[-1]) if messages else ""
-    schema = requested_schema(request)
-    if schema is not None and "verdicts" in schema.get("properties", {}):
-        keys = _KEY.findall(last)
-        return FakeReply(
-            json={"verdicts": [{"key": k, "explanation": "met", "score": 1} for k in keys]}
-        )
-    if schema is not None:
-        return FakeReply(json={"valid_score": True, "score": 1, "explanation": "met"})
-    if "The criterion you grade now" in last:
-        # a verdict of its own per criterion, as a real grader writes (no parse is cached)
-        tail = last[last.index("The criterion you grade now") :][:300]
-        return FakeReply(text=f"Expected: {tail}\nFound: it is there.\nScore: 1")
-    paths = re.findall(r"^\s*(\S+\.(?:py|md))$", last, re.M)
-    return FakeReply(text="\n".join(paths[:10]))
 
 
 def _request_text(request: RecordedRequest) -> str:
@@ -251,7 +231,7 @@ async def _main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp_name, FakeLLMServer() as server:
         tmp = Path(tmp_name)
         os.environ["PAPERBENCH_CACHE_DIR"] = str(tmp / "cache")
-        server.handler = _answer
+        server.handler = judge_handler(1.0)
         rubric = _rubric(rng, 70)
         paper = _paper(tmp / "paper", rng, rubric)
         view = build_view(tmp / "none", _executed(tmp, rng))
