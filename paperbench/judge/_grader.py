@@ -21,6 +21,8 @@ TaskGroup and a semaphore; the model layer's connection limit does the rest) and
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import importlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -76,6 +78,9 @@ class RunRecord(BaseModel):
     paper_id: str
     judge: dict[str, Any]
     options: GradeOptions
+    rubric_sha256: str
+    """Of the rubric as graded (after the options' transforms): stored leaves address it by
+    path, so a changed rubric cannot reuse them."""
 
 
 class GradeResult(BaseModel):
@@ -176,7 +181,7 @@ def _check_run(folder: Path, record: RunRecord) -> None:
         stored = RunRecord.model_validate_json(path.read_text(encoding="utf-8"))
     except (OSError, ValidationError) as exc:
         raise InputError("unreadable; delete the folder or give another --out", file=path) from exc
-    for key in ("paper_id", "judge", "options"):
+    for key in ("paper_id", "judge", "options", "rubric_sha256"):
         if getattr(stored, key) != getattr(record, key):
             raise InputError(
                 f"this folder holds a grading with another {key.replace('_', ' ')}; "
@@ -212,11 +217,23 @@ def _units(job: Job, leaves: list[Leaf]) -> list[list[Leaf]]:
     return out
 
 
-async def _lazy_check_runner(*args: Any, **kwargs: Any) -> LeafGrade:
-    import importlib
-
-    checks = importlib.import_module("paperbench.judge._checks")
-    result: LeafGrade = await checks.run_check(*args, **kwargs)
+async def _lazy_check_runner(leaf: TaskNode, path: NodePath, **kwargs: Any) -> LeafGrade:
+    try:
+        checks = importlib.import_module("paperbench.judge._checks")
+    except ModuleNotFoundError:
+        assert leaf.task_category is not None
+        return LeafGrade(
+            path=path,
+            leaf_id=leaf.id,
+            category=leaf.task_category.value,
+            score=0.0,
+            valid=False,
+            source="check",
+            reason="check_error",
+            error="check leaves cannot run in this installation (no check runner); "
+            "use a judge config with `checks: llm` to grade them with the model",
+        )
+    result: LeafGrade = await checks.run_check(leaf, path, **kwargs)
     return result
 
 
@@ -334,7 +351,9 @@ async def grade_submission(
     folder = out_dir / "grading"
     folder.mkdir(parents=True, exist_ok=True)
     identity = judge.identity.model_dump(mode="json")
-    _check_run(folder, RunRecord(paper_id=paper.id, judge=identity, options=options))
+    digest = hashlib.sha256(json.dumps(rubric.to_dict(), sort_keys=True).encode()).hexdigest()
+    record = RunRecord(paper_id=paper.id, judge=identity, options=options, rubric_sha256=digest)
+    _check_run(folder, record)
     (folder / COMPLETE_FILE).unlink(missing_ok=True)
     caps = BudgetCaps(run_usd=getattr(getattr(judge.config, "budgets", None), "max_usd", None))
     costs_path = folder / COSTS_FILE

@@ -329,6 +329,9 @@ def test_a_rerun_with_other_options_is_refused(
         grade(fake_llm, view, paper, load_judge_config("simple"), tmp_path / "out", samples=3)
     with pytest.raises(InputError, match=r"\$.judge"):
         grade(fake_llm, view, paper, load_judge_config("dummy"), tmp_path / "out")
+    changed = small_rubric().model_copy(update={"requirements": "Another rubric"})
+    with pytest.raises(InputError, match=r"\$.rubric_sha256"):
+        grade(fake_llm, view, paper, load_judge_config("simple"), tmp_path / "out", rubric=changed)
 
 
 def test_samples_vote_and_errored_samples_are_left_out(
