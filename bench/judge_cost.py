@@ -181,6 +181,7 @@ async def _grade(
     out: Path,
 ) -> dict[str, Any]:
     before = len(server.requests)
+    os.environ["PAPERBENCH_CACHE_DIR"] = str(out / "cache")  # no answer reused across runs
     judge = load_judge_config(mode)
     t0 = time.perf_counter()
     result = await grade_submission(
@@ -212,17 +213,18 @@ def _print(title: str, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
     keys = list(rows[0])
-    print("  ".join(f"{k:>15}" for k in keys))
+    width = {k: max(15, *(len(str(row[k])) for row in rows)) for k in keys}
+    print("  ".join(f"{k:>{width[k]}}" for k in keys))
     for row in rows:
         cells = []
         for k in keys:
-            v = row[k]
+            v, w = row[k], width[k]
             if k == "cacheable":
-                cells.append(f"{v:>15.0%}")
+                cells.append(f"{v:>{w}.0%}")
             elif isinstance(v, float):
-                cells.append(f"{v:>15,.2f}" if v < 100 else f"{v:>15,.0f}")
+                cells.append(f"{v:>{w},.2f}" if v < 100 else f"{v:>{w},.0f}")
             else:
-                cells.append(f"{v!s:>15}")
+                cells.append(f"{v!s:>{w}}")
         print("  ".join(cells))
 
 

@@ -43,10 +43,17 @@ class ParsedVerdict(BaseModel):
 
 
 def _ranked_paths(job: Job, answer: str, limit: int) -> list[str]:
+    """The answer's paths that name a readable file, in order; a bare file name counts when
+    exactly one file has it (the tree shows names indented under their folders)."""
     readable = {f.path for f in job.view.files if f.text is not None} - SEPARATE_FILES
+    by_name: dict[str, list[str]] = {}
+    for known in readable:
+        by_name.setdefault(known.rsplit("/", 1)[-1], []).append(known)
     out: list[str] = []
     for line in answer.splitlines():
         path = line.strip().strip("`*-• ").removeprefix("./")
+        if path not in readable and len(by_name.get(path, [])) == 1:
+            path = by_name[path][0]
         if path in readable and path not in out:
             out.append(path)
         if len(out) >= limit:

@@ -4,6 +4,7 @@ how a model error becomes an invalid grade, and the vote over several samples.""
 from __future__ import annotations
 
 import random
+import statistics
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -178,7 +179,8 @@ def majority(scores: Sequence[float]) -> float:
 
 
 def vote(leaf: Leaf, samples: list[SampleGrade], **fields: Any) -> LeafGrade:
-    """One LeafGrade from one or several samples: the majority of the valid ones; the leaf
+    """One LeafGrade from one or several samples: the majority of the valid ones (the lower
+    median for a subtree's continuous scores), with their range as the interval; the leaf
     is invalid only when none is valid (then with the first sample's reason)."""
     valid = [s for s in samples if s.valid]
     base: dict[str, Any] = {
@@ -200,15 +202,18 @@ def vote(leaf: Leaf, samples: list[SampleGrade], **fields: Any) -> LeafGrade:
             error=first.explanation or None,
             **base,
         )
-    score = majority([s.score for s in valid])
+    scores = [s.score for s in valid]
+    score = statistics.median_low(scores) if leaf.continuous else majority(scores)
     chosen = next(s for s in valid if s.score == score)
     explanation = chosen.explanation
     if len(samples) > 1:
         left_out = len(samples) - len(valid)
+        how = "median" if leaf.continuous else "majority"
         explanation = (
-            f"majority of {len(valid)} valid verdicts ({left_out} errored, left out): "
-            f"{[s.score for s in valid]}\n{explanation}"
+            f"{how} of {len(valid)} valid verdicts ({left_out} errored, left out): "
+            f"{scores}\n{explanation}"
         )
+        base["interval"] = (min(scores), max(scores))
     return LeafGrade(score=score, valid=True, explanation=explanation, **base)
 
 

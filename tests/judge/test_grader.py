@@ -171,7 +171,7 @@ def test_the_simple_mode_shares_its_prefix_and_marks_it_cacheable(
 def test_faithful_makes_three_calls_per_leaf_with_the_roles_models(
     fake_llm: FakeLLMServer, paper: Paper, submission: Path, tmp_path: Path
 ) -> None:
-    fake_llm.handler = ScriptedJudge(by_word(SCORES))
+    fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["main.py", "binning.py"])
     judge = _judge(tmp_path, "simple-faithful")
     text = judge.path.read_text().replace("openai/o3-mini", "openai/gpt-4.1-mini", 1)
     text = text.replace("openai/o3-mini", "openai/gpt-4.1").replace(
@@ -191,9 +191,10 @@ def test_faithful_makes_three_calls_per_leaf_with_the_roles_models(
     costs = json.loads((tmp_path / "out" / "grading" / "costs.json").read_text())
     assert set(costs["by_label"]) == {"judge_ranking", "judge_grading", "parsing"}
     grading = [r for r in fake_llm.requests if r.model == "gpt-4.1"]
-    # the ranked files are what the grader saw
-    assert all("binning_estimator" not in all_text(r) for r in grading)
+    # the ranked files are what the grader saw (a bare name found under its folder)
     assert all("def train_alpha" in all_text(r) for r in grading)
+    assert all("binning_estimator" in all_text(r) for r in grading)
+    assert all("Run reproduce.sh." not in all_text(r) for r in grading)
 
 
 def test_context_is_chosen_by_category(
@@ -365,6 +366,7 @@ def test_samples_vote_and_errored_samples_are_left_out(
     grades = {g.leaf_id: g for g in map(LeafGrade.model_validate_json, lines)}
     assert [s.score for s in grades["a1"].samples] == [1.0, 0.0, 0.0]
     assert grades["a1"].score == 0.0  # majority
+    assert grades["a1"].interval == (0.0, 1.0)
     a3 = grades["a3"]
     assert [s.valid for s in a3.samples] == [True, False, True] and a3.valid and a3.score == 1
     assert "1 errored" in a3.explanation
