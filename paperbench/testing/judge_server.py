@@ -57,13 +57,16 @@ def judge_handler(score: float = 1.0) -> Callable[[RecordedRequest], FakeReply]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--port", type=int, default=8765, help="0: any free port")
     parser.add_argument("--score", type=float, default=1.0)
     args = parser.parse_args()
     server = FakeLLMServer(port=args.port, validate=True)
     server.handler = judge_handler(args.score)
     with server:
-        print(f"judge server on {server.openai_url} (every criterion scores {args.score:g})")
+        print(
+            f"judge server on {server.openai_url} (every criterion scores {args.score:g})",
+            flush=True,
+        )
         try:
             while True:
                 time.sleep(3600)
