@@ -532,3 +532,50 @@ def test_max_depth_grades_subtrees_as_one_continuous_unit(
     assert result.leaves == 2
     assert result.scores_by_category == {"Subtree": pytest.approx((2 * 0.25 + 1) / 3)}
     assert result.score == pytest.approx((2 * 0.25 + 1) / 3)
+
+
+def test_the_simple_mode_through_the_anthropic_sdk(
+    fake_llm: FakeLLMServer, paper: Paper, submission: Path, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(by_word(SCORES))
+    result = asyncio.run(
+        grade_submission(
+            build_view(submission),
+            paper,
+            load_judge_config("simple"),
+            out_dir=tmp_path / "o",
+            rubric=small_rubric(),
+            settings=ModelSettings(
+                base_url=fake_llm.anthropic_url, model="anthropic/claude-haiku-4-5"
+            ),
+        )
+    )
+    assert {r.protocol for r in fake_llm.requests} == {"messages"}
+    assert result.score == pytest.approx(EXPECTED) and result.invalid_leaves == 0
+    # the paper's message ends the cacheable prefix (Anthropic: a cache_control mark)
+    assert "cache_control" in json.dumps(fake_llm.requests[0].body)
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        (FakeReply(text="Expected ... Found ... (cut", stop="max_tokens"), "incomplete"),
+        (Fault.http(400, "bad request"), "failed"),
+    ],
+    ids=["truncated", "error"],
+)
+def test_faithful_failures_make_the_leaf_invalid(
+    fake_llm: FakeLLMServer,
+    paper: Paper,
+    submission: Path,
+    tmp_path: Path,
+    failure: Any,
+    reason: str,
+) -> None:
+    fake_llm.handler = ScriptedJudge(
+        by_word(SCORES), fault=lambda text: failure if "GAMMA" in text else None
+    )
+    judge = _judge(tmp_path, "simple-faithful", coverage_threshold=0.5)
+    result = grade(fake_llm, build_view(submission), paper, judge, tmp_path / "o")
+    assert result.invalid_reasons == {reason: 1}
+    assert result.score == pytest.approx((2 * 0.25 + 1) / 3)
