@@ -68,6 +68,8 @@ RUN_FILE = "run.json"
 GRADE_FILE = "grade.json"
 COSTS_FILE = "costs.json"
 COMPLETE_FILE = "complete.json"
+COSTS_EVERY = 10
+"""costs.json is rewritten at least every this many leaves during a grading."""
 
 
 class RunRecord(BaseModel):
@@ -382,7 +384,13 @@ async def grade_submission(
     grades = dict(kept)
     semaphore = asyncio.Semaphore(settings.concurrency)
 
+    # costs.json is rewritten every so many leaves (about 20 times per grading), so that a
+    # killed grading's resume starts from most of what it spent
+    every = max(COSTS_EVERY, len(todo) // 20)
+    done = 0
+
     async def run(unit: list[Leaf]) -> None:
+        nonlocal done
         async with semaphore:
             results = await _grade_unit(job, unit)
         for grade in results:
@@ -390,6 +398,9 @@ async def grade_submission(
             store.append(grade)
             if on_leaf is not None:
                 on_leaf(grade)
+        before, done = done, done + len(results)
+        if done // every > before // every:
+            ledger.write(costs_path)
 
     try:
         async with asyncio.TaskGroup() as group:

@@ -123,6 +123,8 @@ def test_a_grading_killed_mid_way_resumes_without_repeating_a_request(
     finally:
         process.wait(timeout=30)
     assert not (out / "grading" / "complete.json").exists()
+    spent = json.loads((out / "grading" / "costs.json").read_text())["total"]["calls"]
+    assert spent >= 1  # what the killed run spent is kept for the resumed one
     stored = {g.leaf_id for g in _grades(out) if g.valid}
     assert 5 <= len(stored) < 61  # 66 leaves, 5 of them checks (invalid: no --executed)
     before = len(fake_llm.requests)
@@ -137,3 +139,5 @@ def test_a_grading_killed_mid_way_resumes_without_repeating_a_request(
     summary = (out / "grading" / "grade.json").read_text()
     assert json.loads(summary)["reused_leaves"] == len(stored)
     assert (out / "grading" / "complete.json").is_file()
+    costs = json.loads((out / "grading" / "costs.json").read_text())["total"]["calls"]
+    assert costs >= spent + len(fake_llm.requests[before:])
