@@ -434,6 +434,10 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             ["grade", str(tmp_path), "--paper", "calibration-binning", "--model", "nomodel"],
             "--model",
         ),
+        "grade --out a file": BadCall(
+            ["grade", str(tmp_path), "--paper", "calibration-binning", "--out", str(good)],
+            "--out",
+        ),
         "grade --base-url notaurl": BadCall(
             ["grade", str(tmp_path), "--paper", "calibration-binning", "--base-url", "notaurl"],
             "--base-url",

@@ -155,6 +155,8 @@ def grade(
     grading/leaves.jsonl (one line per leaf as it is graded) and grading/costs.json."""
     if reference is not None and style != "papercoder":
         raise UsageError("--reference: only with --style papercoder")
+    if out is not None and out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a folder; give another --out")
     if not submission.exists() and executed is None:
         raise UsageError(f"SUBMISSION {submission}: not found; give a folder or a .tar.gz file")
     loaded = load_judge_config(judge)
@@ -164,6 +166,8 @@ def grade(
     settings = ModelSettings(model=model, base_url=base_url, concurrency=concurrency)
     view = build_view(submission, executed, log=log)
     out_dir = out or Path(f"grade-{the_paper.id}-{loaded.identity.name}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: exists and is not a folder; give another --out")
     if style == "papercoder":
         _papercoder(view, the_paper, loaded, settings, reference, out_dir, as_json)
         return
