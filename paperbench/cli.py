@@ -17,6 +17,7 @@ from paperbench._console import console, error, print_table, printable, warning
 from paperbench.agents._monitor_cli import monitor
 from paperbench.agents._rollout_cli import rollout_command
 from paperbench.errors import PaperbenchError, UsageError
+from paperbench.judge._cli import grade
 from paperbench.judge._eval_cli import judge_eval_command
 from paperbench.llm._cli import app as models_app
 from paperbench.papers import DATA_DIR_ENV, LFS_POINTER_MESSAGE, PaperSource
@@ -85,6 +86,7 @@ app.command("rollout")(rollout_command)
 app.command("reproduce")(reproduce)
 app.command("judge-eval")(judge_eval_command)
 app.command("monitor")(monitor)
+app.command("grade")(grade)
 app.add_typer(models_app, name="models", help="Check models before a long run; show prices.")
 # --- end of sub-apps ---------------------------------------------------------
 

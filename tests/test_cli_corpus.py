@@ -521,6 +521,64 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             "--out",
         ),
         "unknown command": BadCall(["nosuchcommand"], "nosuchcommand"),
+        "grade without --paper": BadCall(["grade", str(good)], "--paper"),
+        "grade an unknown paper": BadCall(
+            ["grade", str(tmp_path), "--paper", "nosuch", "--out", out], "nosuch", frozenset({1})
+        ),
+        "grade a missing submission": BadCall(
+            ["grade", str(tmp_path / "gone"), "--paper", "calibration-binning", "--out", out],
+            "gone",
+        ),
+        "grade --judge unknown": BadCall(
+            ["grade", str(tmp_path), "--paper", "calibration-binning", "--judge", "nosuch"],
+            "--judge",
+            frozenset({1}),
+        ),
+        "grade --judge a broken file": BadCall(
+            ["grade", str(tmp_path), "--paper", "calibration-binning", "--judge", str(good)],
+            "good.json",
+            frozenset({1}),
+        ),
+        "grade --samples 0": BadCall(
+            ["grade", str(tmp_path), "--paper", "calibration-binning", "--samples", "0"],
+            "--samples",
+        ),
+        "grade --max-depth x": BadCall(
+            ["grade", str(tmp_path), "--paper", "calibration-binning", "--max-depth", "x"],
+            "--max-depth",
+        ),
+        "grade --style bogus": BadCall(
+            ["grade", str(tmp_path), "--paper", "calibration-binning", "--style", "bogus"],
+            "--style",
+        ),
+        "grade --reference without papercoder": BadCall(
+            [
+                "grade",
+                str(tmp_path),
+                "--paper",
+                "calibration-binning",
+                "--reference",
+                str(tmp_path),
+            ],
+            "--reference",
+        ),
+        "grade --executed without metadata": BadCall(
+            ["grade", str(tmp_path), "--paper", "calibration-binning", "--executed", str(empty)],
+            "metadata.json",
+            frozenset({1}),
+        ),
+        "grade --model malformed": BadCall(
+            ["grade", str(tmp_path), "--paper", "calibration-binning", "--model", "nomodel"],
+            "--model",
+        ),
+        "grade --out a file": BadCall(
+            ["grade", str(tmp_path), "--paper", "calibration-binning", "--out", str(good)],
+            "--out",
+        ),
+        "grade --base-url notaurl": BadCall(
+            ["grade", str(tmp_path), "--paper", "calibration-binning", "--base-url", "notaurl"],
+            "--base-url",
+        ),
     }
 
 
@@ -539,9 +597,8 @@ def test_every_command_refuses_bad_flags_and_paths(tmp_path: Path, name: str) ->
 
 @pytest.mark.parametrize(
     "args",
-    [[], ["rubric"], ["papers"], ["models"], ["images"], ["sandbox"], ["reproduce"]]
-    + [["rollout"]]
-    + [["judge-eval"]]
+    [[], ["rubric"], ["papers"], ["models"], ["images"], ["sandbox"], ["reproduce"], ["grade"]]
+    + [["rollout"], ["monitor"], ["judge-eval"]]
     + [["rubric", c] for c in ["validate", "stats", "score", "show"]]
     + [["papers", "list"], ["models", "check"], ["models", "list"], ["sandbox", "gc"]]
     + [["images", "build"], ["images", "list"]],

@@ -10,6 +10,8 @@ their command in a sandbox (:func:`run_check`, :func:`run_checks`).
 Votes, agreement and score intervals for judges that take several samples per leaf are in
 :func:`majority`, :func:`leaf_agreement` and :func:`bootstrap_interval`; JudgeEval (a judge
 config against human-graded gold sets) in :func:`load_gold_set` and :func:`judge_eval`.
+rendered from the catalog's templates; and the grading engine (:func:`grade_submission`,
+``paperbench grade``) that grades every leaf with a judge config, resumably.
 """
 
 from paperbench.judge._agreement import (
@@ -66,6 +68,9 @@ from paperbench.judge._eval import (
     tree_cost,
 )
 from paperbench.judge._fence import fence
+from paperbench.judge._gold import grade_gold
+from paperbench.judge._grader import GradeResult, grade_submission, read_result, transform_rubric
+from paperbench.judge._job import GradeOptions, ModelSettings
 from paperbench.judge._log import LogExcerpt, cut_log, fold_log
 from paperbench.judge._papercoder import (
     Critique,
@@ -123,6 +128,8 @@ __all__ = [
     "FileKind",
     "GoldSubmission",
     "GradeFn",
+    "GradeOptions",
+    "GradeResult",
     "GradeSource",
     "InvalidReason",
     "JudgeConfig",
@@ -136,6 +143,7 @@ __all__ = [
     "LoadedJudge",
     "LogExcerpt",
     "LogView",
+    "ModelSettings",
     "PairAgreement",
     "PaperCost",
     "PromptFiles",
@@ -167,6 +175,8 @@ __all__ = [
     "fence",
     "file_tree",
     "fold_log",
+    "grade_gold",
+    "grade_submission",
     "grading_messages",
     "judge_eval",
     "leaf_agreement",
@@ -177,6 +187,7 @@ __all__ = [
     "papercoder_scores",
     "parsing_messages",
     "ranking_messages",
+    "read_result",
     "render",
     "render_repo_score",
     "repository_files",
@@ -185,6 +196,7 @@ __all__ = [
     "sample_messages",
     "select_context",
     "tokenize",
+    "transform_rubric",
     "tree_cost",
     "tree_interval",
 ]

@@ -87,6 +87,8 @@ class _Common(BaseModel):
     """Below this share of validly graded weight the paper is reported unscored."""
     samples: int = Field(default=1, ge=1)
     """Verdicts per leaf (majority vote when more than one)."""
+    checks: Literal["run", "llm"] = "run"
+    """Leaves with a ``check``: run the command in a sandbox, or grade them like any leaf."""
 
 
 class PromptFiles(BaseModel):
@@ -99,6 +101,8 @@ class PromptFiles(BaseModel):
     leaf: str = "prompts/grade_leaf.md"
     ranking: str | None = None
     parsing: str | None = None
+    batch: str | None = None
+    """The simple mode's grading call: one or several sibling leaves, a verdict each."""
 
 
 class Roles(BaseModel):
@@ -115,7 +119,19 @@ class SimpleConfig(_Common):
     mode: Literal["simple"]
     roles: Roles
     budgets: Budgets = Field(default_factory=lambda: Budgets(submission_tokens=12_000))
-    prompts: PromptFiles = Field(default_factory=PromptFiles)
+    prompts: PromptFiles = Field(
+        default_factory=lambda: PromptFiles(batch="prompts/grade_batch.md")
+    )
+    batch_leaves: int = Field(default=8, ge=1)
+    """Sibling leaves of one category graded in one call, a verdict each."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _batch_template(cls, data: Any) -> Any:
+        """The simple mode grades one or several leaves per call with ``grade_batch.md``."""
+        if isinstance(data, dict) and isinstance(data.get("prompts"), dict):
+            data = {**data, "prompts": {"batch": "prompts/grade_batch.md", **data["prompts"]}}
+        return data
 
     @model_validator(mode="after")
     def _roles(self) -> SimpleConfig:

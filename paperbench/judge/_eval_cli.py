@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +16,7 @@ from rich.text import Text
 
 from paperbench._console import console, err_console, print_table, printable
 from paperbench._io import atomic_write_text
-from paperbench.errors import PaperbenchError, UsageError
+from paperbench.errors import UsageError
 from paperbench.judge._config import load_judge_config
 from paperbench.judge._eval import GradeFn, JudgeEvalReport, judge_eval, load_gold_set
 from paperbench.papers import DATA_DIR_ENV
@@ -25,23 +28,11 @@ CATEGORY_COLUMNS = {
 }
 
 
-def load_grade_fn() -> GradeFn:
-    """The grading engine's ``grade_gold``, imported only when the command runs.
+def load_grade_fn(work: Path) -> GradeFn:
+    """The grading engine's :func:`grade_gold`, its resumable folders under ``work``."""
+    from paperbench.judge._gold import grade_gold
 
-    Raises:
-        PaperbenchError: this build has no grading engine.
-    """
-    try:
-        from paperbench.judge._grader import (  # type: ignore[import-not-found,unused-ignore]
-            grade_gold,
-        )
-    except ImportError:
-        raise PaperbenchError(
-            "judge-eval needs the grading engine (paperbench.judge._grader.grade_gold), which "
-            "this build of paperbench lacks; install a build that has `paperbench grade`"
-        ) from None
-    grade: GradeFn = grade_gold
-    return grade
+    return functools.partial(grade_gold, out_root=work)
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -150,14 +141,21 @@ def judge_eval_command(
         _check_out(out)
     judges = [load_judge_config(name) for name in judge]
     golds = load_gold_set(gold, data_dir=data_dir, papers=paper)
-    grade = load_grade_fn()
 
     def done(judge_name: str, gold_name: str) -> None:
         err_console.print(f"graded {printable(gold_name)} with {printable(judge_name)}")
 
-    report = asyncio.run(
-        judge_eval(golds, judges, grade, concurrency=concurrency, out=out, progress=done)
-    )
+    with contextlib.ExitStack() as stack:
+        # the engine's per-leaf records: kept beside the report with --out, else temporary
+        work = (
+            out / "gradings"
+            if out is not None
+            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pb-judge-eval-")))
+        )
+        grade = load_grade_fn(work)
+        report = asyncio.run(
+            judge_eval(golds, judges, grade, concurrency=concurrency, out=out, progress=done)
+        )
     text = report.model_dump_json(indent=2)
     if out is not None:
         atomic_write_text(out / "report.json", text + "\n")

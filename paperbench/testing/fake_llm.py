@@ -175,6 +175,8 @@ class FakeLLMServer:
         self._ids = itertools.count(1)
         self.handler: Handler | None = None
         self.requests: list[RecordedRequest] = []
+        self.handler_errors: list[str] = []
+        """What a raising ``handler`` raised (each such call was answered with a 400)."""
         self._httpd = ThreadingHTTPServer((host, port), _make_handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -246,7 +248,14 @@ class FakeLLMServer:
             if self._script:
                 return self._script.popleft()
         if self.handler is not None:
-            return self.handler(request)
+            try:
+                return self.handler(request)
+            except Exception as exc:
+                # A broken test handler must fail the call at once (a 400 is not retried),
+                # not drop the connection and keep the client retrying for its whole budget.
+                with self._lock:
+                    self.handler_errors.append(f"{type(exc).__name__}: {exc}")
+                return Fault.http(400, f"the fake server's handler raised {type(exc).__name__}")
         return default_reply(request)
 
     def _wait(self, seconds: float) -> bool:

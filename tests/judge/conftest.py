@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import json
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from paperbench.testing import FakeLLMServer
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -66,3 +69,30 @@ def make_submission(tmp_path: Path):  # type: ignore[no-untyped-def]
         return root
 
     return make
+
+
+_ENV = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_BASE_URL",
+    "PAPERBENCH_PRICES",
+    "PAPERBENCH_ENDPOINTS",
+)
+
+
+@pytest.fixture
+def llm_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No keys, no base URLs, a private response cache, a working directory with no .env."""
+    for name in _ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def fake_llm(llm_env: Path) -> Iterator[FakeLLMServer]:
+    """A fake OpenAI/Anthropic server on 127.0.0.1, stopped after the test."""
+    with FakeLLMServer() as server:
+        yield server

@@ -191,3 +191,26 @@ def test_links_are_listed_never_followed(make_submission, tmp_path: Path) -> Non
 def test_a_missing_submission_is_one_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not found"):
         build_view(tmp_path / "nope")
+
+
+def test_the_log_is_read_where_reproduce_puts_it_inside_executed_tar_gz(tmp_path: Path) -> None:
+    """`paperbench reproduce` archives the submission under ``submission/`` with
+    ``submission/reproduce.log`` and its creation time; with no log beside metadata.json
+    the view reads that one."""
+
+    staged = tmp_path / "staged" / "submission"
+    staged.mkdir(parents=True)
+    (staged / "main.py").write_text("print(1)\n")
+    (staged / "reproduce.log").write_text("epoch 1 done\n")
+    (staged / "reproduce.log.creation_time").write_text("1700000000\n")
+    out = tmp_path / "executed"
+    out.mkdir()
+    with tarfile.open(out / "executed.tar.gz", "w:gz") as tar:
+        tar.add(staged, arcname="submission")
+    (out / "metadata.json").write_text(json.dumps({"status": "success", "changed_files": {}}))
+    view = build_view(tmp_path / "unused", out)
+    assert view.log is not None and "epoch 1 done" in view.log.text
+    assert view.file("main.py") is not None
+    (out / "reproduce.log").write_text("beside metadata\n")
+    beside = build_view(tmp_path / "unused", out)
+    assert beside.log is not None and "beside metadata" in beside.log.text

@@ -33,7 +33,9 @@ class Verdict(BaseModel):
 def test_rate_limit_honours_retry_after(fake_llm: FakeLLMServer, protocol: str) -> None:
     fake_llm.script(Fault.rate_limit(retry_after=0.4), FakeReply(text="after the wait"))
     started = time.monotonic()
-    out = gen(Model(config_for(protocol, fake_llm)), "hi")
+    # a budget well above the first request's own time (the client's first TLS and
+    # connection set-up counts against it, and a loaded machine makes that slow)
+    out = gen(Model(config_for(protocol, fake_llm, max_retry_wait_s=10.0)), "hi")
     assert out.text == "after the wait"
     assert time.monotonic() - started >= 0.4  # far above the 0.05 s backoff cap
     assert len(fake_llm.requests) == 2
@@ -227,3 +229,14 @@ def test_config_is_validated() -> None:
         ModelConfig(model="gpt-4o")
     with pytest.raises(ValueError, match="Extra inputs"):
         ModelConfig(model="openai/gpt-4o", temprature=0.2)  # type: ignore[call-arg]
+
+
+def test_a_raising_test_handler_fails_the_call_at_once(fake_llm: FakeLLMServer) -> None:
+    def broken(request: object) -> FakeReply:
+        raise StopIteration
+
+    fake_llm.handler = broken
+    with pytest.raises(ModelRequestError, match="handler raised StopIteration"):
+        gen(Model(config_for("chat", fake_llm)), "hi")
+    assert len(fake_llm.requests) == 1
+    assert fake_llm.handler_errors == ["StopIteration: "]

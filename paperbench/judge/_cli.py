@@ -1,0 +1,246 @@
+"""``paperbench grade``: grade a submission against its paper's rubric (thin)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+
+from paperbench._console import console, print_table, warning
+from paperbench._io import atomic_write_text
+from paperbench.errors import UsageError
+from paperbench.judge._config import DummyConfig, LoadedJudge, RandomConfig, load_judge_config
+from paperbench.judge._grader import GradeResult, grade_submission
+from paperbench.judge._job import GradeOptions, ModelSettings
+from paperbench.judge._view import build_view
+from paperbench.llm import ModelConfig
+from paperbench.papers import PaperSource
+
+
+def missing_keys(judge: LoadedJudge, settings: ModelSettings) -> list[str]:
+    """The key variables the judge's models need and that are not set."""
+    from paperbench.llm._registry import resolve
+
+    missing: set[str] = set()
+    for model in judge.identity.models.values():
+        config = ModelConfig(model=settings.model or model, base_url=settings.base_url)
+        try:
+            _, target = resolve(config, require_key=False)
+        except Exception:  # an unknown provider is reported when a call is made
+            continue
+        if target.missing_key is not None:
+            missing.add(target.missing_key)
+    return sorted(missing)
+
+
+def _check_model_flags(model: str | None, base_url: str | None) -> None:
+    """A malformed --model or --base-url is a usage error before any work."""
+    for flag, values in (("--model", {"model": model}), ("--base-url", {"base_url": base_url})):
+        if values[next(iter(values))] is None:
+            continue
+        try:
+            ModelConfig.model_validate({"model": "openai/x", **values})
+        except ValidationError as exc:
+            message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise UsageError(f"{flag}: {message}") from None
+
+
+def _table(result: GradeResult, out: Path) -> Table:
+    table = Table(title=f"{result.paper_id}: judge {result.judge['name']} ({result.judge['mode']})")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    score = "unscored" if result.score is None else f"{result.score:.3f}"
+    table.add_row("score", score)
+    if result.score is None:
+        table.add_row("partial score (not a result)", f"{result.partial_score:.3f}")
+    for category, value in result.scores_by_category.items():
+        table.add_row(f"  {category}", f"{value:.3f}")
+    table.add_row("coverage", f"{result.coverage:.1%}")
+    table.add_row("leaves", str(result.leaves))
+    invalid = ", ".join(f"{n} {k}" for k, n in result.invalid_reasons.items())
+    table.add_row(
+        "invalid leaves", f"{result.invalid_leaves}" + (f" ({invalid})" if invalid else "")
+    )
+    cost = "unknown (unpriced model)" if result.cost_usd is None else f"${result.cost_usd:.4f}"
+    table.add_row("cost", cost)
+    table.add_row("requests", str(result.requests))
+    table.add_row(
+        "graded now / reused", f"{result.graded_leaves_this_run} / {result.reused_leaves}"
+    )
+    table.add_row("output", str(out / "grading"))
+    return table
+
+
+def grade(
+    submission: Annotated[
+        Path,
+        typer.Argument(help="The submission: a folder or a .tar/.tar.gz file."),
+    ],
+    paper: Annotated[str, typer.Option("--paper", help="The paper's id.")],
+    judge: Annotated[
+        str,
+        typer.Option(
+            help="A judge config: a catalog name (simple, simple-faithful, dummy, "
+            "random) or a YAML file."
+        ),
+    ] = "simple",
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="A PaperBench data directory (default: this repository's papers)."),
+    ] = None,
+    executed: Annotated[
+        Path | None,
+        typer.Option(help="The output folder of `paperbench reproduce` for this submission."),
+    ] = None,
+    log: Annotated[
+        Path | None,
+        typer.Option(help="A reproduce.log to show (default: the one of --executed, if any)."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Use this provider/model for every role of the judge."),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="An OpenAI-compatible server to send the judge's calls to."),
+    ] = None,
+    code_dev: Annotated[
+        bool, typer.Option("--code-dev", help="Grade only Code Development leaves.")
+    ] = False,
+    resources_provided: Annotated[
+        bool,
+        typer.Option(
+            "--resources-provided",
+            help="Weight 0 for dataset and model acquisition leaves (they were provided).",
+        ),
+    ] = False,
+    max_depth: Annotated[
+        int | None,
+        typer.Option(min=1, help="Grade subtrees below this depth as one unit (root: 1)."),
+    ] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(min=1, help="Verdicts per leaf, majority vote (default: the config's)."),
+    ] = None,
+    style: Annotated[
+        Literal["rubric", "papercoder"],
+        typer.Option(help="rubric: grade the rubric tree; papercoder: 1-5 repository scores."),
+    ] = "rubric",
+    reference: Annotated[
+        Path | None,
+        typer.Option(help="With --style papercoder: a reference implementation to compare."),
+    ] = None,
+    sandbox: Annotated[
+        Literal["auto", "docker", "local"],
+        typer.Option(help="Where check leaves run their commands."),
+    ] = "auto",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Output folder (default: grade-PAPER-JUDGE); rerun with the same folder to "
+            "resume: leaves already graded are kept."
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Leaves (or batches) graded at once.")
+    ] = 16,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Grade a submission against its paper's rubric with a judge; write grading/grade.json,
+    grading/leaves.jsonl (one line per leaf as it is graded) and grading/costs.json."""
+    if reference is not None and style != "papercoder":
+        raise UsageError("--reference: only with --style papercoder")
+    if out is not None and out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a folder; give another --out")
+    if not submission.exists() and executed is None:
+        raise UsageError(f"SUBMISSION {submission}: not found; give a folder or a .tar.gz file")
+    loaded = load_judge_config(judge)
+    source = PaperSource.resolve(data_dir)
+    the_paper = source.load(paper)
+    _check_model_flags(model, base_url)
+    settings = ModelSettings(model=model, base_url=base_url, concurrency=concurrency)
+    view = build_view(submission, executed, log=log)
+    out_dir = out or Path(f"grade-{the_paper.id}-{loaded.identity.name}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: exists and is not a folder; give another --out")
+    if style == "papercoder":
+        n = samples or loaded.config.samples
+        _papercoder(view, the_paper, loaded, settings, reference, out_dir, as_json, n)
+        return
+    needs_model = not isinstance(loaded.config, DummyConfig | RandomConfig)
+    if needs_model:
+        for name in missing_keys(loaded, settings):
+            warning(
+                f"{name} is not set: the leaves that need a model will be invalid (not graded); "
+                f"set {name} in the environment or a .env file, or pass --base-url for a local "
+                "server (cached answers are still used)"
+            )
+    from paperbench.sandbox import SandboxConfig
+
+    options = GradeOptions(
+        code_dev=code_dev,
+        resources_provided=resources_provided,
+        max_depth=max_depth,
+        samples=samples or loaded.config.samples,
+    )
+    result = asyncio.run(
+        grade_submission(
+            view,
+            the_paper,
+            loaded,
+            out_dir=out_dir,
+            options=options,
+            settings=settings,
+            sandbox=SandboxConfig(backend=sandbox),
+        )
+    )
+    if as_json:
+        summary = result.model_dump(mode="json", exclude={"graded_task_tree"})
+        console.print_json(json.dumps(summary))
+    else:
+        print_table(_table(result, out_dir))
+        if result.unscored_reason:
+            warning(f"unscored: {result.unscored_reason}")
+
+
+def _papercoder(
+    view: Any,
+    paper: Any,
+    judge: LoadedJudge,
+    settings: ModelSettings,
+    reference: Path | None,
+    out_dir: Path,
+    as_json: bool,
+    samples: int,
+) -> None:
+    from paperbench.judge._papercoder import papercoder_scores, render_repo_score
+    from paperbench.llm import CostLedger, Model
+
+    roles = getattr(judge.config, "roles", None)
+    if roles is None:
+        raise UsageError("--style papercoder: needs a judge with a grading model (not dummy)")
+    config = ModelConfig(
+        model=settings.model or roles.grading.model, base_url=settings.base_url, cache=True
+    )
+    ledger = CostLedger()
+    ref_view = build_view(reference) if reference is not None else None
+
+    async def run() -> Any:
+        async with Model(config, ledger=ledger, stage="grading") as model:
+            return await papercoder_scores(
+                view, paper, model=model, reference=ref_view, samples=samples
+            )
+
+    score = asyncio.run(run())
+    folder = out_dir / "grading"
+    atomic_write_text(folder / "papercoder.json", score.model_dump_json(indent=2) + "\n")
+    ledger.write(folder / "costs.json")
+    if as_json:
+        console.print_json(score.model_dump_json())
+    else:
+        console.print(render_repo_score(score))

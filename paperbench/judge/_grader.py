@@ -1,0 +1,484 @@
+"""The grading engine: every leaf of a rubric graded, stored as it completes, resumable.
+
+``grade_submission(view, paper, judge, out_dir=...)`` transforms the rubric as the options
+ask (Code-Dev, resources provided, a depth limit), grades the leaves concurrently (a
+TaskGroup and a semaphore; the model layer's connection limit does the rest) and writes, in
+``out_dir/grading/``:
+
+- ``run.json``: the paper, the judge's identity and the options, written first; a rerun into
+  the same folder must match them, else it is refused;
+- ``leaves.jsonl``: one :class:`~paperbench.judge.LeafGrade` per line, appended and flushed
+  as each leaf completes; a rerun keeps the valid ones and grades the rest (the response
+  cache makes a repeated call free; an invalid leaf is graded again);
+- ``grade.json``: PaperBench's wrapper shape with the graded tree, the score (``None`` when
+  the validly graded share of the rubric is below the judge's ``coverage_threshold``: the
+  paper is *unscored*, and its partial score is kept apart as ``partial_score``), coverage,
+  invalid leaves and scores by category;
+- ``costs.json``: every model call, by label (judge_ranking, judge_grading, parsing);
+- ``complete.json``: written last; its absence means the grading did not finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from paperbench._io import atomic_write_json
+from paperbench.errors import InputError
+from paperbench.judge._agreement import tree_interval
+from paperbench.judge._checks import run_check
+from paperbench.judge._config import DummyConfig, FaithfulConfig, LoadedJudge, RandomConfig
+from paperbench.judge._job import (
+    CheckRunner,
+    GradeOptions,
+    Job,
+    Leaf,
+    ModelSettings,
+    model_free_grade,
+    prior_lines,
+)
+from paperbench.judge._types import LeafGrade
+from paperbench.judge._view import SubmissionView
+from paperbench.llm import BudgetCaps, CostLedger
+from paperbench.papers import Paper
+from paperbench.rubric import (
+    GradedTaskNode,
+    NodePath,
+    TaskNode,
+    aggregate,
+    code_dev,
+    cut_at_depth,
+    effective_weights,
+    iter_leaves,
+    rebuild,
+    resources_provided,
+    summarize,
+)
+
+GRADE_SCHEMA_VERSION = 1
+LEAVES_FILE = "leaves.jsonl"
+RUN_FILE = "run.json"
+GRADE_FILE = "grade.json"
+COSTS_FILE = "costs.json"
+COMPLETE_FILE = "complete.json"
+COSTS_EVERY = 10
+"""costs.json is rewritten at least every this many leaves during a grading."""
+
+
+class RunRecord(BaseModel):
+    """What a resumed grading must match (``grading/run.json``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    paper_id: str
+    judge: dict[str, Any]
+    options: GradeOptions
+    rubric_sha256: str
+    """Of the rubric as graded (after the options' transforms): stored leaves address it by
+    path, so a changed rubric cannot reuse them."""
+
+
+class GradeResult(BaseModel):
+    """What ``grade.json`` holds besides the tree (PaperBench's wrapper keys first)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = GRADE_SCHEMA_VERSION
+    paper_id: str
+    judge: dict[str, Any]
+    options: GradeOptions
+    score: float | None
+    """``None``: unscored (coverage below the threshold); see ``partial_score``."""
+    partial_score: float
+    """The tree's score with invalid leaves counted as 0, whether or not the paper is scored."""
+    unscored: bool
+    unscored_reason: str | None = None
+    coverage: float
+    coverage_threshold: float
+    leaves: int
+    invalid_leaves: int
+    invalid_reasons: dict[str, int] = Field(default_factory=dict)
+    sources: dict[str, int] = Field(default_factory=dict)
+    scores_by_category: dict[str, float]
+    cost_usd: float | None
+    requests: int
+    input_tokens: int
+    graded_leaves_this_run: int
+    reused_leaves: int
+    wall_time_s: float
+    interval: tuple[float, float] | None = None
+    """With several verdicts per leaf: the score's 95 % interval from judge disagreement
+    (a bootstrap over each leaf's samples, :func:`tree_interval`)."""
+    graded_task_tree: dict[str, Any]
+
+    def tree(self) -> GradedTaskNode:
+        return GradedTaskNode.model_validate(self.graded_task_tree)
+
+
+def transform_rubric(rubric: TaskNode, options: GradeOptions) -> TaskNode:
+    """The rubric as the options ask: resources provided, Code-Dev, then the depth limit."""
+    if options.resources_provided:
+        rubric = resources_provided(rubric)
+    if options.code_dev:
+        rubric = code_dev(rubric)
+    if options.max_depth is not None:
+        rubric = cut_at_depth(rubric, options.max_depth)
+    return rubric
+
+
+class LeafStore:
+    """``leaves.jsonl``: read once, then appended one flushed line per leaf."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle: TextIO | None = None
+
+    def read(self) -> dict[NodePath, LeafGrade]:
+        """The last record of each leaf; a torn last line (a killed process) is skipped."""
+        found: dict[NodePath, LeafGrade] = {}
+        if not self.path.is_file():
+            return found
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            try:
+                grade = LeafGrade.model_validate_json(line)
+            except ValidationError:
+                continue
+            found[tuple(grade.path)] = grade
+        return found
+
+    def append(self, grade: LeafGrade) -> None:
+        if self._handle is None:
+            self._ensure_newline()
+            self._handle = self.path.open("a", encoding="utf-8")
+        self._handle.write(grade.model_dump_json() + "\n")
+        self._handle.flush()
+
+    def _ensure_newline(self) -> None:
+        """A torn last line must not swallow the next record."""
+        if self.path.is_file() and self.path.stat().st_size:
+            with self.path.open("rb") as handle:
+                handle.seek(-1, 2)
+                if handle.read(1) != b"\n":
+                    with self.path.open("a", encoding="utf-8") as out:
+                        out.write("\n")
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+def _check_run(folder: Path, record: RunRecord) -> None:
+    path = folder / RUN_FILE
+    if not path.is_file():
+        atomic_write_json(path, record.model_dump(mode="json"))
+        return
+    try:
+        stored = RunRecord.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValidationError) as exc:
+        raise InputError("unreadable; delete the folder or give another --out", file=path) from exc
+    for key in ("paper_id", "judge", "options", "rubric_sha256"):
+        if getattr(stored, key) != getattr(record, key):
+            raise InputError(
+                f"this folder holds a grading with another {key.replace('_', ' ')}; "
+                "give another --out (or delete it) to grade with these settings",
+                file=path,
+                path=f"$.{key}",
+            )
+
+
+def _leaves(rubric: TaskNode) -> Iterator[Leaf]:
+    for path, node in iter_leaves(rubric):
+        assert node.task_category is not None
+        yield Leaf(
+            path=path,
+            node=node,
+            category=node.task_category.value,
+            prior=prior_lines(rubric, path) if path else [],
+        )
+
+
+def _units(job: Job, leaves: list[Leaf]) -> list[list[Leaf]]:
+    """Batches of sibling leaves of one category (simple mode), else one leaf each."""
+    config = job.judge.config
+    size = getattr(config, "batch_leaves", 1)
+    if size <= 1:
+        return [[leaf] for leaf in leaves]
+    groups: dict[tuple[NodePath, str], list[Leaf]] = {}
+    for leaf in leaves:
+        groups.setdefault((leaf.path[:-1], leaf.category), []).append(leaf)
+    out: list[list[Leaf]] = []
+    for group in groups.values():
+        out.extend(group[i : i + size] for i in range(0, len(group), size))
+    return out
+
+
+async def _grade_unit(job: Job, unit: list[Leaf]) -> list[LeafGrade]:
+    config = job.judge.config
+    if isinstance(config, DummyConfig | RandomConfig):
+        return [model_free_grade(job.judge, leaf) for leaf in unit]
+    checks = [leaf for leaf in unit if leaf.node.check is not None and config.checks == "run"]
+    rest = [leaf for leaf in unit if leaf not in checks]
+    out = [await _run_check(job, leaf) for leaf in checks]
+    if rest:
+        if isinstance(config, FaithfulConfig):
+            from paperbench.judge._faithful import grade_leaf
+
+            out.extend([await grade_leaf(job, leaf) for leaf in rest])
+        else:
+            from paperbench.judge._simple import grade_batch
+
+            out.extend(await grade_batch(job, rest))
+    return out
+
+
+async def _run_check(job: Job, leaf: Leaf) -> LeafGrade:
+    executed = job.view.executed
+    if executed is None or job.rubric_dir is None:
+        return LeafGrade(
+            path=leaf.path,
+            leaf_id=leaf.node.id,
+            category=leaf.category,
+            score=0.0,
+            valid=False,
+            source="check",
+            reason="not_graded",
+            error="a check leaf needs an executed submission: give --executed "
+            "(the output folder of `paperbench reproduce`)",
+        )
+    runner = job.check_runner or run_check
+    return await runner(
+        leaf.node,
+        leaf.path,
+        rubric_dir=job.rubric_dir,
+        executed=Path(executed),
+        sandbox=job.sandbox,
+    )
+
+
+def _category_scores(tree: GradedTaskNode) -> dict[str, float]:
+    """Per leaf category: the weighted mean of its leaves (invalid ones count 0), each leaf
+    weighted by its share of the root."""
+    shares = effective_weights(tree)
+    totals: dict[str, tuple[float, float]] = {}
+    for path, leaf in iter_leaves(tree):
+        assert leaf.task_category is not None
+        key = leaf.task_category.value
+        score = leaf.score if leaf.valid_score else 0.0
+        weight, sum_ = totals.get(key, (0.0, 0.0))
+        totals[key] = (weight + shares[path], sum_ + shares[path] * score)
+    return {k: (s / w if w else 0.0) for k, (w, s) in sorted(totals.items())}
+
+
+def build_tree(rubric: TaskNode, grades: dict[NodePath, LeafGrade]) -> GradedTaskNode:
+    """The graded tree: each leaf's grade (a missing one is invalid, not graded)."""
+
+    def step(path: NodePath, node: TaskNode, kids: list[GradedTaskNode]) -> GradedTaskNode:
+        fields = node.model_dump(exclude={"sub_tasks"}, exclude_unset=True)
+        if node.sub_tasks:
+            return GradedTaskNode(
+                **fields, sub_tasks=kids, score=0.0, valid_score=True, explanation=""
+            )
+        grade = grades.get(path)
+        if grade is None:
+            return GradedTaskNode(**fields, score=0.0, valid_score=False, explanation="not graded")
+        metadata: dict[str, Any] = {"source": grade.source}
+        if grade.reason is not None:
+            metadata["reason"] = grade.reason
+        if grade.error:
+            metadata["error"] = grade.error
+        if grade.samples:
+            metadata["samples"] = [s.score if s.valid else None for s in grade.samples]
+        return GradedTaskNode(
+            **fields,
+            score=grade.score if grade.valid else 0.0,
+            valid_score=grade.valid,
+            explanation=grade.explanation or grade.error or "",
+            judge_metadata=metadata,
+        )
+
+    tree = rebuild(rubric, step)
+    assert tree is not None
+    return aggregate(tree)
+
+
+async def grade_submission(
+    view: SubmissionView,
+    paper: Paper,
+    judge: LoadedJudge,
+    *,
+    out_dir: Path,
+    options: GradeOptions | None = None,
+    settings: ModelSettings | None = None,
+    check_runner: CheckRunner | None = None,
+    sandbox: Any = None,
+    rubric: TaskNode | None = None,
+    on_leaf: Callable[[LeafGrade], None] | None = None,
+) -> GradeResult:
+    """Grade every leaf missing from ``out_dir/grading/leaves.jsonl`` and write the results.
+
+    Raises:
+        InputError: ``out_dir`` holds a grading of another paper, judge or options.
+    """
+    started = time.perf_counter()
+    options = options or GradeOptions(samples=judge.config.samples)
+    settings = settings or ModelSettings()
+    rubric = transform_rubric(rubric if rubric is not None else paper.rubric(), options)
+    folder = out_dir / "grading"
+    folder.mkdir(parents=True, exist_ok=True)
+    identity = judge.identity.model_dump(mode="json")
+    digest = hashlib.sha256(json.dumps(rubric.to_dict(), sort_keys=True).encode()).hexdigest()
+    record = RunRecord(paper_id=paper.id, judge=identity, options=options, rubric_sha256=digest)
+    _check_run(folder, record)
+    (folder / COMPLETE_FILE).unlink(missing_ok=True)
+    caps = BudgetCaps(run_usd=getattr(getattr(judge.config, "budgets", None), "max_usd", None))
+    costs_path = folder / COSTS_FILE
+    ledger = (
+        CostLedger.load(costs_path, caps=caps) if costs_path.is_file() else CostLedger(caps=caps)
+    )
+    store = LeafStore(folder / LEAVES_FILE)
+    stored = store.read()
+    leaves = list(_leaves(rubric))
+    kept = {p: g for p, g in stored.items() if g.valid}
+    todo = [leaf for leaf in leaves if leaf.path not in kept]
+    job = Job(
+        view=view,
+        rubric=rubric,
+        judge=judge,
+        options=options,
+        settings=settings,
+        ledger=ledger,
+        paper=paper.paper_text() if todo and judge.config.mode not in ("dummy", "random") else "",
+        addendum=paper.addendum_text(),
+        judge_addendum=paper.judge_addendum_text(),
+        rubric_dir=paper.checks_root,
+        check_runner=check_runner,
+        sandbox=sandbox,
+    )
+    grades = dict(kept)
+    semaphore = asyncio.Semaphore(settings.concurrency)
+
+    # costs.json is rewritten every so many leaves (about 20 times per grading), so that a
+    # killed grading's resume starts from most of what it spent
+    every = max(COSTS_EVERY, len(todo) // 20)
+    done = 0
+
+    async def run(unit: list[Leaf]) -> None:
+        nonlocal done
+        async with semaphore:
+            results = await _grade_unit(job, unit)
+        for grade in results:
+            grades[tuple(grade.path)] = grade
+            store.append(grade)
+            if on_leaf is not None:
+                on_leaf(grade)
+        before, done = done, done + len(results)
+        if done // every > before // every:
+            ledger.write(costs_path)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for unit in _units(job, todo):
+                group.create_task(run(unit))
+    finally:
+        store.close()
+        ledger.write(costs_path)
+        await job.aclose()
+    tree = build_tree(rubric, grades)
+    result = _result(paper, judge, options, tree, grades, ledger, len(todo), len(kept), started)
+    atomic_write_json(folder / GRADE_FILE, result.model_dump(mode="json"))
+    atomic_write_json(
+        folder / COMPLETE_FILE,
+        {"finished_at": datetime.now(UTC).isoformat(), "leaves": len(grades)},
+    )
+    return result
+
+
+def _result(
+    paper: Paper,
+    judge: LoadedJudge,
+    options: GradeOptions,
+    tree: GradedTaskNode,
+    grades: dict[NodePath, LeafGrade],
+    ledger: CostLedger,
+    graded: int,
+    reused: int,
+    started: float,
+) -> GradeResult:
+    summary = summarize(tree)
+    threshold = judge.config.coverage_threshold
+    unscored = summary.coverage < threshold
+    reasons: dict[str, int] = {}
+    sources: dict[str, int] = {}
+    for grade in grades.values():
+        sources[grade.source] = sources.get(grade.source, 0) + 1
+        if not grade.valid:
+            key = grade.reason or "failed"
+            reasons[key] = reasons.get(key, 0) + 1
+    missing = summary.leaves - len(grades)
+    if missing:
+        reasons["not_graded"] = reasons.get("not_graded", 0) + missing
+    total = ledger.report().total
+    return GradeResult(
+        paper_id=paper.id,
+        judge=judge.identity.model_dump(mode="json"),
+        options=options,
+        score=None if unscored else summary.root_score,
+        partial_score=summary.root_score,
+        unscored=unscored,
+        unscored_reason=(
+            f"coverage {summary.coverage:.1%} is below the judge's threshold {threshold:.0%}: "
+            f"{summary.invalid_leaves} leaves have no valid grade"
+            if unscored
+            else None
+        ),
+        coverage=summary.coverage,
+        coverage_threshold=threshold,
+        leaves=summary.leaves,
+        invalid_leaves=summary.invalid_leaves,
+        invalid_reasons=dict(sorted(reasons.items())),
+        sources=dict(sorted(sources.items())),
+        scores_by_category=_category_scores(tree),
+        cost_usd=total.cost_usd if not total.unpriced_calls else None,
+        requests=total.calls - total.cache_hits,
+        input_tokens=total.usage.input_tokens,
+        graded_leaves_this_run=graded,
+        reused_leaves=reused,
+        wall_time_s=time.perf_counter() - started,
+        interval=_interval(tree, grades),
+        graded_task_tree=tree.to_dict(),
+    )
+
+
+def _interval(
+    tree: GradedTaskNode, grades: dict[NodePath, LeafGrade]
+) -> tuple[float, float] | None:
+    """The score's interval from the leaves' samples; ``None`` when no leaf has several."""
+    if not any(len(g.samples) > 1 for g in grades.values()):
+        return None
+    samples: dict[NodePath, list[float]] = {}
+    for path, grade in grades.items():
+        if grade.samples:
+            samples[path] = [s.score for s in grade.samples if s.valid]
+        elif grade.valid:
+            samples[path] = [grade.score]
+    _, interval = tree_interval(tree.to_rubric(), samples)
+    return interval
+
+
+def read_result(out_dir: Path) -> GradeResult:
+    path = out_dir / "grading" / GRADE_FILE
+    try:
+        return GradeResult.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a grade file: {exc}", file=path) from exc

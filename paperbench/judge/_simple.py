@@ -1,0 +1,211 @@
+"""The default mode: files by the BM25 index, verdict and score in one structured call.
+
+Several sibling leaves of one category share a call (``batch_leaves``), each with its own
+verdict; the context is chosen for the batch by BM25 over the batch's requirement texts.
+The messages are the system prompt and the paper (the same for every call of a paper, marked
+as the end of the cacheable prefix), then the batch's material and criteria. A verdict
+missing from the answer is asked again for that leaf alone, once; then the leaf is invalid.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from paperbench.errors import ModelError
+from paperbench.judge._config import SimpleConfig
+from paperbench.judge._context import LeafContext, select_context
+from paperbench.judge._job import Job, Leaf, add_cost, reason_of, sum_cost, vote
+from paperbench.judge._prompts import CATEGORY_QUESTIONS, render
+from paperbench.judge._types import CallCost, LeafGrade, SampleGrade
+from paperbench.llm import Message, SystemMessage, UserMessage, count_tokens
+
+
+class Verdict(BaseModel):
+    """One criterion's verdict: the reasoning first, then the score."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(description="The criterion's key, as given in brackets.")
+    explanation: str = Field(description="Expected, then found, with file names and lines.")
+    score: float = Field(description="0 or 1 (a number from 0 to 1 for a subtree).")
+
+
+class Verdicts(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    verdicts: list[Verdict]
+
+
+def _left_out_summary(context: LeafContext) -> str:
+    counts = Counter(item.reason for item in context.left_out)
+    return ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
+
+
+def shared_messages(job: Job) -> list[Message]:
+    """The prefix every grading call of this paper shares (rendered once per grading)."""
+    if job.shared is None:
+        job.shared = _render_shared(job)
+    return list(job.shared)
+
+
+def _render_shared(job: Job) -> list[Message]:
+    return [
+        SystemMessage(content=render(job.judge.prompts["system"])),
+        UserMessage(
+            content=render(
+                job.judge.prompts["paper"],
+                paper=job.paper,
+                addendum=job.addendum,
+                judge_addendum=job.judge_addendum,
+            ),
+            cache=True,
+        ),
+    ]
+
+
+def _batch_text(job: Job, leaves: list[Leaf], context: LeafContext) -> str:
+    category = leaves[0].category
+    files_heading = (
+        "Documentation and the files the reproduce.sh run created or changed:"
+        if category == "Result Analysis"
+        else "The attempt's files most relevant to these criteria:"
+    )
+    return render(
+        job.judge.prompts["batch"],
+        context=context,
+        files_heading=files_heading,
+        left_out_summary=_left_out_summary(context),
+        prior=leaves[0].prior,
+        criterion="\n\n".join(leaf.node.requirements for leaf in leaves),
+        criteria=[
+            {"key": str(i + 1), "text": leaf.node.requirements} for i, leaf in enumerate(leaves)
+        ],
+        category=category,
+        category_question=CATEGORY_QUESTIONS[category],
+        continuous=category == "Subtree",
+        code_dev=job.options.code_dev,
+    )
+
+
+def batch_context(job: Job, leaves: list[Leaf], model: str) -> LeafContext:
+    config = job.judge.config
+    assert isinstance(config, SimpleConfig)
+    budgets = config.budgets
+    fixed = _fixed_tokens(job, model) + sum(
+        count_tokens(leaf.node.requirements, model) for leaf in leaves
+    )
+    fixed += sum(count_tokens(line, model) for line in leaves[0].prior)
+    return select_context(
+        job.view,
+        leaves[0].category,
+        budgets.submission_budget(fixed + 600),
+        "\n".join(leaf.node.requirements for leaf in leaves),
+        model=model,
+        index=job.index(model),
+        max_files=budgets.max_files,
+        code_dev=job.options.code_dev,
+        script_share=budgets.script_share,
+        log_share=budgets.log_share,
+    )
+
+
+def _fixed_tokens(job: Job, model: str) -> int:
+    key = f"shared-tokens:{model}"
+    if key not in job.memo:
+        job.memo[key] = sum(count_tokens(m.content, model) for m in shared_messages(job))
+    return job.memo[key]
+
+
+def _shortcut(leaf: Leaf, context: LeafContext) -> LeafGrade:
+    return LeafGrade(
+        path=leaf.path,
+        leaf_id=leaf.node.id,
+        category=leaf.category,
+        score=0.0,
+        valid=True,
+        explanation="; ".join(context.notes) or "no changed files: nothing to analyse",
+        source="shortcut",
+    )
+
+
+async def _ask(
+    job: Job, leaves: list[Leaf], context: LeafContext, sample: int
+) -> tuple[dict[int, SampleGrade], dict[int, CallCost]]:
+    """One call for ``leaves``; the samples by position, and each leaf's share of the cost.
+    A leaf without a usable verdict is absent from the first mapping."""
+    config = job.judge.config
+    assert isinstance(config, SimpleConfig)
+    model = job.model(config.roles.grading, sample)
+    messages = [*shared_messages(job), UserMessage(content=_batch_text(job, leaves, context))]
+    max_tokens = config.roles.grading.max_output_tokens or config.budgets.answer_tokens
+    costs: dict[int, CallCost] = {i: CallCost() for i in range(len(leaves))}
+    try:
+        out = await model.generate(
+            messages, output=Verdicts, label="judge_grading", max_tokens=max_tokens
+        )
+    except ModelError as exc:
+        failed = SampleGrade(score=0.0, valid=False, explanation=str(exc), reason=reason_of(exc))
+        return {i: failed for i in range(len(leaves))}, costs
+    for i in range(len(leaves)):
+        costs[i] = add_cost(costs[i], out, share=len(leaves), first=i == 0)
+    parsed: Verdicts = out.parsed
+    found: dict[int, SampleGrade] = {}
+    for verdict in parsed.verdicts:
+        if not verdict.key.strip().isdigit():
+            continue
+        i = int(verdict.key.strip()) - 1
+        if i < 0 or i >= len(leaves) or i in found:
+            continue
+        score = verdict.score
+        if not 0 <= score <= 1 or (not leaves[i].continuous and score not in (0, 1)):
+            found[i] = SampleGrade(
+                score=0.0,
+                valid=False,
+                explanation=f"score {score} is outside the allowed values",
+                reason="unparseable",
+            )
+            continue
+        found[i] = SampleGrade(score=float(score), explanation=verdict.explanation)
+    return found, costs
+
+
+async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
+    """Grade sibling leaves of one category (all samples); one LeafGrade per leaf, in order."""
+    started = time.perf_counter()
+    config = job.judge.config
+    assert isinstance(config, SimpleConfig)
+    name = job.settings.model or config.roles.grading.model
+    context = batch_context(job, leaves, name)
+    if context.shortcut is not None:
+        return [_shortcut(leaf, context) for leaf in leaves]
+    samples: list[list[SampleGrade]] = [[] for _ in leaves]
+    costs = [CallCost() for _ in leaves]
+    for sample in range(job.options.samples):
+        found, shares = await _ask(job, leaves, context, sample)
+        for i, share in shares.items():
+            costs[i] = sum_cost(costs[i], share)
+        for i, leaf in enumerate(leaves):
+            if i not in found and len(leaves) > 1:
+                alone = batch_context(job, [leaf], name)
+                again, more = await _ask(job, [leaf], alone, sample)
+                costs[i] = sum_cost(costs[i], more[0])
+                if 0 in again:
+                    found[i] = again[0]
+            samples[i].append(
+                found.get(i)
+                or SampleGrade(
+                    score=0.0,
+                    valid=False,
+                    explanation="the answer had no verdict for this criterion",
+                    reason="unparseable",
+                )
+            )
+    elapsed = (time.perf_counter() - started) / len(leaves)
+    files = [f.path for f in context.files]
+    return [
+        vote(leaf, samples[i], cost=costs[i], files_shown=files, wall_time_s=elapsed)
+        for i, leaf in enumerate(leaves)
+    ]

@@ -1,0 +1,165 @@
+"""``paperbench grade`` on the bundled examples: the dummy judge, a fake-server LLM judge,
+no key at all, and a grading killed with SIGKILL then resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from paperbench.cli import app
+from paperbench.judge import LeafGrade
+from paperbench.papers import PaperSource
+from paperbench.rubric import iter_leaves, load_graded
+from paperbench.testing import FakeLLMServer, FakeReply
+
+from .conftest import EXAMPLES
+from .scripted import ScriptedJudge, batch_criteria
+
+runner = CliRunner()
+BUNDLED = sorted(p for p in EXAMPLES.glob("*/*") if (p / "submission").is_dir())
+
+
+def _args(example: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "grade",
+        str(example / "submission"),
+        "--paper",
+        example.parent.name,
+        "--log",
+        str(example / "reproduce.log"),
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def _grades(out: Path) -> list[LeafGrade]:
+    lines = (out / "grading" / "leaves.jsonl").read_text().splitlines()
+    return [LeafGrade.model_validate_json(line) for line in lines if line.strip()]
+
+
+@pytest.mark.parametrize("example", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_grade_the_bundled_examples_with_the_dummy_judge(
+    llm_env: Path, tmp_path: Path, example: Path
+) -> None:
+    result = runner.invoke(app, _args(example, tmp_path / "o", "--judge", "dummy", "--json"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["score"] == 1.0 and summary["coverage"] == 1.0
+    tree = load_graded(tmp_path / "o" / "grading" / "grade.json")
+    assert tree.score == 1.0
+
+
+def test_grade_with_a_fake_server_llm_judge(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    fake_llm.handler = ScriptedJudge(lambda text: 1.0)
+    example = EXAMPLES / "calibration-binning" / "partial"
+    args = _args(example, tmp_path / "o", "--base-url", fake_llm.openai_url)
+    result = runner.invoke(app, [*args, "--model", "openai/gpt-4o"])
+    assert result.exit_code == 0, result.output
+    grades = _grades(tmp_path / "o")
+    llm = [g for g in grades if g.source == "llm"]
+    assert llm and all(g.valid and g.score == 1 for g in llm)
+    # check leaves need an executed submission: invalid, never invented
+    checks = [g for g in grades if g.source == "check"]
+    assert checks and all(not g.valid and g.reason == "not_graded" for g in checks)
+    assert "coverage" in result.stdout and "not_graded" in result.stdout
+    assert len(fake_llm.requests) < len(llm)  # sibling leaves share calls
+
+
+def test_grade_without_a_key_leaves_model_leaves_invalid_and_says_how_to_set_it(
+    llm_env: Path, tmp_path: Path
+) -> None:
+    example = EXAMPLES / "calibration-binning" / "partial"
+    result = runner.invoke(app, [*_args(example, tmp_path / "o"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "OPENAI_API_KEY is not set" in result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["score"] is None and summary["unscored"]
+    assert summary["invalid_reasons"] == {"not_graded": summary["leaves"]}
+    assert all(
+        "OPENAI_API_KEY" in (g.error or "") or g.source == "check" for g in _grades(tmp_path / "o")
+    )
+
+
+def test_a_grading_killed_mid_way_resumes_without_repeating_a_request(
+    fake_llm: FakeLLMServer, llm_env: Path, tmp_path: Path
+) -> None:
+    def slow(request: object) -> FakeReply:
+        reply = ScriptedJudge(lambda text: 1.0)(request)  # type: ignore[arg-type]
+        assert isinstance(reply, FakeReply)
+        return FakeReply(json=reply.json, delay=0.3)
+
+    fake_llm.handler = slow
+    example = EXAMPLES / "calibration-binning" / "partial"
+    out = tmp_path / "o"
+    args = [*_args(example, out, "--base-url", fake_llm.openai_url), "--model", "openai/gpt-4o"]
+    args += ["--concurrency", "1"]
+    env = {**os.environ, "COLUMNS": "100"}
+    errors = tmp_path / "stderr.txt"
+    with errors.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from paperbench.cli import app; app()", *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    leaves = out / "grading" / "leaves.jsonl"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            if leaves.is_file() and len(leaves.read_text().splitlines()) >= 12:
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, errors.read_text()
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait(timeout=30)
+    assert not (out / "grading" / "complete.json").exists()
+    spent = json.loads((out / "grading" / "costs.json").read_text())["total"]["calls"]
+    assert spent >= 1  # what the killed run spent is kept for the resumed one
+    stored = {g.leaf_id for g in _grades(out) if g.valid}
+    assert 5 <= len(stored) < 61  # 66 leaves, 5 of them checks (invalid: no --executed)
+    before = len(fake_llm.requests)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    asked = [text for r in fake_llm.requests[before:] for _, text in batch_criteria(r)]
+    # no leaf stored by the killed run was asked about again
+    rubric = PaperSource.resolve(None).load("calibration-binning").rubric()
+    text_of = {leaf.id: leaf.requirements for _, leaf in iter_leaves(rubric)}
+    assert not {text_of[i] for i in stored} & set(asked)
+    assert asked
+    summary = (out / "grading" / "grade.json").read_text()
+    assert json.loads(summary)["reused_leaves"] == len(stored)
+    assert (out / "grading" / "complete.json").is_file()
+    costs = json.loads((out / "grading" / "costs.json").read_text())["total"]["calls"]
+    assert costs >= spent + len(fake_llm.requests[before:])
+
+
+def test_grade_style_papercoder_scores_the_repository(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    answers = [4, 2, 5]
+    fake_llm.handler = lambda request: FakeReply(
+        json={
+            "critiques": [
+                {"file": "calibrate.py", "function": "ece", "severity": "low", "text": "ok"}
+            ],
+            "score": answers[(len(fake_llm.requests) - 1) % 3],
+        }
+    )
+    example = EXAMPLES / "calibration-binning" / "partial"
+    args = _args(example, tmp_path / "o", "--base-url", fake_llm.openai_url)
+    extra = ["--model", "openai/gpt-4o", "--style", "papercoder", "--samples", "3", "--json"]
+    result = runner.invoke(app, [*args, *extra])
+    assert result.exit_code == 0, result.output
+    score = json.loads((tmp_path / "o" / "grading" / "papercoder.json").read_text())
+    assert score["valid_samples"] == 3 and score["mean"] == pytest.approx(11 / 3)
+    assert len(fake_llm.requests) == 3
