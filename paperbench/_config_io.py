@@ -71,3 +71,30 @@ def validation_error_line(
     if kind == "union_tag_not_found":
         return f"$.{tag}", f"missing: set {tag} to one of {choices}"
     return json_path(loc), str(error["msg"]).removeprefix("Value error, ")
+
+
+def catalog_entries(folder: Path) -> list[str]:
+    """The names of the YAML configs in a catalog folder (file stems, sorted)."""
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def resolve_catalog_ref(ref: str | Path, folder: Path, *, kind: str, flag: str) -> Path:
+    """A catalog name (``simple``, ``basic``) or a path to a YAML file.
+
+    Raises:
+        ConfigError: no config of that name in the catalog (naming ``flag``).
+    """
+    text = str(ref)
+    if text.endswith((".yaml", ".yml")) or "/" in text or Path(text).exists():
+        return Path(text)
+    candidate = folder / f"{text}.yaml"
+    if not candidate.is_file():
+        names = ", ".join(catalog_entries(folder)) or "none"
+        raise ConfigError(
+            f"no {kind} config named {text!r} in the catalog (have: {names}); "
+            "or give a path to a YAML file",
+            path=flag,
+        )
+    return candidate

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from paperbench._config_io import read_yaml_mapping, validation_error_line
+from paperbench._config_io import (
+    catalog_entries,
+    read_yaml_mapping,
+    resolve_catalog_ref,
+    validation_error_line,
+)
 from paperbench.agents._base import AgentLimits
 from paperbench.errors import ConfigError
 
@@ -27,7 +32,6 @@ if TYPE_CHECKING:
     from paperbench.agents._base import Agent
     from paperbench.llm import Model
 
-CATALOG_SUFFIX = ".yaml"
 AGENT_TYPES = ("basic", "iterative", "dummy", "replay", "papercoder")
 ToolName = Literal["bash", "python", "read_file_chunk", "search_file", "web_fetch", "submit"]
 
@@ -199,30 +203,12 @@ class LoadedAgent(BaseModel):
 
 
 def catalog_names() -> list[str]:
-    folder = catalog_dir()
-    if not folder.is_dir():
-        return []
-    return sorted(p.stem for p in folder.glob(f"*{CATALOG_SUFFIX}"))
+    return catalog_entries(catalog_dir())
 
 
 def resolve_agent_path(ref: str | Path) -> Path:
-    """A catalog name (``basic``) or a path to a YAML file.
-
-    Raises:
-        ConfigError: no catalog config of that name.
-    """
-    text = str(ref)
-    if text.endswith((".yaml", ".yml")) or "/" in text or Path(text).exists():
-        return Path(text)
-    candidate = catalog_dir() / f"{text}{CATALOG_SUFFIX}"
-    if not candidate.is_file():
-        names = ", ".join(catalog_names()) or "none"
-        raise ConfigError(
-            f"no agent config named {text!r} in the catalog (have: {names}); "
-            "or give a path to a YAML file",
-            path="--agent",
-        )
-    return candidate
+    """A catalog name or a path to a YAML file (:func:`resolve_catalog_ref`)."""
+    return resolve_catalog_ref(ref, catalog_dir(), kind="agent", flag="--agent")
 
 
 def load_agent(ref: str | Path) -> LoadedAgent:

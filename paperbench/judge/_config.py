@@ -21,10 +21,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from paperbench._config_io import read_yaml_mapping, validation_error_line
+from paperbench._config_io import (
+    catalog_entries,
+    read_yaml_mapping,
+    resolve_catalog_ref,
+    validation_error_line,
+)
 from paperbench.errors import ConfigError
 
-CATALOG_SUFFIX = ".yaml"
 
 
 def catalog_dir() -> Path:
@@ -220,26 +224,12 @@ def _error_line(exc: ValidationError) -> tuple[str, str]:
 
 
 def resolve_config_path(ref: str | Path) -> Path:
-    """A catalog name (``simple``) or a path to a YAML file."""
-    text = str(ref)
-    if text.endswith((".yaml", ".yml")) or "/" in text or Path(text).exists():
-        return Path(text)
-    candidate = catalog_dir() / f"{text}{CATALOG_SUFFIX}"
-    if not candidate.is_file():
-        names = ", ".join(catalog_names()) or "none"
-        raise ConfigError(
-            f"no judge config named {text!r} in the catalog (have: {names}); "
-            "or give a path to a YAML file",
-            path="--judge",
-        )
-    return candidate
+    """A catalog name or a path to a YAML file (:func:`resolve_catalog_ref`)."""
+    return resolve_catalog_ref(ref, catalog_dir(), kind="judge", flag="--judge")
 
 
 def catalog_names() -> list[str]:
-    folder = catalog_dir()
-    if not folder.is_dir():
-        return []
-    return sorted(p.stem for p in folder.glob(f"*{CATALOG_SUFFIX}"))
+    return catalog_entries(catalog_dir())
 
 
 def load_judge_config(ref: str | Path) -> LoadedJudge:
