@@ -30,7 +30,6 @@ from paperbench._config_io import (
 from paperbench.errors import ConfigError
 
 
-
 def catalog_dir() -> Path:
     """The ``judge/`` catalog: inside the installed package, or the repository's folder."""
     return Path(str(resources.files("paperbench") / "_catalog" / "judge"))
