@@ -331,6 +331,7 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
     out = str(tmp_path / "out")
     closed = CLOSED
     roll = ["rollout", "--paper", "calibration-binning", "--agent", "dummy"]
+    grade_cb = ["grade", str(tmp_path), "--paper", "calibration-binning"]
     return {
         "papers list --data-dir missing": BadCall(
             ["papers", "list", "--data-dir", str(tmp_path / "nope")], "nope", frozenset({1})
@@ -578,6 +579,14 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
         "grade --base-url notaurl": BadCall(
             ["grade", str(tmp_path), "--paper", "calibration-binning", "--base-url", "notaurl"],
             "--base-url",
+        ),
+        "grade --judge twice the same": BadCall(
+            [*grade_cb, "--judge", "dummy", "--judge", "dummy", "--out", out],
+            "--judge dummy: given twice",
+        ),
+        "grade several --judge with papercoder": BadCall(
+            [*grade_cb, "--judge", "dummy", "--judge", "random", "--style", "papercoder"],
+            "--judge: --style papercoder takes one judge config",
         ),
     }
 

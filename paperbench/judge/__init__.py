@@ -50,6 +50,7 @@ from paperbench.judge._context import (
     select_context,
     tokenize,
 )
+from paperbench.judge._ensemble import AllAgreement, ConfigSummary, EnsembleReport
 from paperbench.judge._eval import (
     BinaryMetrics,
     ConfigResult,
@@ -115,15 +116,18 @@ __all__ = [
     "CATEGORY_QUESTIONS",
     "CHECK_LIMITS",
     "PASS_THRESHOLD",
+    "AllAgreement",
     "BinaryMetrics",
     "Budgets",
     "CallCost",
     "CheckRunner",
     "ConfigResult",
+    "ConfigSummary",
     "ContextCategory",
     "ContextFile",
     "Critique",
     "DummyConfig",
+    "EnsembleReport",
     "FaithfulConfig",
     "FileKind",
     "GoldSubmission",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,6 +16,12 @@ from paperbench._console import console, print_table, warning
 from paperbench._io import atomic_write_text
 from paperbench.errors import UsageError
 from paperbench.judge._config import DummyConfig, LoadedJudge, RandomConfig, load_judge_config
+from paperbench.judge._ensemble import (
+    AGREEMENT_FILE,
+    ensemble_report,
+    ensemble_tables,
+    format_interval,
+)
 from paperbench.judge._grader import GradeResult, grade_submission
 from paperbench.judge._job import GradeOptions, ModelSettings
 from paperbench.judge._view import build_view
@@ -54,10 +61,14 @@ def _table(result: GradeResult, out: Path) -> Table:
     table = Table(title=f"{result.paper_id}: judge {result.judge['name']} ({result.judge['mode']})")
     table.add_column("")
     table.add_column("value", justify="right")
-    score = "unscored" if result.score is None else f"{result.score:.3f}"
+    # the interval is the partial score's (invalid leaves count as 0), so it stands beside the
+    # score when there is one and beside the partial score otherwise
+    interval = format_interval(result.interval)
+    beside = f"  95% interval {interval}" if interval else ""
+    score = "unscored" if result.score is None else f"{result.score:.3f}{beside}"
     table.add_row("score", score)
     if result.score is None:
-        table.add_row("partial score (not a result)", f"{result.partial_score:.3f}")
+        table.add_row("partial score (not a result)", f"{result.partial_score:.3f}{beside}")
     for category, value in result.scores_by_category.items():
         table.add_row(f"  {category}", f"{value:.3f}")
     table.add_row("coverage", f"{result.coverage:.1%}")
@@ -83,12 +94,13 @@ def grade(
     ],
     paper: Annotated[str, typer.Option("--paper", help="The paper's id.")],
     judge: Annotated[
-        str,
+        list[str] | None,
         typer.Option(
             help="A judge config: a catalog name (simple, simple-faithful, dummy, "
-            "random) or a YAML file."
+            "random) or a YAML file [default: simple]. Give it several times to grade with "
+            "each config into OUT/<judge-name>/ and compare their verdicts (OUT/agreement.json)."
         ),
-    ] = "simple",
+    ] = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(help="A PaperBench data directory (default: this repository's papers)."),
@@ -152,60 +164,121 @@ def grade(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Grade a submission against its paper's rubric with a judge; write grading/grade.json,
-    grading/leaves.jsonl (one line per leaf as it is graded) and grading/costs.json."""
+    grading/leaves.jsonl (one line per leaf as it is graded) and grading/costs.json. With
+    several --judge, each config writes those under OUT/<judge-name>/ and OUT/agreement.json
+    compares them."""
     if reference is not None and style != "papercoder":
         raise UsageError("--reference: only with --style papercoder")
     if out is not None and out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a folder; give another --out")
     if not submission.exists() and executed is None:
         raise UsageError(f"SUBMISSION {submission}: not found; give a folder or a .tar.gz file")
-    loaded = load_judge_config(judge)
+    judges = [load_judge_config(name) for name in judge or ["simple"]]
+    if len(judges) > 1:
+        _check_ensemble(judges, style)
     source = PaperSource.resolve(data_dir)
     the_paper = source.load(paper)
     _check_model_flags(model, base_url)
     settings = ModelSettings(model=model, base_url=base_url, concurrency=concurrency)
     view = build_view(submission, executed, log=log)
-    out_dir = out or Path(f"grade-{the_paper.id}-{loaded.identity.name}")
+    label = "+".join(j.identity.name for j in judges)
+    out_dir = out or Path(f"grade-{the_paper.id}-{label}")
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--out {out_dir}: exists and is not a folder; give another --out")
     if style == "papercoder":
+        loaded = judges[0]
         n = samples or loaded.config.samples
         _papercoder(view, the_paper, loaded, settings, reference, out_dir, as_json, n)
         return
-    needs_model = not isinstance(loaded.config, DummyConfig | RandomConfig)
-    if needs_model:
-        for name in missing_keys(loaded, settings):
-            warning(
-                f"{name} is not set: the leaves that need a model will be invalid (not graded); "
-                f"set {name} in the environment or a .env file, or pass --base-url for a local "
-                "server (cached answers are still used)"
-            )
+    missing = sorted(
+        {
+            key
+            for loaded in judges
+            if not isinstance(loaded.config, DummyConfig | RandomConfig)
+            for key in missing_keys(loaded, settings)
+        }
+    )
+    for name in missing:
+        warning(
+            f"{name} is not set: the leaves that need a model will be invalid (not graded); "
+            f"set {name} in the environment or a .env file, or pass --base-url for a local "
+            "server (cached answers are still used)"
+        )
     from paperbench.sandbox import SandboxConfig
 
-    options = GradeOptions(
-        code_dev=code_dev,
-        resources_provided=resources_provided,
-        max_depth=max_depth,
-        samples=samples or loaded.config.samples,
-    )
-    result = asyncio.run(
-        grade_submission(
-            view,
-            the_paper,
-            loaded,
-            out_dir=out_dir,
-            options=options,
-            settings=settings,
-            sandbox=SandboxConfig(backend=sandbox),
-        )
-    )
+    folders = [out_dir] if len(judges) == 1 else [out_dir / j.identity.name for j in judges]
+
+    async def run_all() -> list[GradeResult]:
+        # one config after the other: each keeps --concurrency to itself
+        results: list[GradeResult] = []
+        for loaded, folder in zip(judges, folders, strict=True):
+            options = GradeOptions(
+                code_dev=code_dev,
+                resources_provided=resources_provided,
+                max_depth=max_depth,
+                samples=samples or loaded.config.samples,
+            )
+            results.append(
+                await grade_submission(
+                    view,
+                    the_paper,
+                    loaded,
+                    out_dir=folder,
+                    options=options,
+                    settings=settings,
+                    sandbox=SandboxConfig(backend=sandbox),
+                )
+            )
+        return results
+
+    results = asyncio.run(run_all())
+    if len(results) == 1:
+        result = results[0]
+        if as_json:
+            summary = result.model_dump(mode="json", exclude={"graded_task_tree"})
+            console.print_json(json.dumps(summary))
+        else:
+            print_table(_table(result, out_dir))
+            if result.unscored_reason:
+                warning(f"unscored: {result.unscored_reason}")
+        return
+    report = ensemble_report(the_paper.id, list(zip(results, folders, strict=True)))
+    atomic_write_text(out_dir / AGREEMENT_FILE, report.model_dump_json(indent=2) + "\n")
     if as_json:
-        summary = result.model_dump(mode="json", exclude={"graded_task_tree"})
-        console.print_json(json.dumps(summary))
-    else:
-        print_table(_table(result, out_dir))
+        console.print_json(report.model_dump_json())
+        return
+    for table in ensemble_tables(report):
+        print_table(table)
+    for result in results:
         if result.unscored_reason:
-            warning(f"unscored: {result.unscored_reason}")
+            warning(f"{result.judge['name']} unscored: {result.unscored_reason}")
+    console.print(
+        f"per-config gradings under {out_dir}/<judge>/grading, agreement in "
+        f"{out_dir / AGREEMENT_FILE}"
+    )
+
+
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _check_ensemble(judges: list[LoadedJudge], style: str) -> None:
+    """Several configs: each needs its own plain folder name, and only rubric grading."""
+    if style == "papercoder":
+        raise UsageError("--judge: --style papercoder takes one judge config; give --judge once")
+    seen: set[str] = set()
+    for loaded in judges:
+        name = loaded.identity.name
+        if not _FOLDER_NAME.fullmatch(name):
+            raise UsageError(
+                f"--judge {loaded.path}: its name {name!r} is not a plain folder name (letters, "
+                "digits, '.', '_', '-'); set `name:` in the config"
+            )
+        if name in seen:
+            raise UsageError(
+                f"--judge {name}: given twice; each config grades into OUT/<judge-name>/, so "
+                "give each config once (or give a copy another `name:`)"
+            )
+        seen.add(name)
 
 
 def _papercoder(

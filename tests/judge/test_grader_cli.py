@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from paperbench.cli import app
 from paperbench.judge import LeafGrade
 from paperbench.papers import PaperSource
 from paperbench.rubric import iter_leaves, load_graded
-from paperbench.testing import FakeLLMServer, FakeReply
+from paperbench.testing import FakeLLMServer, FakeReply, Fault, RecordedRequest
 
 from .conftest import EXAMPLES
 from .scripted import ScriptedJudge, batch_criteria
@@ -163,3 +164,81 @@ def test_grade_style_papercoder_scores_the_repository(
     score = json.loads((tmp_path / "o" / "grading" / "papercoder.json").read_text())
     assert score["valid_samples"] == 3 and score["mean"] == pytest.approx(11 / 3)
     assert len(fake_llm.requests) == 3
+
+
+def test_several_judge_configs_grade_into_their_own_folders_and_are_compared(
+    llm_env: Path, tmp_path: Path
+) -> None:
+    example = EXAMPLES / "calibration-binning" / "partial"
+    out = tmp_path / "o"
+    result = runner.invoke(app, _args(example, out, "--judge", "dummy", "--judge", "random"))
+    assert result.exit_code == 0, result.output
+    assert not (out / "grading").exists()
+    by_config = {
+        name: {tuple(g.path): g for g in _grades(out / name)} for name in ("dummy", "random")
+    }
+    assert all((out / name / "grading" / "complete.json").is_file() for name in by_config)
+    # the agreement by hand from the two leaves.jsonl files: dummy passes every leaf
+    dummy, rand = by_config["dummy"], by_config["random"]
+    common = [p for p in dummy if p in rand and dummy[p].valid and rand[p].valid]
+    same = sum((dummy[p].score >= 0.5) == (rand[p].score >= 0.5) for p in common)
+    assert common and 0 < same < len(common)  # a real disagreement, not a trivial share
+    report = json.loads((out / "agreement.json").read_text())
+    [pair] = report["pairs"]
+    assert (pair["first"], pair["second"]) == ("dummy", "random")
+    assert pair["leaves"] == len(common)
+    assert pair["agreement"] == pytest.approx(same / len(common))
+    # two configs: all agree exactly where the pair does
+    assert report["all_agree"] == {"leaves": len(common), "agreement": pair["agreement"]}
+    assert [c["folder"] for c in report["configs"]] == ["dummy", "random"]
+    assert f"{same / len(common):.1%}" in result.stdout
+    assert "dummy / random" in result.stdout and "all configs" in result.stdout
+
+
+def test_several_judge_configs_json_output_is_the_agreement_report(
+    llm_env: Path, tmp_path: Path
+) -> None:
+    example = EXAMPLES / "calibration-binning" / "partial"
+    out = tmp_path / "o"
+    args = _args(example, out, "--judge", "random", "--judge", "dummy", "--json")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary == json.loads((out / "agreement.json").read_text())
+    assert set(summary) == {"schema_version", "paper_id", "configs", "pairs", "all_agree"}
+    assert summary["paper_id"] == "calibration-binning"
+    assert [c["name"] for c in summary["configs"]] == ["random", "dummy"]
+    dummy = summary["configs"][1]
+    assert dummy["score"] == 1.0 and dummy["coverage"] == 1.0 and dummy["interval"] is None
+    grade = json.loads((out / "dummy" / "grading" / "grade.json").read_text())
+    assert dummy["leaves"] == grade["leaves"] and dummy["cost_usd"] == grade["cost_usd"]
+    assert set(summary["all_agree"]) == {"leaves", "agreement"}
+
+
+def test_one_judge_with_several_samples_shows_the_interval_beside_the_score(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    # every third call fails every criterion it is asked about: the samples disagree
+    lock = threading.Lock()
+    calls = [0]
+
+    def score(text: str) -> float:
+        return 0.0 if calls[0] % 3 == 0 else 1.0
+
+    scripted = ScriptedJudge(score)
+
+    def handler(request: RecordedRequest) -> FakeReply | Fault:
+        with lock:
+            calls[0] += 1
+            return scripted(request)
+
+    fake_llm.handler = handler
+    example = EXAMPLES / "calibration-binning" / "partial"
+    out = tmp_path / "o"
+    args = _args(example, out, "--base-url", fake_llm.openai_url, "--samples", "3")
+    result = runner.invoke(app, [*args, "--model", "openai/gpt-4o"])
+    assert result.exit_code == 0, result.output
+    grade = json.loads((out / "grading" / "grade.json").read_text())
+    low, high = grade["interval"]
+    assert low < high
+    assert f"95% interval [{low:.3f}, {high:.3f}]" in result.stdout
