@@ -168,17 +168,7 @@ class ToolLoopAgent(Agent):
         ctx.transcript.append(MessageEvent(step=ctx.limits.steps, message=message))
 
     def _record_call(self, ctx: RunContext, out: ModelOutput) -> None:
-        ctx.transcript.append(
-            ModelCallEvent(
-                step=ctx.limits.steps,
-                model=out.model,
-                usage=out.usage,
-                cost_usd=out.cost_usd,
-                latency_s=out.latency_s,
-                cached=out.cached,
-                stop_reason=out.stop_reason,
-            )
-        )
+        ctx.transcript.append(ModelCallEvent.of(out, step=ctx.limits.steps))
 
     def _note(
         self, ctx: RunContext, kind: str, text: str, data: dict[str, object] | None = None

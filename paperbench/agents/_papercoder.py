@@ -150,18 +150,7 @@ class _Pipeline:
         transcript.append(MessageEvent(step=limits.steps, message=messages[-1]))
         out = await self.model.generate(messages, label="agent_step")
         transcript.append(MessageEvent(step=limits.steps, message=out.assistant_message()))
-        transcript.append(
-            ModelCallEvent(
-                step=limits.steps,
-                model=out.model,
-                usage=out.usage,
-                cost_usd=out.cost_usd,
-                latency_s=out.latency_s,
-                cached=out.cached,
-                stop_reason=out.stop_reason,
-                label=f"papercoder_{label}",
-            )
-        )
+        transcript.append(ModelCallEvent.of(out, step=limits.steps, label=f"papercoder_{label}"))
         self.saved(self.art.next_answer_name(label), out.text)
         return out
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from paperbench.llm import Message, Usage
+from paperbench.llm import Message, ModelOutput, Usage
 
 TRANSCRIPT_VERSION = 1
 
@@ -60,6 +60,20 @@ class ModelCallEvent(_Event):
     cached: bool = False
     stop_reason: str | None = None
     label: str = "agent_step"
+
+    @classmethod
+    def of(cls, out: ModelOutput, *, step: int, label: str = "agent_step") -> ModelCallEvent:
+        """The event for one model answer."""
+        return cls(
+            step=step,
+            model=out.model,
+            usage=out.usage,
+            cost_usd=out.cost_usd,
+            latency_s=out.latency_s,
+            cached=out.cached,
+            stop_reason=out.stop_reason,
+            label=label,
+        )
 
 
 class ToolEvent(_Event):
