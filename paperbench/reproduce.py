@@ -54,12 +54,12 @@ from paperbench.sandbox import (
     SkippedMember,
     make_tar_gz,
     safe_extract,
+    stage_image,
 )
 
 SCHEMA_VERSION = 1
 SUBMISSION_PATH = "/submission"
 REPRODUCER_IMAGE = "paperbench-reproducer"
-LOCAL_IMAGE = "host"
 """What the local backend records as its image: the host's own system and python3."""
 
 Status = Literal[
@@ -277,14 +277,7 @@ async def resolve_image(backend: SandboxBackend, image: str | None = None) -> st
     Raises:
         SandboxError: the image cannot be found or built.
     """
-    if image:
-        return image
-    if backend.name != "docker":
-        return LOCAL_IMAGE
-    from paperbench.sandbox._images import ensure_images
-
-    tags = await asyncio.to_thread(ensure_images, (REPRODUCER_IMAGE,))
-    return tags[REPRODUCER_IMAGE]
+    return await stage_image(backend, REPRODUCER_IMAGE, image)
 
 
 # --------------------------------------------------------------------------- the stage

@@ -80,10 +80,10 @@ from paperbench.sandbox import (
     SandboxLimits,
     SandboxSpec,
     safe_extract,
+    stage_image,
 )
 
 AGENT_IMAGE = "paperbench-agent"
-LOCAL_IMAGE = "host"
 GIT_USER = ("paperbench-agent", "agent@paperbench.invalid")
 _COMMAND_TIMEOUT_S = 120.0
 _STOP_GRACE_S = 30.0
@@ -115,14 +115,7 @@ async def resolve_agent_image(backend: SandboxBackend, image: str | None = None)
     Raises:
         SandboxError: the image cannot be found or built.
     """
-    if image:
-        return image
-    if backend.name != "docker":
-        return LOCAL_IMAGE
-    from paperbench.sandbox._images import ensure_images
-
-    tags = await asyncio.to_thread(ensure_images, (AGENT_IMAGE,))
-    return tags[AGENT_IMAGE]
+    return await stage_image(backend, AGENT_IMAGE, image)
 
 
 def stage_paper(paper: Paper, dest: Path) -> list[str]:

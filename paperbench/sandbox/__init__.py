@@ -32,7 +32,13 @@ from paperbench.sandbox._base import (
 )
 from paperbench.sandbox._blacklist import Blacklist, BlacklistHit, read_blacklist
 from paperbench.sandbox._local import LocalBackend, LocalSandbox
-from paperbench.sandbox._select import SandboxConfig, docker_engine_answers, get_backend
+from paperbench.sandbox._select import (
+    LOCAL_IMAGE,
+    SandboxConfig,
+    docker_engine_answers,
+    get_backend,
+    stage_image,
+)
 
 _LAZY = {
     "DockerBackend": "paperbench.sandbox._docker",
@@ -51,6 +57,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEFAULT_OUTPUT_LIMIT",
+    "LOCAL_IMAGE",
     "Blacklist",
     "BlacklistHit",
     "DiskCapKind",
@@ -80,4 +87,5 @@ __all__ = [
     "read_blacklist",
     "read_network_log",
     "safe_extract",
+    "stage_image",
 ]

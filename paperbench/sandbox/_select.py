@@ -149,3 +149,25 @@ async def get_backend(
         "bubblewrap" if local.isolation == "bwrap" else "NO isolation",
     )
     return local
+
+
+LOCAL_IMAGE = "host"
+"""What the local backend runs on: the host's own system (its image name in records)."""
+
+
+async def stage_image(backend: SandboxBackend, name: str, image: str | None = None) -> str:
+    """The image a stage runs in: ``image`` when given, else paperbench's image ``name``
+    (``paperbench-agent``, ``paperbench-reproducer``) on Docker, built when missing, or the
+    host's own system on the local backend.
+
+    Raises:
+        SandboxError: the image cannot be found or built.
+    """
+    if image:
+        return image
+    if backend.name != "docker":
+        return LOCAL_IMAGE
+    from paperbench.sandbox._images import ensure_images
+
+    tags = await asyncio.to_thread(ensure_images, (name,))
+    return tags[name]
