@@ -1,0 +1,258 @@
+"""The run store on disk (DESIGN.md §5): what a group of runs leaves and how to read it.
+
+::
+
+    runs/<group>/
+      group.json                  GroupConfig: what was asked; a resume compares it
+      group.log                   the group's log (one line per stage change of any run)
+      summary.json                written by ``paperbench report``
+      report/                     the static HTML report (index.html, runs/*.html)
+      <paper>/<agent>/seed-<n>/   one run
+        run.json                  RunState: each stage's status and times (rewritten as it goes)
+        run.log                   the run's log, appended line by line
+        config.json status.json transcript.jsonl costs.jsonl network.jsonl snapshots/
+        submission.tar.gz         the rollout's files (status.json last: it marks completion)
+        monitor.json              the blacklist monitor's report (its completion marker)
+        reproduction/             metadata.json (last: completion), executed.tar.gz,
+                                  reproduce.log
+        grading/                  leaves.jsonl, grade.json, costs.json, complete.json (last)
+        outcome.json              RunOutcome: the run's result, written last of all
+
+Every file is written whole and atomically or appended line by line; each stage writes its
+completion marker last, so a run killed at any moment is resumed at the finest grain stored.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from paperbench._io import atomic_write_text, read_json
+
+GROUP_FILE = "group.json"
+GROUP_LOG = "group.log"
+SUMMARY_FILE = "summary.json"
+REPORT_DIR = "report"
+RUN_FILE = "run.json"
+RUN_LOG = "run.log"
+OUTCOME_FILE = "outcome.json"
+MONITOR_FILE = "monitor.json"
+REPRODUCTION_DIR = "reproduction"
+GRADING_DIR = "grading"
+
+STORE_VERSION = 1
+
+StageName = Literal["rollout", "monitor", "reproduction", "grading"]
+STAGES: tuple[StageName, ...] = ("rollout", "monitor", "reproduction", "grading")
+
+StageStatus = Literal["pending", "running", "done", "failed", "skipped"]
+"""``done``: the stage's completion marker is written (its own result may still be an
+error, e.g. a reproduce.sh that failed); ``failed``: the stage could not finish and the run
+stops there; ``skipped``: not run, because the group asked so (``--skip-reproduction``,
+Code-Dev) or an earlier stage ended the run (disqualified)."""
+
+RunStatus = Literal["scored", "unscored", "disqualified", "failed"]
+"""``scored``: graded with enough coverage; ``unscored``: graded, coverage below the judge's
+threshold (the partial score is kept apart); ``disqualified``: the monitor found blacklisted
+access and the policy disqualifies (score 0, said why); ``failed``: a stage failed and the
+run has no grade."""
+
+Mode = Literal["full", "code-dev"]
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def safe_name(value: str, what: str) -> str:
+    """``value`` when it is a plain folder name, else ValueError naming ``what``."""
+    if not _SAFE_NAME.fullmatch(value) or value in {".", ".."}:
+        raise ValueError(
+            f"{what} {value!r} is not a plain folder name (letters, digits, '.', '_', '-')"
+        )
+    return value
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class AgentEntry(BaseModel):
+    """One agent of the group: the name its runs are filed under and where it came from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """Folder name of its runs (the config's stem or ``name:``)."""
+    ref: str
+    """What was given to ``--agent``: a catalog name or a YAML file."""
+    identity: dict[str, Any] | None = None
+    """The config's name, type and sha256 over it and its prompts."""
+    model: str | None = None
+
+
+class JudgeEntry(BaseModel):
+    """The judge of the group: scores compare only when this matches."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ref: str
+    identity: dict[str, Any]
+    """``JudgeIdentity``: name, mode, sha256 of config and prompts, models per role."""
+    model: str | None = None
+    """``--judge-model``: one model for every role instead of the config's."""
+    base_url: str | None = None
+    key_set: bool = True
+    """Whether the keys its models need were set when the group started; without them
+    the leaves that need a model are reported not graded."""
+
+
+class GroupConfig(BaseModel):
+    """group.json: everything a run needs to be built in any process (never a key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    store_version: int = STORE_VERSION
+    group: str
+    papers: list[str]
+    paper_set: str
+    """How the papers were chosen: ``bundled``, ``split:<name>`` or ``ids``."""
+    data_dir: str | None = None
+    agents: list[AgentEntry]
+    seeds: int = Field(ge=1)
+    judge: JudgeEntry
+    mode: Mode = "full"
+    resources_provided: bool = False
+    skip_reproduction: bool = False
+    monitor_policy: Literal["disqualify", "flag"] = "disqualify"
+    sandbox: dict[str, Any] = Field(default_factory=dict)
+    """``SandboxConfig`` as JSON (backend, allow_unsandboxed, ...)."""
+    agent_limits: dict[str, Any] | None = None
+    """``AgentLimits`` overriding each agent config's own, as JSON."""
+    agent_model: str | None = None
+    agent_base_url: str | None = None
+    reproduction: dict[str, Any] = Field(default_factory=dict)
+    """``ReproduceConfig`` fields as JSON (timeout_s, limits, gpu, ...)."""
+    budget_usd: float | None = Field(default=None, ge=0)
+    """Dollars for the whole group, shared by every run and worker."""
+    run_budget_usd: float | None = Field(default=None, ge=0)
+    max_connections: int = Field(default=32, ge=1)
+    concurrency: dict[str, int] = Field(default_factory=dict)
+    """Runs in each stage at once, e.g. ``{"rollout": 4, "reproduction": 1, "grading": 8}``."""
+    created_at: datetime = Field(default_factory=now)
+
+    def comparable(self) -> dict[str, Any]:
+        """What a resume must match: everything but when it was made and how fast it runs."""
+        return self.model_dump(
+            mode="json", exclude={"created_at", "concurrency", "max_connections"}
+        )
+
+
+class RunKey(BaseModel):
+    """One (paper, agent, seed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    paper: str
+    agent: str
+    seed: int = Field(ge=0)
+
+    @property
+    def label(self) -> str:
+        return f"{self.paper}/{self.agent}/seed-{self.seed}"
+
+    def folder(self, group_dir: Path) -> Path:
+        return group_dir / self.paper / self.agent / f"seed-{self.seed}"
+
+
+class StageRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: StageStatus = "pending"
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    seconds: float = 0.0
+    """Time spent in the stage, summed over every attempt (a resume adds to it)."""
+    attempts: int = 0
+    detail: str | None = None
+    """One line: the stage's result (e.g. ``reproduce.sh exit 0``) or why it failed/skipped."""
+
+
+class RunState(BaseModel):
+    """run.json: where a run is, rewritten atomically at each stage change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: RunKey
+    stages: dict[StageName, StageRecord] = Field(
+        default_factory=lambda: {stage: StageRecord() for stage in STAGES}
+    )
+    host: str | None = None
+    """The machine (node) that last worked on the run."""
+    updated_at: datetime = Field(default_factory=now)
+
+
+class RunOutcome(BaseModel):
+    """outcome.json: the run's result, written last of all (the run's completion marker)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: RunKey
+    status: RunStatus
+    score: float | None = None
+    """The replication score (None unless ``scored``; 0 when ``disqualified``)."""
+    partial_score: float | None = None
+    """The graded tree's root score whatever the coverage (invalid leaves count 0)."""
+    code_dev_score: float | None = None
+    coverage: float | None = None
+    invalid_leaves: int = 0
+    leaves: int = 0
+    interval: tuple[float, float] | None = None
+    """The judge-noise interval of the score (several samples per leaf), if any."""
+    failed_stage: StageName | None = None
+    reason: str | None = None
+    """Why failed, disqualified or unscored, in one line."""
+    cost_usd: float | None = None
+    """Every stage's model cost (None when a model had no price)."""
+    finished_at: datetime = Field(default_factory=now)
+
+
+def write_model(path: Path, model: BaseModel) -> None:
+    """A model as indented JSON, atomically."""
+    atomic_write_text(path, model.model_dump_json(indent=2) + "\n")
+
+
+def read_group(group_dir: Path) -> GroupConfig:
+    """group.json of ``group_dir``.
+
+    Raises:
+        InputError: missing or not a group file (the file and JSON path named).
+    """
+    from paperbench._io import json_path
+    from paperbench.errors import InputError
+
+    path = group_dir / GROUP_FILE
+    if not path.is_file():
+        raise InputError(
+            f"no {GROUP_FILE}: not a run group; give a folder `paperbench run` wrote "
+            "(runs/<group>)",
+            file=group_dir,
+        )
+    data = read_json(path)
+    try:
+        return GroupConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"{json_path(first['loc'])}: {first['msg']}", file=path) from None
+
+
+def run_keys(config: GroupConfig) -> list[RunKey]:
+    """Every (paper, agent, seed) of the group, in a stable order."""
+    return [
+        RunKey(paper=paper, agent=agent.name, seed=seed)
+        for paper in config.papers
+        for agent in config.agents
+        for seed in range(config.seeds)
+    ]
