@@ -51,6 +51,7 @@ _CONFIG_FLAGS = frozenset(
         "agent_time",
         "agent_dollars",
         "reproduce_timeout",
+        "snapshot_every",
         "gpus",
         "budget_usd",
     }
@@ -219,6 +220,10 @@ def run_command(
     agent_dollars: Annotated[
         float | None, typer.Option(help="Dollar limit of each rollout.")
     ] = None,
+    snapshot_every: Annotated[
+        float | None,
+        typer.Option(help="Seconds between saves of a rollout's submission [default: 300]."),
+    ] = None,
     reproduce_timeout: Annotated[
         float | None, typer.Option(help="Time limit of each reproduce.sh, in seconds.")
     ] = None,
@@ -261,6 +266,7 @@ def run_command(
         ("--agent-time", agent_time),
         ("--agent-dollars", agent_dollars),
         ("--reproduce-timeout", reproduce_timeout),
+        ("--snapshot-every", snapshot_every),
     ):
         _positive(flag, value)
     if budget_usd is not None and (not math.isfinite(budget_usd) or budget_usd < 0):
@@ -312,6 +318,7 @@ def run_command(
             agent_model=agent_model,
             agent_base_url=agent_base_url,
             agent_limits=limits,
+            snapshot_every_s=snapshot_every or 300.0,
             reproduction=reproduction,
             budget_usd=budget_usd,
             max_connections=max_connections,

@@ -62,6 +62,7 @@ class RunOptions(BaseModel):
     agent_model: str | None = None
     agent_base_url: str | None = None
     agent_limits: dict[str, Any] | None = None
+    snapshot_every_s: float | None = Field(default=300.0, gt=0)
     reproduction: dict[str, Any] = Field(default_factory=dict)
     budget_usd: float | None = Field(default=None, ge=0)
     max_connections: int = Field(default=32, ge=1)
@@ -199,6 +200,7 @@ def plan_group(group: str, options: RunOptions, sandbox: dict[str, Any]) -> Grou
         agent_limits=options.agent_limits,
         agent_model=options.agent_model,
         agent_base_url=options.agent_base_url,
+        snapshot_every_s=options.snapshot_every_s,
         reproduction=reproduction,
         budget_usd=options.budget_usd,
         max_connections=options.max_connections,

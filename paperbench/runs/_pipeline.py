@@ -221,6 +221,7 @@ async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
             limits=limits,
             labels=_labels(spec),
             others=(RUN_FILE, RUN_LOG),
+            snapshot_every_s=config.snapshot_every_s,
         )
         status = result.status
     return _after_rollout(spec, status)
