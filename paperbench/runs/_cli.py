@@ -20,6 +20,7 @@ from paperbench.runs._group import (
     default_group_name,
     open_group,
     plan_group,
+    reap_leftovers,
     resolve_sandbox,
 )
 from paperbench.runs._pipeline import RunSpec
@@ -287,6 +288,9 @@ def run_command(
             }
         )
         console.print(f"resuming group {config.group} in {group_dir}")
+        reaped = reap_leftovers()
+        if reaped:
+            console.print(f"removed {reaped} sandbox objects left by the interrupted run")
     else:
         limits: dict[str, Any] | None = None
         if agent_time is not None or agent_dollars is not None:
