@@ -329,8 +329,9 @@ def run_command(
             concurrency=slots,
         )
         name = group or default_group_name()
+        config = plan_group(name, options, {})  # every option checked before any work
         resolved = asyncio.run(resolve_sandbox(options))
-        config = plan_group(name, options, resolved)
+        config = config.model_copy(update={"sandbox": resolved})
         group_dir = runs_dir / name
         open_group(group_dir, config)
         console.print(
