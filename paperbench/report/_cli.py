@@ -129,7 +129,7 @@ def print_summary(s: Summary) -> None:
 
 def report_command(
     group: Annotated[
-        Path, typer.Argument(help="A run group folder that `paperbench run` wrote (runs/<group>).")
+        Path, typer.Argument(help="A run group folder that paperbench run wrote (runs/<group>).")
     ],
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary as JSON instead of tables.")

@@ -197,7 +197,8 @@ def read_capped_text(path: Path, limit: int) -> tuple[str | None, int]:
 
 
 def read_run(key: RunKey, group_dir: Path) -> RunFiles:
-    """Every small file of one run (not its transcript or logs: the run page reads those)."""
+    """Every small file of one run; its transcript is checked, not kept, and its logs are
+    left to the run page."""
     folder = key.folder(group_dir)
     run = RunFiles(key=key, folder=folder)
     if not folder.is_dir():
@@ -209,6 +210,9 @@ def read_run(key: RunKey, group_dir: Path) -> RunFiles:
     run.monitor = read_model(folder / MONITOR_FILE, MonitorReport, problems)
     run.reproduction = read_model(folder / REPRO_METADATA_FILE, ReproductionMetadata, problems)
     run.grade = read_model(folder / GRADE_FILE, GradeResult, problems)
+    # Checked here so that a bad line is reported with or without the HTML report; the run
+    # page reads the events again (a group's transcripts are not all held in memory).
+    read_transcript_events(folder / TRANSCRIPT_FILE, problems)
     run.leaves = read_records(folder / LEAVES_FILE, LeafGrade, problems)
     run.rollout_costs = _with_stage(
         read_records(folder / ROLLOUT_COSTS_FILE, CostRecord, problems), "rollout"

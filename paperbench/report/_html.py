@@ -301,7 +301,8 @@ def stage_rows(run: RunFiles) -> list[StageRow]:
 
 def run_page_context(run: RunFiles, metrics: RunMetrics) -> dict[str, Any]:
     problems: list[Problem] = list(run.problems)
-    events, torn = read_transcript_events(run.folder / TRANSCRIPT_FILE, problems)
+    # read_run has reported the transcript's bad lines already
+    events, torn = read_transcript_events(run.folder / TRANSCRIPT_FILE, [])
     log, log_bytes = read_capped_text(run.folder / REPRO_LOG_FILE, LOG_CHARS)
     run_log, _ = read_capped_text(run_log_path(run), LOG_CHARS)
     tree = None
