@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from paperbench.cli import app
+from tests.report.group import group_config
 from tests.rubric.trees import graded_leaf, graded_node, leaf, node
 
 runner = CliRunner()
@@ -312,8 +313,27 @@ class _Paths:
         """A group folder whose group.json is not a group."""
         return self.tmp / "broken-group"
 
+    def group(self, name: str) -> Path:
+        """A run group folder: ``broken-json`` (group.json not JSON), ``seeds-0`` (a field
+        out of range), ``dotdot-paper`` (a paper that is no folder name), ``broken-outcome``
+        (a good group.json, one run's outcome.json not JSON)."""
+        return self.tmp / "groups" / name
+
     def create(self) -> None:
         self.good.write_text(json.dumps(GOOD_RUBRIC))
+        config = group_config().model_dump(mode="json")
+        groups = {
+            "broken-json": '{"group": "g",, }',
+            "seeds-0": json.dumps({**config, "seeds": 0}),
+            "dotdot-paper": json.dumps({**config, "papers": [".."]}),
+            "broken-outcome": json.dumps(config),
+        }
+        for name, text in groups.items():
+            self.group(name).mkdir(parents=True)
+            (self.group(name) / "group.json").write_text(text)
+        outcome = self.group("broken-outcome") / "p-alpha" / "agent-a" / "seed-0" / "outcome.json"
+        outcome.parent.mkdir(parents=True)
+        outcome.write_text('{"status": "scored",')
         self.broken_group.mkdir()
         (self.broken_group / "group.json").write_text('{"group": "g", "seeds": 0}')
         self.run.mkdir()
@@ -612,6 +632,40 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
         "run --ray-address without ray": BadCall(
             [*run, "--ray-address", "127.0.0.1:1", "--papers", "nosuchpaper,x"], "--papers"
         ),
+        "report a missing group folder": BadCall(
+            ["report", str(tmp_path / "gone")], f"{tmp_path / 'gone'}: not found", frozenset({1})
+        ),
+        "report a file, not a group folder": BadCall(
+            ["report", str(good)], f"{good}: not a folder", frozenset({1})
+        ),
+        "report a folder without group.json": BadCall(
+            ["report", str(empty)], f"{empty}: no group.json", frozenset({1})
+        ),
+        "report a group.json that is not JSON": BadCall(
+            ["report", str(paths.group("broken-json"))],
+            f"{paths.group('broken-json') / 'group.json'}: invalid JSON at line 1",
+            frozenset({1}),
+        ),
+        "report a group.json with seeds 0": BadCall(
+            ["report", str(paths.group("seeds-0"))],
+            f"{paths.group('seeds-0') / 'group.json'}: $.seeds",
+            frozenset({1}),
+        ),
+        "report a group.json naming the paper ..": BadCall(
+            ["report", str(paths.group("dotdot-paper"))],
+            f"{paths.group('dotdot-paper') / 'group.json'}: $.papers[0]",
+            frozenset({1}),
+        ),
+        "report a group with a broken outcome.json": BadCall(
+            ["report", str(paths.group("broken-outcome")), "--no-html"],
+            f"{paths.group('broken-outcome') / 'p-alpha/agent-a/seed-0/outcome.json'}: "
+            "invalid JSON",
+            frozenset({1}),
+        ),
+        "report --out a file": BadCall(
+            ["report", str(paths.group("broken-outcome")), "--out", str(good)], "--out"
+        ),
+        "report --open": BadCall(["report", str(empty), "--open"], "--open"),
         "grade several --judge with papercoder": BadCall(
             [*grade_cb, "--judge", "dummy", "--judge", "random", "--style", "papercoder"],
             "--judge: --style papercoder takes one judge config",
@@ -637,6 +691,7 @@ def test_every_command_refuses_bad_flags_and_paths(tmp_path: Path, name: str) ->
     "args",
     [[], ["rubric"], ["papers"], ["models"], ["images"], ["sandbox"], ["reproduce"], ["grade"]]
     + [["rollout"], ["monitor"], ["judge-eval"], ["run"]]
+    + [["rollout"], ["monitor"], ["judge-eval"], ["report"]]
     + [["rubric", c] for c in ["validate", "stats", "score", "show"]]
     + [["papers", "list"], ["models", "check"], ["models", "list"], ["sandbox", "gc"]]
     + [["images", "build"], ["images", "list"]],

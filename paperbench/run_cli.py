@@ -4,6 +4,7 @@ grading, into runs/<group>/ (thin: the work is in the pipeline and the executors
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -13,6 +14,7 @@ import typer
 from paperbench._console import console, err_console, warning
 from paperbench.agents._rollout_cli import _log_to_stderr
 from paperbench.errors import UsageError
+from paperbench.report._cli import report_command
 from paperbench.runs._executor import DEFAULT_CONCURRENCY, Executor, LocalExecutor
 from paperbench.runs._group import (
     RunOptions,
@@ -362,10 +364,7 @@ def run_command(
 
 
 def _report(group_dir: Path) -> None:
-    """The report of the group (tables, summary.json, HTML), when the report package is
-    installed."""
-    try:
-        from paperbench.report import write_report  # type: ignore[import-not-found]
-    except ImportError:
-        return
-    write_report(group_dir, console=console)
+    """The group's report: its tables, summary.json and the HTML pages."""
+    # files that could not be read are named by the report itself
+    with contextlib.suppress(typer.Exit):
+        report_command(group_dir)
