@@ -37,12 +37,14 @@ def chromium_path() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_path: str) -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         _missing("playwright is not installed (pip install -e '.[dev]')")
+    # per module, not per session: the sync API keeps an event loop running in this thread
+    # while it is open, and other tests call asyncio.run()
     with sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=chromium_path, headless=True)
         try:

@@ -82,6 +82,10 @@ def test_the_no_argument_run_completes_with_coverage_and_no_invented_grade(
         meta = json.loads((run / "reproduction" / "metadata.json").read_text())
         assert meta["status"] == "success"
         assert "grading: done" in (run / "run.log").read_text()
+    # the report is written at the end: summary.json and the HTML pages
+    summary = json.loads((group / "summary.json").read_text())
+    assert summary and (group / "report" / "index.html").is_file()
+    assert len(list((group / "report" / "runs").glob("*.html"))) == len(config.papers)
 
 
 def _wait_for(
