@@ -103,10 +103,16 @@ def _executor(kind: str, address: str | None, config: GroupConfig) -> Executor:
             raise UsageError("--ray-address: only with --executor ray")
         return LocalExecutor(config.concurrency)
     try:
-        from paperbench.runs._ray import RayExecutor
+        import ray  # noqa: F401
     except ImportError:
         raise UsageError(
             "--executor ray: Ray is not installed; install it with pip install 'paperbench[ray]'"
+        ) from None
+    try:
+        from paperbench.runs._ray import RayExecutor
+    except ImportError:
+        raise UsageError(
+            "--executor ray: this installation has no Ray executor yet; use --executor local"
         ) from None
     ray_executor: Executor = RayExecutor(address=address)
     return ray_executor

@@ -11,7 +11,6 @@ import typer
 from rich.table import Table
 
 from paperbench._console import console, err_console, warning
-from paperbench.errors import SandboxUnavailableError
 from paperbench.sandbox._images import IMAGES, ImageOptions
 
 app = typer.Typer(help="Manage sandboxes: reap what crashed runs left behind.")
@@ -43,34 +42,11 @@ def gc(
     creating process is gone (found by their ``paperbench.*`` labels), and local sandbox
     workspaces, cgroups and capped disks (loop-mounted images) whose owner is gone, and host
     firewall rules of filtered networks that are gone. Images are kept."""
-    from paperbench.sandbox._docker import connect
-    from paperbench.sandbox._docker_firewall import reap_firewall_rules
-    from paperbench.sandbox._gc import Orphan, find_orphans, reap
-    from paperbench.sandbox._local_gc import LocalOrphan, reap_local_orphans
+    from paperbench.sandbox._gc import reap_all
 
-    # Containers first: their capped disks (loop-mounted images) are reaped with the local
-    # workspaces, once nothing uses them.
-    orphans: list[Orphan | LocalOrphan] = []
-    try:
-        client = connect()
-    except SandboxUnavailableError as exc:
-        warning(f"{exc}; only local sandboxes were checked")
-    else:
-        found = find_orphans(client, everything=everything)
-        orphans.extend(found if dry_run else reap(client, found))
-    orphans.extend(reap_local_orphans(dry_run=dry_run))
-    orphans.extend(
-        LocalOrphan(
-            kind="firewall-rule",
-            id=rule,
-            name=rule,
-            owner="?",
-            created="?",
-            reason="its network is gone",
-            removed=not dry_run,
-        )
-        for rule in reap_firewall_rules(dry_run=dry_run)
-    )
+    orphans, unavailable = reap_all(dry_run=dry_run, everything=everything)
+    if unavailable is not None:
+        warning(unavailable)
     if as_json:
         console.print_json(json.dumps([o.model_dump() for o in orphans]))
         return

@@ -101,3 +101,40 @@ def reap(client: Any, orphans: list[Orphan]) -> list[Orphan]:
             explanation = getattr(exc, "explanation", None) or str(exc)
             out.append(item.model_copy(update={"error": str(explanation).replace("\n", " ")}))
     return out
+
+
+def reap_all(*, dry_run: bool = False, everything: bool = False) -> tuple[list[Any], str | None]:
+    """Everything crashed runs left behind: Docker objects whose creator is gone, then local
+    workspaces, cgroups and capped disks whose owner is gone, then firewall rules of networks
+    that are gone. Returns the orphans (``Orphan`` or ``LocalOrphan``) and, when no Docker
+    engine answers, why only local sandboxes were checked."""
+    from paperbench.errors import SandboxUnavailableError
+    from paperbench.sandbox._docker import connect
+    from paperbench.sandbox._docker_firewall import reap_firewall_rules
+    from paperbench.sandbox._local_gc import LocalOrphan, reap_local_orphans
+
+    # Containers first: their capped disks (loop-mounted images) are reaped with the local
+    # workspaces, once nothing uses them.
+    orphans: list[Any] = []
+    unavailable = None
+    try:
+        client = connect()
+    except SandboxUnavailableError as exc:
+        unavailable = f"{exc}; only local sandboxes were checked"
+    else:
+        found = find_orphans(client, everything=everything)
+        orphans.extend(found if dry_run else reap(client, found))
+    orphans.extend(reap_local_orphans(dry_run=dry_run))
+    orphans.extend(
+        LocalOrphan(
+            kind="firewall-rule",
+            id=rule,
+            name=rule,
+            owner="?",
+            created="?",
+            reason="its network is gone",
+            removed=not dry_run,
+        )
+        for rule in reap_firewall_rules(dry_run=dry_run)
+    )
+    return orphans, unavailable
