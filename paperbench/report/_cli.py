@@ -166,10 +166,15 @@ def report_command(
             "differ from group.json); regrade it with the group's judge"
         )
     for problem in summary.problems:
-        error(f"{problem}: left out of the report's numbers")
+        error(str(problem))
     if not as_json:
         console.print(f"summary: {group / SUMMARY_FILE}")
         if index is not None:
             console.print(f"report: {index}")
     if summary.problems:
+        count = len(summary.problems)
+        warning(
+            f"{count} file(s) above could not be read and are left out of the report; "
+            f"repair or remove them and run paperbench report {group} again"
+        )
         raise typer.Exit(1)

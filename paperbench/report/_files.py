@@ -19,6 +19,7 @@ from paperbench.errors import InputError
 from paperbench.judge import GradeResult, LeafGrade
 from paperbench.llm import CostRecord, CostReport
 from paperbench.reproduce import ReproductionMetadata
+from paperbench.rubric import validate_data
 from paperbench.runs import GroupConfig, RunKey, RunOutcome, RunState, read_group, run_keys
 from paperbench.runs._store import (
     GRADING_DIR,
@@ -210,6 +211,8 @@ def read_run(key: RunKey, group_dir: Path) -> RunFiles:
     run.monitor = read_model(folder / MONITOR_FILE, MonitorReport, problems)
     run.reproduction = read_model(folder / REPRO_METADATA_FILE, ReproductionMetadata, problems)
     run.grade = read_model(folder / GRADE_FILE, GradeResult, problems)
+    if run.grade is not None:
+        _check_tree(run.grade, folder / GRADE_FILE, problems)
     # Checked here so that a bad line is reported with or without the HTML report; the run
     # page reads the events again (a group's transcripts are not all held in memory).
     read_transcript_events(folder / TRANSCRIPT_FILE, problems)
@@ -228,6 +231,22 @@ def read_run(key: RunKey, group_dir: Path) -> RunFiles:
         )
         run.outcome = None
     return run
+
+
+def _check_tree(grade: GradeResult, path: Path, problems: list[Problem]) -> None:
+    """A problem when grade.json's graded tree does not validate, worded as ``rubric
+    validate`` words it."""
+    try:
+        grade.tree()
+    except ValidationError as exc:
+        issues = validate_data(grade.graded_task_tree, file=str(path), kind="graded")
+        if issues:
+            where, message = issues[0].path, issues[0].message
+        else:
+            first = exc.errors()[0]
+            where, message = json_path(first["loc"]), first["msg"]
+        where = "$.graded_task_tree" + where.removeprefix("$")
+        problems.append(Problem(file=str(path), message=f"{where}: {message}"))
 
 
 def _with_stage(records: list[CostRecord], stage: str) -> list[CostRecord]:

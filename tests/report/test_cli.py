@@ -105,3 +105,18 @@ def test_the_html_escapes_transcript_markup(tmp_path: Path) -> None:
     assert "<script>document.title" not in page
     assert "<script" not in page  # no script at all: the page needs none
     assert "http://" not in page and "https://" not in page
+
+
+def test_a_graded_tree_that_does_not_validate_is_named_and_the_page_says_not_graded(
+    tmp_path: Path,
+) -> None:
+    group = build_group(tmp_path)
+    grade = group / "p-alpha" / "agent-b" / "seed-0" / "grading" / "grade.json"
+    data = json.loads(grade.read_text())
+    data["graded_task_tree"]["sub_tasks"][0]["score"] = 7
+    grade.write_text(json.dumps(data))
+    result = _run(str(group))
+    assert result.exit_code == 1, result.output
+    assert f"error: {grade}: $.graded_task_tree.sub_tasks[0].score:" in result.output
+    page = (group / "report" / "runs" / "p-alpha--agent-b--seed-0.html").read_text()
+    assert "Not graded." in page and str(grade) in page
