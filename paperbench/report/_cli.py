@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from paperbench._console import console, error, print_table, printable, warning
-from paperbench.errors import UsageError
+from paperbench.errors import InputError, UsageError
 from paperbench.llm import CostTotal
 from paperbench.report._files import read_group_files
 from paperbench.report._html import write_html
@@ -151,10 +151,18 @@ def report_command(
         raise UsageError(f"--out {out}: not a folder; give a folder for the HTML report")
     files = read_group_files(group)
     summary = summarize_group(files)
-    write_model(group / SUMMARY_FILE, summary)
+    html_dir = out if out is not None else group / REPORT_DIR
     index: Path | None = None
-    if html:
-        index = write_html(summary, files, out if out is not None else group / REPORT_DIR)
+    try:
+        write_model(group / SUMMARY_FILE, summary)
+        if html:
+            index = write_html(summary, files, html_dir)
+    except OSError as exc:
+        where = exc.filename2 or exc.filename or group
+        raise InputError(
+            f"cannot write ({exc.strerror}); make the folder writable or give --out elsewhere",
+            file=where,
+        ) from None
     if as_json:
         console.print(summary.model_dump_json(indent=2), markup=False, soft_wrap=True)
     else:

@@ -180,3 +180,13 @@ def test_a_reproduce_log_that_is_not_text_is_shown_with_replacement_characters(
     page = (group / "report" / "runs" / "p-alpha--agent-a--seed-0.html").read_text()
     assert "ok \ufffd\ufffd done" in page
     assert "bytes not shown (the whole log is 200,011 bytes)" in page
+
+
+def test_a_summary_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path) -> None:
+    group = build_group(tmp_path)
+    (group / "summary.json").mkdir()
+    (group / "summary.json" / "keep").write_text("x")
+    result = _run(str(group))
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert f"error: {group / 'summary.json'}: cannot write" in result.output
