@@ -139,7 +139,7 @@ def report_command(
     ] = True,
     out: Annotated[
         Path | None,
-        typer.Option(help="Where to write the HTML report [default: GROUP/report]."),
+        typer.Option(help="Where to write the HTML report (default: GROUP/report)."),
     ] = None,
 ) -> None:
     """Metrics over a run group: a leaderboard (score ± standard error over seeds and a
