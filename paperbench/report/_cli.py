@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from paperbench._console import console, error, print_table, printable, warning
-from paperbench.errors import UsageError
+from paperbench.errors import InputError, UsageError
 from paperbench.llm import CostTotal
 from paperbench.report._files import read_group_files
 from paperbench.report._html import write_html
@@ -139,7 +139,7 @@ def report_command(
     ] = True,
     out: Annotated[
         Path | None,
-        typer.Option(help="Where to write the HTML report [default: GROUP/report]."),
+        typer.Option(help="Where to write the HTML report (default: GROUP/report)."),
     ] = None,
 ) -> None:
     """Metrics over a run group: a leaderboard (score ± standard error over seeds and a
@@ -151,10 +151,18 @@ def report_command(
         raise UsageError(f"--out {out}: not a folder; give a folder for the HTML report")
     files = read_group_files(group)
     summary = summarize_group(files)
-    write_model(group / SUMMARY_FILE, summary)
+    html_dir = out if out is not None else group / REPORT_DIR
     index: Path | None = None
-    if html:
-        index = write_html(summary, files, out if out is not None else group / REPORT_DIR)
+    try:
+        write_model(group / SUMMARY_FILE, summary)
+        if html:
+            index = write_html(summary, files, html_dir)
+    except OSError as exc:
+        where = exc.filename2 or exc.filename or group
+        raise InputError(
+            f"cannot write ({exc.strerror}); make the folder writable or give --out elsewhere",
+            file=where,
+        ) from None
     if as_json:
         console.print(summary.model_dump_json(indent=2), markup=False, soft_wrap=True)
     else:
@@ -166,10 +174,15 @@ def report_command(
             "differ from group.json); regrade it with the group's judge"
         )
     for problem in summary.problems:
-        error(f"{problem}: left out of the report's numbers")
+        error(str(problem))
     if not as_json:
         console.print(f"summary: {group / SUMMARY_FILE}")
         if index is not None:
             console.print(f"report: {index}")
     if summary.problems:
+        count = len(summary.problems)
+        warning(
+            f"{count} file(s) above could not be read and are left out of the report; "
+            f"repair or remove them and run paperbench report {group} again"
+        )
         raise typer.Exit(1)

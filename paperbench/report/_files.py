@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
@@ -19,6 +19,7 @@ from paperbench.errors import InputError
 from paperbench.judge import GradeResult, LeafGrade
 from paperbench.llm import CostRecord, CostReport
 from paperbench.reproduce import ReproductionMetadata
+from paperbench.rubric import validate_data
 from paperbench.runs import GroupConfig, RunKey, RunOutcome, RunState, read_group, run_keys
 from paperbench.runs._store import (
     GRADING_DIR,
@@ -56,6 +57,15 @@ class Problem(BaseModel):
         return f"{self.file}: {self.message}"
 
 
+@dataclass(frozen=True)
+class GradeSummary:
+    """What the metrics need of grade.json (the graded tree itself is read again by the run
+    page: a group's trees are not all held in memory)."""
+
+    judge: dict[str, Any]
+    scores_by_category: dict[str, float]
+
+
 @dataclass
 class RunFiles:
     """What one planned run left on disk; ``None`` (or empty) where a file is absent or
@@ -68,8 +78,7 @@ class RunFiles:
     rollout: RolloutStatus | None = None
     monitor: MonitorReport | None = None
     reproduction: ReproductionMetadata | None = None
-    grade: GradeResult | None = None
-    leaves: list[LeafGrade] = field(default_factory=list)
+    grade: GradeSummary | None = None
     rollout_costs: list[CostRecord] = field(default_factory=list)
     grading_costs: list[CostRecord] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
@@ -209,11 +218,12 @@ def read_run(key: RunKey, group_dir: Path) -> RunFiles:
     run.rollout = read_model(folder / STATUS_FILE, RolloutStatus, problems)
     run.monitor = read_model(folder / MONITOR_FILE, MonitorReport, problems)
     run.reproduction = read_model(folder / REPRO_METADATA_FILE, ReproductionMetadata, problems)
-    run.grade = read_model(folder / GRADE_FILE, GradeResult, problems)
+    grade, _ = read_grade(folder, problems)
+    if grade is not None:
+        run.grade = GradeSummary(judge=grade.judge, scores_by_category=grade.scores_by_category)
     # Checked here so that a bad line is reported with or without the HTML report; the run
     # page reads the events again (a group's transcripts are not all held in memory).
     read_transcript_events(folder / TRANSCRIPT_FILE, problems)
-    run.leaves = read_records(folder / LEAVES_FILE, LeafGrade, problems)
     run.rollout_costs = _with_stage(
         read_records(folder / ROLLOUT_COSTS_FILE, CostRecord, problems), "rollout"
     )
@@ -228,6 +238,33 @@ def read_run(key: RunKey, group_dir: Path) -> RunFiles:
         )
         run.outcome = None
     return run
+
+
+def read_grade(
+    folder: Path, problems: list[Problem], *, check_tree: bool = True
+) -> tuple[GradeResult | None, list[LeafGrade]]:
+    """grade.json (its graded tree checked, unless the caller builds the tree itself) and
+    the graded leaves of leaves.jsonl."""
+    grade = read_model(folder / GRADE_FILE, GradeResult, problems)
+    if grade is not None and check_tree:
+        _check_tree(grade, folder / GRADE_FILE, problems)
+    return grade, read_records(folder / LEAVES_FILE, LeafGrade, problems)
+
+
+def _check_tree(grade: GradeResult, path: Path, problems: list[Problem]) -> None:
+    """A problem when grade.json's graded tree does not validate, worded as ``rubric
+    validate`` words it."""
+    try:
+        grade.tree()
+    except ValidationError as exc:
+        issues = validate_data(grade.graded_task_tree, file=str(path), kind="graded")
+        if issues:
+            where, message = issues[0].path, issues[0].message
+        else:
+            first = exc.errors()[0]
+            where, message = json_path(first["loc"]), first["msg"]
+        where = "$.graded_task_tree" + where.removeprefix("$")
+        problems.append(Problem(file=str(path), message=f"{where}: {message}"))
 
 
 def _with_stage(records: list[CostRecord], stage: str) -> list[CostRecord]:

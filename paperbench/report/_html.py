@@ -6,6 +6,7 @@ everything inline (styles, the SVG chart): no network, and the pages work opened
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from paperbench.report._files import (
     Problem,
     RunFiles,
     read_capped_text,
+    read_grade,
     read_transcript_events,
     run_log_path,
 )
@@ -56,6 +58,7 @@ def _env() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        auto_reload=False,
     )
     env.filters["pct"] = _pct
     env.filters["usd"] = _usd
@@ -305,19 +308,19 @@ def run_page_context(run: RunFiles, metrics: RunMetrics) -> dict[str, Any]:
     events, torn = read_transcript_events(run.folder / TRANSCRIPT_FILE, [])
     log, log_bytes = read_capped_text(run.folder / REPRO_LOG_FILE, LOG_CHARS)
     run_log, _ = read_capped_text(run_log_path(run), LOG_CHARS)
+    # read_run has reported their problems
+    grade, leaves = read_grade(run.folder, [], check_tree=False)
     tree = None
-    if run.grade is not None:
-        try:
-            tree = tree_items(run.grade.tree(), run.leaves)
-        except ValueError as exc:
-            first = str(exc).splitlines()[0]
-            problems.append(Problem(file=str(run.folder / "grading" / "grade.json"), message=first))
+    if grade is not None:
+        # a graded tree that does not validate is reported by read_run
+        with contextlib.suppress(ValueError):
+            tree = tree_items(grade.tree(), leaves)
     return {
         "run": run,
         "m": metrics,
         "problems": problems,
         "tree": tree,
-        "leaves": run.leaves,
+        "leaves": leaves,
         "events": transcript_items(events),
         "events_total": len(events),
         "torn": torn,

@@ -4,6 +4,9 @@ Chromium is Debian's package (scripts/ensure-chromium.sh, which ``./dev test`` r
 never downloaded by playwright. Where it is required (CI, or ``./dev test``, which sets
 PAPERBENCH_REQUIRE_CHROMIUM=1) a missing browser fails the tests; elsewhere they skip with
 the reason.
+
+The browser lives for one test module: while playwright's sync API is open, the thread has a
+running event loop, and a later test's ``asyncio.run`` would refuse to start.
 """
 
 from __future__ import annotations

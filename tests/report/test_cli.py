@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner, Result
 
 from paperbench.cli import app
@@ -105,3 +106,87 @@ def test_the_html_escapes_transcript_markup(tmp_path: Path) -> None:
     assert "<script>document.title" not in page
     assert "<script" not in page  # no script at all: the page needs none
     assert "http://" not in page and "https://" not in page
+
+
+def test_a_graded_tree_that_does_not_validate_is_named_and_the_page_says_not_graded(
+    tmp_path: Path,
+) -> None:
+    group = build_group(tmp_path)
+    grade = group / "p-alpha" / "agent-b" / "seed-0" / "grading" / "grade.json"
+    data = json.loads(grade.read_text())
+    data["graded_task_tree"]["sub_tasks"][0]["score"] = 7
+    grade.write_text(json.dumps(data))
+    result = _run(str(group))
+    assert result.exit_code == 1, result.output
+    assert f"error: {grade}: $.graded_task_tree.sub_tasks[0].score:" in result.output
+    page = (group / "report" / "runs" / "p-alpha--agent-b--seed-0.html").read_text()
+    assert "Not graded." in page and str(grade) in page
+
+
+def test_a_run_page_warns_of_another_judge_only_on_that_run(tmp_path: Path) -> None:
+    group = build_group(tmp_path)
+    assert _run(str(group)).exit_code == 0
+    runs = group / "report" / "runs"
+    assert "Scores not comparable" in (runs / "p-beta--agent-b--seed-2.html").read_text()
+    assert "Scores not comparable" not in (runs / "p-beta--agent-b--seed-1.html").read_text()
+    assert "Scores not comparable" in (group / "report" / "index.html").read_text()
+
+
+RUN_FILES = [
+    "outcome.json",
+    "run.json",
+    "status.json",
+    "transcript.jsonl",
+    "costs.jsonl",
+    "reproduction/metadata.json",
+    "grading/grade.json",
+    "grading/leaves.jsonl",
+    "grading/costs.json",
+]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "folder", "not utf-8"])
+@pytest.mark.parametrize("name", RUN_FILES)
+def test_every_run_file_damaged_is_named_and_the_report_still_comes_out(
+    tmp_path: Path, name: str, damage: str
+) -> None:
+    group = build_group(tmp_path)
+    path = group / "p-alpha" / "agent-a" / "seed-0" / name
+    assert path.is_file()
+    path.unlink()
+    if damage == "folder":
+        path.mkdir()
+    elif damage == "not utf-8":
+        path.write_bytes(b"\xff\xfe{}\n{}\n")
+    else:
+        path.write_text("garbage\n{}\n")
+    result = _run(str(group))
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert f"error: {path}: " in result.output
+    assert (group / "summary.json").is_file()
+    page = (group / "report" / "runs" / "p-alpha--agent-a--seed-0.html").read_text()
+    assert str(path) in page
+
+
+def test_a_reproduce_log_that_is_not_text_is_shown_with_replacement_characters(
+    tmp_path: Path,
+) -> None:
+    group = build_group(tmp_path)
+    log = group / "p-alpha" / "agent-a" / "seed-0" / "reproduction" / "reproduce.log"
+    log.write_bytes(b"ok \xff\xfe done\n" + b"y" * 200_000)
+    result = _run(str(group))
+    assert result.exit_code == 0, result.output
+    page = (group / "report" / "runs" / "p-alpha--agent-a--seed-0.html").read_text()
+    assert "ok \ufffd\ufffd done" in page
+    assert "bytes not shown (the whole log is 200,011 bytes)" in page
+
+
+def test_a_summary_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path) -> None:
+    group = build_group(tmp_path)
+    (group / "summary.json").mkdir()
+    (group / "summary.json" / "keep").write_text("x")
+    result = _run(str(group))
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert f"error: {group / 'summary.json'}: cannot write" in result.output
