@@ -159,6 +159,10 @@ class AgentIdentity(BaseModel):
     model: str | None = None
 
 
+PAPER_PLACEHOLDER = "{paper}"
+"""In a replay's ``transcript``: the id of the paper the agent runs on."""
+
+
 class LoadedAgent(BaseModel):
     """A validated config, where it came from, its prompts' text and its identity."""
 
@@ -169,6 +173,26 @@ class LoadedAgent(BaseModel):
     prompts: dict[str, str] = Field(default_factory=dict)
     """Prompt name → text."""
     identity: AgentIdentity
+
+    def for_paper(self, paper_id: str) -> LoadedAgent:
+        """This agent for one paper: a replay whose ``transcript`` names ``{paper}`` reads
+        that paper's recorded transcript (``replays/{paper}.jsonl``); others are unchanged.
+
+        Raises:
+            ConfigError: no recorded transcript for this paper.
+        """
+        config = self.config
+        if not (isinstance(config, ReplayConfig) and PAPER_PLACEHOLDER in config.transcript):
+            return self
+        name = config.transcript.replace(PAPER_PLACEHOLDER, paper_id)
+        if not (self.path.parent / name).is_file():
+            raise ConfigError(
+                f"no recorded transcript for paper {paper_id} ({name} is missing): the replay "
+                "agent only replays papers it has a recording of; choose another --agent",
+                file=self.path,
+                path="$.transcript",
+            )
+        return self.model_copy(update={"config": config.model_copy(update={"transcript": name})})
 
     def build(self, model: Model | None) -> Agent:
         """The agent this config describes, calling ``model``.
@@ -184,6 +208,13 @@ class LoadedAgent(BaseModel):
         if isinstance(config, ReplayConfig):
             from paperbench.agents._replay import ReplayAgent
 
+            if PAPER_PLACEHOLDER in config.transcript:
+                raise ConfigError(
+                    "the transcript names {paper}: build the agent for a paper "
+                    "(LoadedAgent.for_paper)",
+                    file=self.path,
+                    path="$.transcript",
+                )
             return ReplayAgent(config, self.prompts, self.path.parent / config.transcript)
         if model is None:
             raise ConfigError(
@@ -267,8 +298,8 @@ def _named_files(config: AnyAgentConfig) -> dict[str, str]:
     prompts: dict[str, str] = getattr(config, "prompts", {})
     for key, name in prompts.items():
         out[f"prompts.{key}"] = name
-    if isinstance(config, ReplayConfig):
-        out["transcript"] = config.transcript
+    if isinstance(config, ReplayConfig) and PAPER_PLACEHOLDER not in config.transcript:
+        out["transcript"] = config.transcript  # a per-paper one is read by for_paper()
     return out
 
 

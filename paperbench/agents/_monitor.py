@@ -38,9 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from paperbench._io import atomic_write_text
 from paperbench.agents._base import read_transcript
 from paperbench.agents._transcript import MessageEvent, NoteEvent, ToolEvent, TranscriptEvent
-from paperbench.errors import InputError
+from paperbench.errors import InputError, PaperbenchError, PaperError
 from paperbench.llm import AssistantMessage, ToolMessage
-from paperbench.sandbox import Blacklist, BlacklistHit, NetworkLogEntry
+from paperbench.papers import Paper, read_paper_text
+from paperbench.sandbox import Blacklist, BlacklistHit, NetworkLogEntry, read_blacklist
 
 __all__ = [
     "MONITOR_VERSION",
@@ -364,6 +365,33 @@ def _scan_network(path: Path, blacklist: Blacklist) -> tuple[int, list[MonitorHi
 
 
 # --- the report ---------------------------------------------------------------------------
+
+
+def paper_rules(paper: Paper) -> tuple[Blacklist, dict[str, str], list[str]]:
+    """The paper's blacklist, the texts of the files the agent was given (their echoes in
+    tool outputs are listed, not counted), and warnings to show (e.g. no blacklist file).
+
+    Raises:
+        PaperError: the blacklist file has a bad line.
+    """
+    echoes: dict[str, str] = {}
+    warnings: list[str] = []
+    for name, path in (("paper.md", paper.paper_md), ("addendum.md", paper.addendum)):
+        if path is None:
+            continue
+        try:
+            echoes[name] = read_paper_text(path)
+        except PaperbenchError as exc:
+            warnings.append(f"{exc}; tool outputs echoing {name} count as hits")
+    if paper.blacklist_file is None:
+        warnings.append(f"paper {paper.id} has no blacklist file: nothing can be flagged")
+        return Blacklist(source=None), echoes, warnings
+    try:
+        rules = read_blacklist(paper.blacklist_file)
+    except ValueError as exc:
+        raise PaperError(str(exc)) from None
+    echoes["blacklist.txt"] = paper.blacklist_file.read_text(encoding="utf-8")
+    return rules, echoes, warnings
 
 
 def monitor_run(

@@ -17,11 +17,12 @@ from paperbench.agents._monitor import (
     MonitorPolicy,
     MonitorReport,
     monitor_run,
+    paper_rules,
     write_report,
 )
 from paperbench.agents._transcript import StartEvent
-from paperbench.errors import InputError, PaperbenchError, PaperError, UsageError
-from paperbench.papers import PaperSource, read_paper_text
+from paperbench.errors import InputError, UsageError
+from paperbench.papers import PaperSource
 from paperbench.sandbox import Blacklist, read_blacklist
 
 PRINTED_HITS = 40
@@ -49,22 +50,9 @@ def _paper_files(
     if paper_id is None:
         paper_id = _paper_of_run(run)
     paper = PaperSource.resolve(data_dir).load(paper_id)
-    echoes: dict[str, str] = {}
-    for name, path in (("paper.md", paper.paper_md), ("addendum.md", paper.addendum)):
-        if path is None:
-            continue
-        try:
-            echoes[name] = read_paper_text(path)
-        except PaperbenchError as exc:
-            warning(f"{exc}; tool outputs echoing {name} count as hits")
-    if paper.blacklist_file is None:
-        warning(f"paper {paper_id} has no blacklist file: nothing can be flagged")
-        return Blacklist(source=None), echoes
-    try:
-        rules = read_blacklist(paper.blacklist_file)
-    except ValueError as exc:
-        raise PaperError(str(exc)) from None
-    echoes["blacklist.txt"] = paper.blacklist_file.read_text(encoding="utf-8")
+    rules, echoes, warnings = paper_rules(paper)
+    for line in warnings:
+        warning(line)
     return rules, echoes
 
 

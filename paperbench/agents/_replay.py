@@ -4,17 +4,25 @@ The assistant messages of the transcript file (its MessageEvents, in order) are 
 answers; the tools really run in the sandbox. The n-th model call of a run gets the n-th
 recorded answer, so a resumed replay goes on where it stopped. Used to test the rollout
 stage end to end without a model, and to build the bundled papers' reference submissions.
+A resumed replay goes on from the last snapshot's step, so that its submission ends as an
+uninterrupted one would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from paperbench.agents._base import AgentOutcome, RunContext, read_transcript
 from paperbench.agents._config import ReplayConfig
 from paperbench.agents._loop import ToolLoopAgent
-from paperbench.agents._transcript import MessageEvent, ModelCallEvent
+from paperbench.agents._transcript import (
+    MessageEvent,
+    ModelCallEvent,
+    SnapshotEvent,
+    TranscriptEvent,
+)
 from paperbench.llm import AssistantMessage, Message, ToolDef
 
 
@@ -31,6 +39,14 @@ def recorded_answers(path: Path) -> list[AssistantMessage]:
     ]
 
 
+def _up_to_last_snapshot(history: list[TranscriptEvent]) -> list[TranscriptEvent]:
+    """The events before the last snapshot: a resumed replay goes on from the step its
+    restored submission was saved at (the steps after it are replayed, so their effects on
+    the files are made again), not from the last step recorded."""
+    last = max((i for i, e in enumerate(history) if isinstance(e, SnapshotEvent)), default=0)
+    return history[:last]
+
+
 class ReplayAgent(ToolLoopAgent):
     """Answers from a recorded transcript; the tools run for real."""
 
@@ -41,6 +57,8 @@ class ReplayAgent(ToolLoopAgent):
 
     async def run(self, ctx: RunContext) -> AgentOutcome:
         self._answers = recorded_answers(self.transcript_path)
+        if ctx.resumed:
+            ctx = replace(ctx, history=_up_to_last_snapshot(ctx.history))
         return await super().run(ctx)
 
     async def generate(

@@ -29,6 +29,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -245,6 +246,7 @@ async def rollout(
     image: str | None = None,
     sandbox_limits: SandboxLimits | None = None,
     labels: dict[str, str] | None = None,
+    others: Collection[str] = (),
 ) -> RolloutResult:
     """Run ``agent`` on ``paper`` into ``out_dir``; see the module docstring.
 
@@ -252,7 +254,8 @@ async def rollout(
     cancellation ends the transcript with ``cancelled`` and is re-raised, without status.json:
     the run stays resumable. A folder with status.json is a finished run: it is returned as
     it is (``already_finished``), never run again. ``labels`` go on the sandbox (e.g. the run
-    it belongs to) and are not part of the configuration a resume compares.
+    it belongs to) and are not part of the configuration a resume compares. ``others`` names
+    files another writer keeps in ``out_dir`` (the pipeline's run.json and run.log).
 
     Raises:
         UsageError: ``out_dir`` holds another run (without ``resume``) or none (with it).
@@ -301,7 +304,7 @@ async def rollout(
         image=image,
         instructions_sha=hashlib.sha256(text.encode()).hexdigest(),
     )
-    history = check_out_dir(out, config, resume)
+    history = check_out_dir(out, config, resume, others)
     seconds, steps, starts = used_before(history)
     # The dollar limit is also the ledger's cap: no call is sent once it is spent, even by an
     # agent that makes many calls between two checks of its limits.

@@ -5,6 +5,7 @@ has used (read back from its transcript and costs)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -192,11 +193,14 @@ def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "$") -> 
     return None
 
 
-def check_out_dir(out: Path, config: RolloutConfig, resume: bool) -> list[TranscriptEvent]:
-    """Refuse what cannot be run in ``out``; the history to resume from."""
+def check_out_dir(
+    out: Path, config: RolloutConfig, resume: bool, others: Collection[str] = ()
+) -> list[TranscriptEvent]:
+    """Refuse what cannot be run in ``out``; the history to resume from. ``others`` names
+    files another writer keeps in ``out`` (a new run may start beside them)."""
     config_file = out / "config.json"
     if not resume:
-        if out.exists() and any(out.iterdir()):
+        if out.exists() and any(p.name not in others for p in out.iterdir()):
             raise UsageError(
                 f"--out {out}: the folder is not empty; pass --resume to continue the run in "
                 "it, or give another --out"

@@ -133,11 +133,12 @@ class GroupConfig(BaseModel):
     """``AgentLimits`` overriding each agent config's own, as JSON."""
     agent_model: str | None = None
     agent_base_url: str | None = None
+    snapshot_every_s: float | None = Field(default=300.0, gt=0)
+    """How often a rollout saves /home/submission (what a resume restarts from)."""
     reproduction: dict[str, Any] = Field(default_factory=dict)
     """``ReproduceConfig`` fields as JSON (timeout_s, limits, gpu, ...)."""
     budget_usd: float | None = Field(default=None, ge=0)
     """Dollars for the whole group, shared by every run and worker."""
-    run_budget_usd: float | None = Field(default=None, ge=0)
     max_connections: int = Field(default=32, ge=1)
     concurrency: dict[str, int] = Field(default_factory=dict)
     """Runs in each stage at once, e.g. ``{"rollout": 4, "reproduction": 1, "grading": 8}``."""

@@ -1,0 +1,504 @@
+"""One run through its stages: rollout → monitor → reproduction → grading.
+
+``await run_stages(spec)`` takes one (paper, agent, seed) of a group as far as it goes and
+writes it into the run store (see :mod:`paperbench.runs._store`). Each stage is skipped when
+its completion marker is there and resumed at the finest grain its files keep otherwise: the
+rollout from its snapshots and transcript, the grading per leaf. A stage that cannot finish
+(its sandbox lost, a bad config) is recorded as failed with the reason, and the run ends as
+``failed``; a resume runs such a run again from that stage. ``execute(spec)`` does the same
+from synchronous code, in any process (a Ray worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import shutil
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from paperbench._io import read_json
+from paperbench.agents import (
+    AgentLimits,
+    MonitorReport,
+    RolloutStatus,
+    load_agent,
+    load_status,
+    monitor_run,
+    rollout,
+    write_report,
+)
+from paperbench.agents._monitor import paper_rules
+from paperbench.errors import PaperbenchError
+from paperbench.judge import (
+    GradeOptions,
+    GradeResult,
+    ModelSettings,
+    build_view,
+    grade_submission,
+    load_judge_config,
+    read_result,
+)
+from paperbench.llm import ModelConfig
+from paperbench.papers import Paper, PaperSource
+from paperbench.reproduce import ReproduceConfig, ReproductionMetadata, reproduce_submission
+from paperbench.rubric import GradedTaskNode, aggregate, code_dev
+from paperbench.runs._store import (
+    GRADING_DIR,
+    GROUP_LOG,
+    MONITOR_FILE,
+    OUTCOME_FILE,
+    REPRODUCTION_DIR,
+    RUN_FILE,
+    RUN_LOG,
+    STAGES,
+    GroupConfig,
+    RunKey,
+    RunOutcome,
+    RunState,
+    StageName,
+    StageStatus,
+    now,
+    write_model,
+)
+from paperbench.sandbox import SandboxConfig
+
+_RETRY_REPRODUCTION = frozenset({"sandbox_error", "host_error", "cancelled"})
+"""Reproduction results that say nothing about the submission: run again on a resume."""
+
+
+class RunSpec(BaseModel):
+    """One run of a group: all a process needs to work on it (plain, never a key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    group_dir: str
+    key: RunKey
+    config: GroupConfig
+
+    @property
+    def folder(self) -> Path:
+        return self.key.folder(Path(self.group_dir))
+
+
+class StageFailed(Exception):
+    """A stage could not finish; the run stops there (recorded, resumable)."""
+
+
+class _Ended(Exception):
+    """The run ends early with this outcome (disqualified, no submission)."""
+
+    def __init__(self, outcome: RunOutcome) -> None:
+        super().__init__(outcome.reason)
+        self.outcome = outcome
+
+
+def load_state(folder: Path, key: RunKey) -> RunState:
+    """run.json of a run folder, or a fresh state (also for an unreadable file: the stages'
+    own markers say what is done)."""
+    path = folder / RUN_FILE
+    if path.is_file():
+        try:
+            return RunState.model_validate(read_json(path))
+        except (PaperbenchError, ValidationError):
+            pass
+    return RunState(key=key)
+
+
+def load_outcome(folder: Path) -> RunOutcome | None:
+    path = folder / OUTCOME_FILE
+    if not path.is_file():
+        return None
+    try:
+        return RunOutcome.model_validate(read_json(path))
+    except (PaperbenchError, ValidationError):
+        return None
+
+
+class _Recorder:
+    """run.json and run.log of one run, and its lines in the group's log."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self.folder = spec.folder
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.state = load_state(self.folder, spec.key)
+        self.state.host = os.environ.get("PAPERBENCH_NODE") or platform.node()
+        self._log: TextIO = (self.folder / RUN_LOG).open("a", encoding="utf-8")
+        self._group_log = Path(spec.group_dir) / GROUP_LOG
+        self._started: dict[str, float] = {}
+
+    def log(self, line: str, *, group: bool = False) -> None:
+        stamp = now().strftime("%Y-%m-%dT%H:%M:%S")
+        self._log.write(f"{stamp} {line}\n")
+        self._log.flush()
+        if group:
+            with self._group_log.open("a", encoding="utf-8") as f:
+                f.write(f"{stamp} {self.spec.key.label}: {line}\n")
+
+    def save(self) -> None:
+        self.state.updated_at = now()
+        write_model(self.folder / RUN_FILE, self.state)
+
+    def begin(self, stage: StageName) -> None:
+        record = self.state.stages[stage]
+        record.status, record.started_at, record.detail = "running", now(), None
+        record.attempts += 1
+        self._started[stage] = time.monotonic()
+        self.save()
+        self.log(f"{stage}: started (attempt {record.attempts})", group=True)
+
+    def end(self, stage: StageName, status: StageStatus, detail: str | None = None) -> None:
+        record = self.state.stages[stage]
+        if stage in self._started:
+            record.seconds += time.monotonic() - self._started.pop(stage)
+            record.finished_at = now()
+        record.status, record.detail = status, detail
+        self.save()
+        self.log(f"{stage}: {status}" + (f" ({detail})" if detail else ""), group=True)
+
+    def close(self) -> None:
+        self._log.close()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if isinstance(exc, PaperbenchError) else f"{type(exc).__name__}: {text}"
+
+
+# --- the stages ------------------------------------------------------------------------
+
+
+def _sandbox(config: GroupConfig) -> SandboxConfig:
+    return SandboxConfig.model_validate(config.sandbox)
+
+
+def _labels(spec: RunSpec) -> dict[str, str]:
+    return {"paperbench.group": spec.config.group, "paperbench.run": spec.key.label}
+
+
+async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
+    config = spec.config
+    folder = spec.folder
+    status = load_status(folder)
+    if status is None:
+        entry = next(a for a in config.agents if a.name == spec.key.agent)
+        agent = load_agent(entry.ref).for_paper(paper.id)
+        model_name = config.agent_model or agent.config.model
+        model_config = (
+            ModelConfig(
+                model=model_name,
+                base_url=config.agent_base_url,
+                max_connections=config.max_connections,
+            )
+            if model_name
+            else None
+        )
+        limits = (
+            AgentLimits.model_validate(config.agent_limits)
+            if config.agent_limits is not None
+            else None
+        )
+        resume = (folder / "config.json").is_file()
+        if resume:
+            rec.log("rollout: resuming from its snapshots and transcript")
+        result = await rollout(
+            paper,
+            agent,
+            out_dir=folder,
+            model_config=model_config,
+            seed=spec.key.seed,
+            sandbox=_sandbox(config),
+            code_dev=config.mode == "code-dev",
+            resume=resume,
+            limits=limits,
+            labels=_labels(spec),
+            others=(RUN_FILE, RUN_LOG),
+            snapshot_every_s=config.snapshot_every_s,
+        )
+        status = result.status
+    return _after_rollout(spec, status)
+
+
+def _after_rollout(spec: RunSpec, status: RolloutStatus) -> str:
+    detail = f"{status.status}" + (f", {status.limit} limit" if status.limit else "")
+    detail += f", {status.steps} steps"
+    if status.error:
+        detail += f": {status.error}"
+    if status.submission is None:
+        raise _Ended(
+            RunOutcome(
+                key=spec.key,
+                status="failed",
+                failed_stage="rollout",
+                reason=f"the rollout left no submission ({detail})",
+                cost_usd=status.costs.cost_usd if not status.costs.unpriced_calls else None,
+            )
+        )
+    return detail
+
+
+def _monitor(spec: RunSpec, paper: Paper, rec: _Recorder) -> MonitorReport:
+    path = spec.folder / MONITOR_FILE
+    if path.is_file():
+        try:
+            return MonitorReport.model_validate(read_json(path))
+        except ValidationError:
+            rec.log(f"monitor: {path} is not a monitor report; scanning again")
+    rules, echoes, warnings = paper_rules(paper)
+    for line in warnings:
+        rec.log(f"monitor: warning: {line}", group=True)
+    report = monitor_run(spec.folder, rules, policy=spec.config.monitor_policy, echoes=echoes)
+    write_report(report, spec.folder)
+    return report
+
+
+async def _reproduction(spec: RunSpec, rec: _Recorder) -> ReproductionMetadata:
+    out = spec.folder / REPRODUCTION_DIR
+    meta_file = out / "metadata.json"
+    if meta_file.is_file():
+        meta = ReproductionMetadata.model_validate(read_json(meta_file))
+        if meta.status not in _RETRY_REPRODUCTION:
+            return meta
+        rec.log(f"reproduction: the last attempt ended {meta.status}; running it again")
+    if out.exists():  # an attempt that was killed or lost its sandbox: start afresh
+        await asyncio.to_thread(shutil.rmtree, out)
+    fields: dict[str, Any] = dict(spec.config.reproduction)
+    fields["sandbox"] = _sandbox(spec.config)
+    fields["labels"] = {**fields.get("labels", {}), **_labels(spec)}
+    config = ReproduceConfig.model_validate(fields)
+    meta = await reproduce_submission(spec.folder / "submission.tar.gz", out, config)
+    if meta.status in _RETRY_REPRODUCTION:
+        raise StageFailed(f"the reproduction ended {meta.status}: {meta.error}")
+    return meta
+
+
+async def _grading(spec: RunSpec, paper: Paper, reproduced: bool) -> GradeResult:
+    folder = spec.folder
+    if (folder / GRADING_DIR / "complete.json").is_file():
+        return read_result(folder)
+    config = spec.config
+    judge = load_judge_config(config.judge.ref)
+    executed = folder / REPRODUCTION_DIR if reproduced else None
+    view = await asyncio.to_thread(build_view, folder / "submission.tar.gz", executed)
+    options = GradeOptions(
+        code_dev=config.mode == "code-dev",
+        resources_provided=config.resources_provided,
+        samples=judge.config.samples,
+    )
+    settings = ModelSettings(
+        model=config.judge.model,
+        base_url=config.judge.base_url,
+        concurrency=config.concurrency.get("leaves", ModelSettings().concurrency),
+    )
+    return await grade_submission(
+        view,
+        paper,
+        judge,
+        out_dir=folder,
+        options=options,
+        settings=settings,
+        sandbox=_sandbox(config),
+    )
+
+
+def _code_dev_score(result: GradeResult) -> float | None:
+    if result.options.code_dev:
+        return result.partial_score
+    try:
+        tree = GradedTaskNode.model_validate(result.graded_task_tree)
+        return aggregate(code_dev(tree)).score
+    except (PaperbenchError, ValueError):
+        return None
+
+
+def _graded_outcome(spec: RunSpec, result: GradeResult, rollout_cost: float | None) -> RunOutcome:
+    cost = (
+        None if rollout_cost is None or result.cost_usd is None else rollout_cost + result.cost_usd
+    )
+    return RunOutcome(
+        key=spec.key,
+        status="unscored" if result.unscored else "scored",
+        score=result.score,
+        partial_score=result.partial_score,
+        code_dev_score=_code_dev_score(result),
+        coverage=result.coverage,
+        invalid_leaves=result.invalid_leaves,
+        leaves=result.leaves,
+        interval=result.interval,
+        reason=result.unscored_reason,
+        cost_usd=cost,
+    )
+
+
+# --- the run -----------------------------------------------------------------------------
+
+
+def _slot(
+    slots: Mapping[str, asyncio.Semaphore] | None, stage: StageName
+) -> AbstractAsyncContextManager[Any]:
+    if slots is not None and stage in slots:
+        return slots[stage]
+    return nullcontext()
+
+
+async def run_stages(
+    spec: RunSpec,
+    stages: Sequence[StageName] | None = None,
+    *,
+    slots: Mapping[str, asyncio.Semaphore] | None = None,
+) -> RunOutcome | None:
+    """Take the run through ``stages`` (default: all) as far as its store allows.
+
+    Returns the outcome once outcome.json is written (every stage done or skipped, or the
+    run ended early), ``None`` when stages outside ``stages`` remain. A finished run is
+    returned as it is, except a ``failed`` one, which is run again from where it failed.
+    ``slots`` limits how many runs are in each stage at once (local executor).
+    """
+    folder = spec.folder
+    outcome = load_outcome(folder)
+    if outcome is not None and outcome.status != "failed":
+        return outcome
+    wanted = set(stages or STAGES)
+    rec = _Recorder(spec)
+    try:
+        if outcome is not None:
+            rec.log(f"resuming a run that failed in {outcome.failed_stage}: {outcome.reason}")
+            (folder / OUTCOME_FILE).unlink(missing_ok=True)
+        outcome = await _walk(spec, rec, wanted, slots)
+        if outcome is not None:
+            write_model(folder / OUTCOME_FILE, outcome)
+            rec.log(
+                f"finished: {outcome.status}"
+                + (f" score {outcome.score:.4f}" if outcome.score is not None else "")
+                + (f" ({outcome.reason})" if outcome.reason else ""),
+                group=True,
+            )
+        return outcome
+    finally:
+        rec.close()
+
+
+async def _walk(
+    spec: RunSpec,
+    rec: _Recorder,
+    wanted: set[StageName],
+    slots: Mapping[str, asyncio.Semaphore] | None,
+) -> RunOutcome | None:
+    config = spec.config
+    states = rec.state.stages
+    current: StageName = "rollout"
+    try:
+        paper = PaperSource.resolve(Path(config.data_dir) if config.data_dir else None).load(
+            spec.key.paper
+        )
+        # rollout
+        current = "rollout"
+        status = load_status(spec.folder)
+        if status is None:
+            if current not in wanted:
+                return None
+            async with _slot(slots, current):
+                rec.begin(current)
+                detail = await _rollout(spec, paper, rec)
+            rec.end(current, "done", detail)
+            status = load_status(spec.folder)
+            assert status is not None
+        else:
+            detail = _after_rollout(spec, status)
+            if states[current].status != "done":
+                rec.end(current, "done", detail)
+        rollout_cost = status.costs.cost_usd if not status.costs.unpriced_calls else None
+
+        # monitor
+        current = "monitor"
+        if not (spec.folder / MONITOR_FILE).is_file() and current not in wanted:
+            return None
+        if states[current].status != "done":
+            rec.begin(current)
+        report = _monitor(spec, paper, rec)
+        if states[current].status != "done":
+            rec.end(current, "done", f"{report.verdict}, {report.counted} counted hits")
+        if report.disqualify:
+            for later in ("reproduction", "grading"):
+                rec.end(later, "skipped", "the run was disqualified by the monitor")
+            raise _Ended(
+                RunOutcome(
+                    key=spec.key,
+                    status="disqualified",
+                    score=0.0,
+                    reason=f"disqualified: {report.reason}",
+                    cost_usd=rollout_cost,
+                )
+            )
+
+        # reproduction
+        current = "reproduction"
+        reproduced = False
+        if config.mode == "code-dev" or config.skip_reproduction:
+            if states[current].status != "skipped":
+                why = "Code-Dev mode" if config.mode == "code-dev" else "--skip-reproduction"
+                rec.end(current, "skipped", f"not run: {why}")
+        else:
+            meta_file = spec.folder / REPRODUCTION_DIR / "metadata.json"
+            finished = meta_file.is_file() and (
+                ReproductionMetadata.model_validate(read_json(meta_file)).status
+                not in _RETRY_REPRODUCTION
+            )
+            if not finished and current not in wanted:
+                return None
+            if not finished:
+                async with _slot(slots, current):
+                    rec.begin(current)
+                    meta = await _reproduction(spec, rec)
+            else:
+                meta = await _reproduction(spec, rec)
+            if states[current].status != "done":
+                rec.end(current, "done", _repro_detail(meta))
+            reproduced = True
+
+        # grading
+        current = "grading"
+        done = (spec.folder / GRADING_DIR / "complete.json").is_file()
+        if not done and current not in wanted:
+            return None
+        if not done:
+            async with _slot(slots, current):
+                rec.begin(current)
+                result = await _grading(spec, paper, reproduced)
+        else:
+            result = await _grading(spec, paper, reproduced)
+        if states[current].status != "done":
+            coverage = f"coverage {result.coverage:.0%}"
+            score = "unscored" if result.score is None else f"score {result.score:.3f}"
+            rec.end(current, "done", f"{score}, {coverage}")
+        return _graded_outcome(spec, result, rollout_cost)
+    except _Ended as ended:
+        return ended.outcome
+    except asyncio.CancelledError:
+        if states[current].status == "running":
+            rec.log(f"{current}: cancelled; the run is kept and resumes from here")
+        raise
+    except Exception as exc:
+        reason = _one_line(exc)
+        if not isinstance(exc, PaperbenchError | StageFailed):
+            rec.log("".join(traceback.format_exception(exc)).rstrip())
+        rec.end(current, "failed", reason)
+        return RunOutcome(key=spec.key, status="failed", failed_stage=current, reason=reason)
+
+
+def _repro_detail(meta: ReproductionMetadata) -> str:
+    code = "" if meta.exit_code is None else f" exit {meta.exit_code}"
+    return f"reproduce.sh {meta.status}{code} in {meta.wall_time_s:.0f} s"
+
+
+def execute(spec: RunSpec, stages: Sequence[StageName] | None = None) -> RunOutcome | None:
+    """:func:`run_stages` from synchronous code, in any process (e.g. a Ray worker)."""
+    return asyncio.run(run_stages(spec, stages))
