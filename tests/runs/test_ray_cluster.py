@@ -1,0 +1,321 @@
+"""The Ray executor on a real two-node Ray cluster started by the test (`ray start --head`
+and `ray start --address`, one CPU each, on this machine): runs spread over both nodes, and
+a node killed (SIGKILL to every process of it) in the middle of a reproduction loses nothing:
+the task runs again on the other node, the stages already done are not done again, and every
+run ends with its outcome.json. Runs use a replayed agent whose reproduce.sh sleeps, the
+dummy judge and the local sandbox backend (bubblewrap)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from paperbench.runs import RunOutcome, RunState
+from paperbench.runs._group import RunOptions, open_group, plan_group, resolve_sandbox
+from paperbench.runs._pipeline import RunSpec
+from paperbench.runs._store import run_keys
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.slow
+
+PAPER = "calibration-binning"
+RAY = str(Path(sys.executable).with_name("ray"))
+CATALOG = Path(str(resources.files("paperbench") / "_catalog" / "agents"))
+ENV = {
+    # a dead node is noticed in ~3 s instead of ~30 s
+    "RAY_health_check_initial_delay_ms": "0",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # a cluster of one machine, reached only on loopback by this test's own processes
+    "RAY_AUTH_MODE": "disabled",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Every process of session ``sid`` (a node started with ``ray start --block`` in its
+    own session: its raylet, agents and workers; the workers have their own process
+    groups, so a process-group kill would miss them)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[3]) == sid:  # state, ppid, pgrp, session
+            pids.append(int(entry.name))
+    return pids
+
+
+def _kill_session(proc: subprocess.Popen[bytes], sig: int) -> None:
+    for pid in _session_pids(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the node's processes, SIGKILL to whatever is left after 10 s."""
+    _kill_session(proc, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while _session_pids(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _kill_session(proc, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+def _wait(what: str, condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.2)
+
+
+@dataclass
+class Cluster:
+    address: str
+    temp: Path
+    head: subprocess.Popen[bytes]
+    worker: subprocess.Popen[bytes]
+    labels: dict[str, str] = field(default_factory=dict)
+    """``head`` / ``worker`` → the node label the runs record as their host."""
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [RAY, "start", *args, "--block"],
+            env={**os.environ, **ENV},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    temp = Path(tempfile.mkdtemp(prefix="pbc", dir="/tmp"))  # short: Ray's socket paths
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    saved = {name: os.environ.get(name) for name in ENV}
+    os.environ.update(ENV)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
+        head = _start(
+            [
+                "--head",
+                f"--port={port}",
+                *common,
+                '--resources={"head": 1}',
+                f"--temp-dir={temp}",
+                "--include-dashboard=false",
+            ],
+            temp / "head.out",
+        )
+        procs.append(head)
+        _wait("the head node", lambda: b"--block" in (temp / "head.out").read_bytes(), 60)
+        worker = _start(
+            [f"--address={address}", *common, '--resources={"worker": 1}'], temp / "worker.out"
+        )
+        procs.append(worker)
+        ray.init(address=address, log_to_driver=False)
+        _wait("both nodes", lambda: len([n for n in ray.nodes() if n["Alive"]]) == 2, 60)
+        found = Cluster(address=address, temp=temp, head=head, worker=worker)
+        for node in ray.nodes():
+            role = "head" if "head" in node["Resources"] else "worker"
+            found.labels[role] = f"{platform.node()}/{node['NodeID'][:12]}"
+        assert ray.get_runtime_context().get_node_id()[:12] == found.labels["head"][-12:]
+        yield found
+    finally:
+        ray.shutdown()
+        for proc in reversed(procs):
+            _stop(proc)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _agent(folder: Path, sleep_s: float) -> Path:
+    """A replayed agent whose submission's reproduce.sh sleeps ``sleep_s`` seconds."""
+    script = (
+        "#!/usr/bin/env bash\nset -euo pipefail\n"
+        f"sleep {sleep_s}\nmkdir -p results\necho '{{\"slept\": {sleep_s}}}' > results/out.json\n"
+    )
+    command = f"cd /home/submission && cat > reproduce.sh <<'EOF'\n{script}EOF\necho done"
+    answers: list[tuple[str, dict[str, Any]]] = [
+        ("bash", {"command": command}),
+        ("submit", {"summary": "a reproduce.sh that sleeps"}),
+    ]
+    lines = [
+        {
+            "time": 0.0,
+            "step": step,
+            "type": "message",
+            "message": {
+                "role": "assistant",
+                "content": f"step {step}",
+                "tool_calls": [
+                    {"id": f"call_{step}", "name": name, "arguments": args, "parse_error": None}
+                ],
+                "reasoning": None,
+                "reasoning_items": [],
+            },
+        }
+        for step, (name, args) in enumerate(answers, start=1)
+    ]
+    (folder / "replays").mkdir(parents=True)
+    shutil.copytree(CATALOG / "prompts", folder / "prompts")
+    (folder / "replays" / f"{PAPER}.jsonl").write_text(
+        "".join(json.dumps(line) + "\n" for line in lines)
+    )
+    path = folder / "sleeper.yaml"
+    path.write_text(
+        "type: replay\nname: sleeper\ntranscript: replays/{paper}.jsonl\n"
+        "limits:\n  wall_time_s: 300\n"
+        "tools:\n  enabled: [bash, submit]\n  timeout_s: 60\n"
+    )
+    return path
+
+
+def _group(root: Path, name: str, sleep_s: float, seeds: int) -> list[RunSpec]:
+    options = RunOptions(
+        papers=PAPER,
+        agents=[str(_agent(root / "agent", sleep_s))],
+        seeds=seeds,
+        judge="dummy",
+        sandbox="local",
+    )
+    sandbox = asyncio.run(resolve_sandbox(options))
+    config = plan_group(name, options, sandbox)
+    group_dir = root / "runs" / name
+    open_group(group_dir, config)
+    return [RunSpec(group_dir=str(group_dir), key=key, config=config) for key in run_keys(config)]
+
+
+class Driver:
+    """The executor in a thread, as `paperbench run` would run it."""
+
+    def __init__(self, address: str, specs: list[RunSpec]) -> None:
+        from paperbench.runs._ray import RayExecutor
+
+        self.executor = RayExecutor(address=address)
+        self.specs = specs
+        self.outcomes: list[RunOutcome] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        try:
+            self.outcomes = asyncio.run(self.executor.run(self.specs))
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self, timeout: float) -> list[RunOutcome]:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"the group did not finish in {timeout:g} s"
+        assert self.error is None, repr(self.error)
+        return self.outcomes
+
+
+def _state(spec: RunSpec) -> RunState | None:
+    try:
+        return RunState.model_validate_json((spec.folder / "run.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def test_runs_spread_over_both_nodes(cluster: Cluster, tmp_path: Path) -> None:
+    specs = _group(tmp_path, "spread", sleep_s=2, seeds=2)
+    driver = Driver(cluster.address, specs)
+    hosts: set[str] = set()
+    while driver.thread.is_alive():
+        for spec in specs:
+            state = _state(spec)
+            if state is not None and state.host is not None:
+                hosts.add(state.host)
+        time.sleep(0.1)
+    outcomes = driver.join(0)
+    assert [o.key for o in outcomes] == [s.key for s in specs]
+    assert all(o.status == "scored" for o in outcomes), outcomes
+    assert hosts == {cluster.labels["head"], cluster.labels["worker"]}
+    for spec in specs:
+        assert (spec.folder / "outcome.json").is_file()
+        state = _state(spec)
+        assert state is not None and state.host in hosts
+        assert all(record.attempts == 1 for record in state.stages.values()), state
+    assert ray.util.list_named_actors(all_namespaces=True) == []  # the coordinator is gone
+
+
+def test_a_node_killed_mid_reproduction_loses_nothing(cluster: Cluster, tmp_path: Path) -> None:
+    specs = _group(tmp_path, "killed", sleep_s=8, seeds=2)
+    driver = Driver(cluster.address, specs)
+    worker = cluster.labels["worker"]
+
+    victim: list[RunSpec] = []
+
+    def reproducing_on_the_worker() -> bool:
+        for spec in specs:
+            state = _state(spec)
+            if (
+                state is not None
+                and state.host == worker
+                and state.stages["reproduction"].status == "running"
+            ):
+                victim.append(spec)
+                return True
+        return False
+
+    _wait("a reproduction on the worker node", reproducing_on_the_worker, 60)
+    killed = victim[0]
+    rollout_done = (killed.folder / "status.json").stat().st_mtime_ns
+    time.sleep(1.0)  # reproduce.sh is sleeping in its sandbox
+    _kill_session(cluster.worker, signal.SIGKILL)
+
+    outcomes = driver.join(120)
+    assert all(o.status == "scored" for o in outcomes), outcomes
+    for spec in specs:
+        assert (spec.folder / "outcome.json").is_file()
+    state = _state(killed)
+    assert state is not None
+    assert state.host == cluster.labels["head"]  # finished on the node that is left
+    stages = state.stages
+    assert stages["rollout"].attempts == 1 and stages["monitor"].attempts == 1
+    assert stages["reproduction"].attempts == 2 and stages["reproduction"].status == "done"
+    assert stages["grading"].attempts == 1 and stages["grading"].status == "done"
+    assert (killed.folder / "status.json").stat().st_mtime_ns == rollout_done  # not redone
+    metadata = json.loads((killed.folder / "reproduction" / "metadata.json").read_text())
+    assert metadata["status"] == "success" and metadata["exit_code"] == 0, metadata
