@@ -22,24 +22,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from paperbench.runs import RunOutcome, RunState
-from paperbench.runs._group import RunOptions, open_group, plan_group, resolve_sandbox
 from paperbench.runs._pipeline import RunSpec
-from paperbench.runs._store import run_keys
+from tests.runs.groups import make_group
 
 ray = pytest.importorskip("ray")
 
 pytestmark = pytest.mark.slow
 
-PAPER = "calibration-binning"
 RAY = str(Path(sys.executable).with_name("ray"))
-CATALOG = Path(str(resources.files("paperbench") / "_catalog" / "agents"))
 ENV = {
     # a dead node is noticed in ~3 s instead of ~30 s
     "RAY_health_check_initial_delay_ms": "0",
@@ -168,63 +163,6 @@ def cluster() -> Iterator[Cluster]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _agent(folder: Path, sleep_s: float) -> Path:
-    """A replayed agent whose submission's reproduce.sh sleeps ``sleep_s`` seconds."""
-    script = (
-        "#!/usr/bin/env bash\nset -euo pipefail\n"
-        f"sleep {sleep_s}\nmkdir -p results\necho '{{\"slept\": {sleep_s}}}' > results/out.json\n"
-    )
-    command = f"cd /home/submission && cat > reproduce.sh <<'EOF'\n{script}EOF\necho done"
-    answers: list[tuple[str, dict[str, Any]]] = [
-        ("bash", {"command": command}),
-        ("submit", {"summary": "a reproduce.sh that sleeps"}),
-    ]
-    lines = [
-        {
-            "time": 0.0,
-            "step": step,
-            "type": "message",
-            "message": {
-                "role": "assistant",
-                "content": f"step {step}",
-                "tool_calls": [
-                    {"id": f"call_{step}", "name": name, "arguments": args, "parse_error": None}
-                ],
-                "reasoning": None,
-                "reasoning_items": [],
-            },
-        }
-        for step, (name, args) in enumerate(answers, start=1)
-    ]
-    (folder / "replays").mkdir(parents=True)
-    shutil.copytree(CATALOG / "prompts", folder / "prompts")
-    (folder / "replays" / f"{PAPER}.jsonl").write_text(
-        "".join(json.dumps(line) + "\n" for line in lines)
-    )
-    path = folder / "sleeper.yaml"
-    path.write_text(
-        "type: replay\nname: sleeper\ntranscript: replays/{paper}.jsonl\n"
-        "limits:\n  wall_time_s: 300\n"
-        "tools:\n  enabled: [bash, submit]\n  timeout_s: 60\n"
-    )
-    return path
-
-
-def _group(root: Path, name: str, sleep_s: float, seeds: int) -> list[RunSpec]:
-    options = RunOptions(
-        papers=PAPER,
-        agents=[str(_agent(root / "agent", sleep_s))],
-        seeds=seeds,
-        judge="dummy",
-        sandbox="local",
-    )
-    sandbox = asyncio.run(resolve_sandbox(options))
-    config = plan_group(name, options, sandbox)
-    group_dir = root / "runs" / name
-    open_group(group_dir, config)
-    return [RunSpec(group_dir=str(group_dir), key=key, config=config) for key in run_keys(config)]
-
-
 class Driver:
     """The executor in a thread, as `paperbench run` would run it."""
 
@@ -259,7 +197,7 @@ def _state(spec: RunSpec) -> RunState | None:
 
 
 def test_runs_spread_over_both_nodes(cluster: Cluster, tmp_path: Path) -> None:
-    specs = _group(tmp_path, "spread", sleep_s=2, seeds=2)
+    specs = make_group(tmp_path, "spread", sleep_s=2, seeds=2)
     driver = Driver(cluster.address, specs)
     hosts: set[str] = set()
     while driver.thread.is_alive():
@@ -281,7 +219,7 @@ def test_runs_spread_over_both_nodes(cluster: Cluster, tmp_path: Path) -> None:
 
 
 def test_a_node_killed_mid_reproduction_loses_nothing(cluster: Cluster, tmp_path: Path) -> None:
-    specs = _group(tmp_path, "killed", sleep_s=8, seeds=2)
+    specs = make_group(tmp_path, "killed", sleep_s=8, seeds=2)
     driver = Driver(cluster.address, specs)
     worker = cluster.labels["worker"]
 
