@@ -12,12 +12,17 @@ the same path, and have paperbench installed):
     grading              num_cpus=1
 
 A task that returns the run's outcome (the run ended: failed, disqualified) ends the chain.
-A task whose node dies is run again elsewhere (``max_retries``); since every stage resumes
-from the store, nothing done is done again (the rollout goes on from its snapshots, a
-reproduction cut short starts afresh). A stage's own failure is recorded data, not an error,
-and is never retried (``retry_exceptions=False``). Each worker builds the sandbox backend the
-group recorded (``docker`` or ``local``); a worker without it fails that stage with the
-reason, never falling back to another backend. Each task installs the group's
+A task whose worker or node dies is run again elsewhere (``max_retries``); since every stage
+resumes from the store, nothing done is done again (the rollout goes on from its snapshots, a
+reproduction cut short starts afresh). A task lost more often than that ends its run as
+``failed`` (said in run.json, run.log and outcome.json), and a resume runs it again; the
+other runs go on. A stage's own failure is recorded data, not an error, and is never retried
+(``retry_exceptions=False``).
+
+Each worker builds the sandbox backend the group recorded (``docker`` or ``local``); a
+worker without it fails that stage with the reason, never falling back to another backend.
+A reproduction GPU request that no node can meet is refused before any task is sent (Ray
+would wait for such a node forever). Each task installs the group's
 :class:`~paperbench.llm.RayCoordinator` (a named actor on the driver's node), so every
 worker shares the group's budget, connection limit and rate-limit pauses, and records its
 node in run.json's ``host`` (``<hostname>/<node id>``).
@@ -36,13 +41,22 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 
 from paperbench.errors import ConfigError
 from paperbench.llm import RayCoordinator, set_coordinator
 from paperbench.llm._shared import NAMESPACE, actor_name
-from paperbench.runs._pipeline import RunSpec, execute
+from paperbench.runs._pipeline import RunSpec, execute, load_state
 from paperbench.runs._spend import group_spent
-from paperbench.runs._store import RunOutcome, StageName
+from paperbench.runs._store import (
+    OUTCOME_FILE,
+    RUN_FILE,
+    RUN_LOG,
+    RunOutcome,
+    StageName,
+    now,
+    write_model,
+)
 
 NODE_ENV = "PAPERBENCH_NODE"
 """Read by the pipeline for run.json's ``host``; set by each task to its node."""
@@ -95,6 +109,50 @@ def gpus_of(reproduction: dict[str, Any], where: str = "group.json") -> float:
     return float(count)
 
 
+def check_gpus(gpus: float, where: str) -> None:
+    """Refuse a GPU request no node of the cluster can meet (Ray would wait forever).
+
+    Raises:
+        ConfigError: every node has fewer GPUs than one reproduction asks for.
+    """
+    if not gpus:
+        return
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    most = max((float(n["Resources"].get("GPU", 0)) for n in nodes if n.get("Alive")), default=0.0)
+    if most < gpus:
+        raise ConfigError(
+            f"a reproduction asks for {gpus:g} GPU(s) and no node of the Ray cluster has "
+            f"more than {most:g}; add GPU nodes (`ray start --num-gpus N`) or lower the request",
+            file=where,
+            path="$.reproduction.gpu",
+        )
+
+
+def record_lost(
+    spec: RunSpec, stages: Sequence[StageName], exc: BaseException, retries: int
+) -> RunOutcome:
+    """The run's outcome when the task for ``stages`` was lost (its worker or node died
+    more than ``retries`` times): the running stage marked failed in run.json and a failed
+    outcome.json, which a resume of the group runs again from that stage."""
+    folder = spec.folder
+    state = load_state(folder, spec.key)
+    stage = next((s for s in stages if state.stages[s].status == "running"), stages[0])
+    why = " ".join(str(exc).split())[:300] or type(exc).__name__
+    reason = (
+        f"the Ray task of {'+'.join(stages)} was lost after {retries} retries "
+        f"({type(exc).__name__}: {why}); resume the group to run it again"
+    )
+    record = state.stages[stage]
+    record.status, record.detail, record.finished_at = "failed", reason, now()
+    state.updated_at = now()
+    write_model(folder / RUN_FILE, state)
+    with (folder / RUN_LOG).open("a", encoding="utf-8") as log:
+        log.write(f"{now().strftime('%Y-%m-%dT%H:%M:%S')} {stage}: failed ({reason})\n")
+    outcome = RunOutcome(key=spec.key, status="failed", failed_stage=stage, reason=reason)
+    write_model(folder / OUTCOME_FILE, outcome)
+    return outcome
+
+
 class RayExecutor:
     """Runs a group's stages as Ray tasks.
 
@@ -127,6 +185,7 @@ class RayExecutor:
             ray.init(address=self.address, namespace=self.namespace, log_to_driver=False)
             started = True
         try:
+            check_gpus(gpus, str(group_dir / "group.json"))
             key = hashlib.sha256(str(group_dir.resolve()).encode()).hexdigest()[:8]
             name = actor_name(config.group, key)
             spent = await asyncio.to_thread(group_spent, (spec.folder for spec in specs))
@@ -155,7 +214,14 @@ class RayExecutor:
                         ):
                             continue  # recorded as skipped by the grading task
                         submit = repro if stages == ("reproduction",) else task
-                        outcome = await submit.remote(spec, stages, name, self.namespace)
+                        try:
+                            outcome = await submit.remote(spec, stages, name, self.namespace)
+                        except (RayTaskError, TaskCancelledError):
+                            raise  # a bug in the stage's code, or a cancellation
+                        except RayError as exc:  # the task's worker or node was lost
+                            return await asyncio.to_thread(
+                                record_lost, spec, stages, exc, self.max_retries
+                            )
                         if outcome is not None:
                             return outcome
                     raise RuntimeError(f"{spec.key.label}: every stage ran and no outcome")

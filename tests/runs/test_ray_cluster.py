@@ -166,10 +166,10 @@ def cluster() -> Iterator[Cluster]:
 class Driver:
     """The executor in a thread, as `paperbench run` would run it."""
 
-    def __init__(self, address: str, specs: list[RunSpec]) -> None:
+    def __init__(self, address: str, specs: list[RunSpec], max_retries: int = 3) -> None:
         from paperbench.runs._ray import RayExecutor
 
-        self.executor = RayExecutor(address=address)
+        self.executor = RayExecutor(address=address, max_retries=max_retries)
         self.specs = specs
         self.outcomes: list[RunOutcome] = []
         self.error: BaseException | None = None
@@ -257,3 +257,76 @@ def test_a_node_killed_mid_reproduction_loses_nothing(cluster: Cluster, tmp_path
     assert (killed.folder / "status.json").stat().st_mtime_ns == rollout_done  # not redone
     metadata = json.loads((killed.folder / "reproduction" / "metadata.json").read_text())
     assert metadata["status"] == "success" and metadata["exit_code"] == 0, metadata
+
+
+def _task_pids(cluster: Cluster) -> list[int]:
+    """The Ray workers of either node running a stage task now (Ray names the process
+    after the task it runs)."""
+    pids = []
+    for node in (cluster.head, cluster.worker):
+        for pid in _session_pids(node.pid):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmdline.startswith(b"ray::run_stage_task"):
+                pids.append(pid)
+    return pids
+
+
+def test_a_task_lost_more_often_than_retried_fails_its_run_until_resumed(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    specs = make_group(tmp_path, "lost", sleep_s=6, seeds=1)
+    spec = specs[0]
+    driver = Driver(cluster.address, specs, max_retries=0)
+
+    def reproducing() -> bool:
+        state = _state(spec)
+        return state is not None and state.stages["reproduction"].status == "running"
+
+    _wait("the reproduction", reproducing, 60)
+    time.sleep(1.0)
+    pids = _task_pids(cluster)
+    assert len(pids) == 1
+    os.kill(pids[0], signal.SIGKILL)
+
+    (outcome,) = driver.join(60)
+    assert outcome.status == "failed" and outcome.failed_stage == "reproduction"
+    assert outcome.reason is not None and "resume the group" in outcome.reason
+    stored = RunOutcome.model_validate_json((spec.folder / "outcome.json").read_bytes())
+    assert stored.status == "failed"
+    state = _state(spec)
+    assert state is not None and state.stages["reproduction"].status == "failed"
+    assert "reproduction: failed (the Ray task" in (spec.folder / "run.log").read_text()
+
+    rollout_done = (spec.folder / "status.json").stat().st_mtime_ns
+    resumed = Driver(cluster.address, specs)
+    (outcome,) = resumed.join(90)
+    assert outcome.status == "scored"
+    state = _state(spec)
+    assert state is not None
+    assert state.stages["rollout"].attempts == 1
+    assert state.stages["reproduction"].attempts == 2
+    assert (spec.folder / "status.json").stat().st_mtime_ns == rollout_done
+
+
+def test_a_gpu_request_no_node_can_meet_is_refused(cluster: Cluster, tmp_path: Path) -> None:
+    from paperbench.errors import ConfigError
+    from paperbench.runs._ray import RayExecutor
+
+    specs = make_group(tmp_path, "gpu", sleep_s=0, seeds=1, reproduction={"gpu": {"count": 1}})
+    with pytest.raises(ConfigError, match=r"asks for 1 GPU\(s\) and no node .* more than 0"):
+        asyncio.run(RayExecutor(address=cluster.address).run(specs))
+    assert not (specs[0].folder / "run.json").exists()
+
+
+def test_gpus_of_a_reproduction() -> None:
+    from paperbench.errors import ConfigError
+    from paperbench.runs._ray import gpus_of
+
+    assert gpus_of({}) == 0
+    assert gpus_of({"gpu": {"count": 2}}) == 2
+    assert gpus_of({"gpu": {"device_ids": ["0", "3"]}}) == 2
+    with pytest.raises(ConfigError, match=r"group.json: \$.reproduction.gpu.count: .*every GPU"):
+        gpus_of({"gpu": {"count": -1}})
