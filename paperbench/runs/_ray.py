@@ -158,7 +158,8 @@ class RayExecutor:
 
     Args:
         address: a running cluster (``HOST:PORT`` of its head, or ``auto``); ``None``
-            starts a local Ray runtime in this process for the group (and stops it after).
+            starts a new Ray runtime on this machine for the group (and stops it after).
+            Either way, a Ray connection this process already has is used as it is.
         max_retries: times a task is run again when its worker or node dies.
         namespace: the Ray namespace of the group's coordinator actor.
     """
@@ -182,7 +183,9 @@ class RayExecutor:
         gpus = gpus_of(config.reproduction, str(group_dir / "group.json"))
         started = False
         if not ray.is_initialized():
-            ray.init(address=self.address, namespace=self.namespace, log_to_driver=False)
+            # "local": a new runtime, never one found on the machine or in RAY_ADDRESS
+            address = self.address or "local"
+            ray.init(address=address, namespace=self.namespace, log_to_driver=False)
             started = True
         try:
             check_gpus(gpus, str(group_dir / "group.json"))
