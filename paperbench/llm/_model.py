@@ -41,7 +41,7 @@ from paperbench.llm._costs import CostLedger, CostRecord, PriceTable
 from paperbench.llm._gate import EndpointGate, endpoint_gate
 from paperbench.llm._registry import ModelAPI, Target, resolve
 from paperbench.llm._retry import RetryClock, TransientError
-from paperbench.llm._shared import Coordinator, Grant, current_coordinator
+from paperbench.llm._shared import Coordinator, Grant, current_coordinator, endpoint_id
 from paperbench.llm._types import (
     Message,
     ModelConfig,
@@ -335,7 +335,9 @@ class Model:
             return await self._attempt(api, request, clock, label, stage, gate)
         config = self.config
         grant = await coordinator.acquire(
-            api.connection_key, config.max_connections, lease_s=config.timeout_s + 60.0
+            endpoint_id(api.connection_key),
+            config.max_connections,
+            lease_s=config.timeout_s + 60.0,
         )
         clock.queued(grant.waited_s)
         cost: float | None = 0.0
@@ -346,8 +348,8 @@ class Model:
             if isinstance(result, ModelOutput):
                 cost = result.cost_usd
             return result
-        finally:
-            await coordinator.release(grant, cost)
+        finally:  # also when cancelled: the slot is the group's
+            await asyncio.shield(coordinator.release(grant, cost))
 
     async def _attempt(
         self,
@@ -383,7 +385,7 @@ class Model:
             if gate is not None and (exc.status == 429 or exc.retry_after is not None):
                 gate.rate_limited(sent_at, exc.retry_after)
                 if shared is not None and exc.retry_after:
-                    await shared[0].pause(api.connection_key, exc.retry_after)
+                    await shared[0].pause(shared[1].endpoint, exc.retry_after)
             record = functools.partial(
                 self._record,
                 label,

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
@@ -206,6 +208,15 @@ class LocalCoordinator(Coordinator):
 
     async def spend(self) -> GroupSpend:
         return await self._state.spend()
+
+
+def endpoint_id(connection_key: str) -> str:
+    """How an endpoint is named to the coordinator: the provider, the host and a hash of the
+    whole key, never the base URL itself (it may hold credentials)."""
+    provider, _, base_url = connection_key.partition("|")
+    host = (urlsplit(base_url).hostname or "") if base_url else "default"
+    digest = hashlib.sha256(connection_key.encode()).hexdigest()[:12]
+    return f"{provider}|{host}|{digest}"
 
 
 def actor_name(group: str, key: str = "") -> str:

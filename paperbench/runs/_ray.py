@@ -33,6 +33,7 @@ The driver only awaits the tasks; the progress display reads the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import platform
@@ -231,7 +232,8 @@ class RayExecutor:
 
                 return list(await asyncio.gather(*(one(spec) for spec in specs)))
             finally:
-                coordinator.kill()
+                with contextlib.suppress(RayError):  # the cluster may be gone
+                    coordinator.kill()
         finally:
             if started:
                 ray.shutdown()

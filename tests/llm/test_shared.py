@@ -21,9 +21,9 @@ from paperbench.llm import (
     current_coordinator,
     set_coordinator,
 )
-from paperbench.llm._shared import CoordinatorState
+from paperbench.llm._shared import CoordinatorState, Grant, endpoint_id
 from paperbench.testing import FakeLLMServer, FakeReply, FakeUsage, Fault
-from tests.llm.helpers import config_for, run
+from tests.llm.helpers import config_for, fast, run
 
 USAGE = FakeUsage(input=10_000, output=1_000)
 
@@ -72,7 +72,7 @@ def test_group_budget_holds_across_models(fake_llm: FakeLLMServer, installed: No
     assert outcomes.count("budget_exhausted") == 160 - sent
     spend = run(coordinator.spend())
     assert spend.spent_usd == pytest.approx(sent * _price_of_one_call())
-    assert spend.in_flight == {models[0].api.connection_key: 0}
+    assert spend.in_flight == {endpoint_id(models[0].api.connection_key): 0}
 
 
 def test_without_a_coordinator_each_model_has_only_its_own_cap(
@@ -98,6 +98,11 @@ class RecordingCoordinator(LocalCoordinator):
     def __init__(self) -> None:
         super().__init__()
         self.pauses: list[tuple[str, float]] = []
+        self.endpoints: list[str] = []
+
+    async def acquire(self, endpoint: str, limit: int, *, lease_s: float) -> Grant:
+        self.endpoints.append(endpoint)
+        return await super().acquire(endpoint, limit, lease_s=lease_s)
 
     async def pause(self, endpoint: str, seconds: float) -> None:
         self.pauses.append((endpoint, seconds))
@@ -118,14 +123,16 @@ def test_a_retry_after_answer_pauses_the_group(fake_llm: FakeLLMServer, installe
             while not coordinator.pauses:
                 await asyncio.sleep(0.01)
             started = time.monotonic()
-            grant = await coordinator.acquire(model.api.connection_key, 8, lease_s=60.0)
+            grant = await coordinator.acquire(
+                endpoint_id(model.api.connection_key), 8, lease_s=60.0
+            )
             waited = time.monotonic() - started
             await coordinator.release(grant, 0.0)
             assert (await call).text == "ok"
             return waited
 
     waited = run(scenario())
-    assert coordinator.pauses == [(model.api.connection_key, 0.5)]
+    assert coordinator.pauses == [(endpoint_id(model.api.connection_key), 0.5)]
     assert waited >= 0.4
     assert len(fake_llm.requests) == 2
 
@@ -173,3 +180,23 @@ def test_state_counts_what_was_spent_before() -> None:
 
     refused = run(scenario())
     assert refused is not None and "$1.0000 spent of $1" in refused
+
+
+def test_the_coordinator_never_sees_a_base_url(fake_llm: FakeLLMServer, installed: None) -> None:
+    """A base URL may hold credentials: the coordinator (another process, maybe another
+    machine) gets the provider, the host and a hash."""
+    coordinator = RecordingCoordinator()
+    set_coordinator(coordinator)
+    url = fake_llm.openai_url.replace("http://", "http://user:hunter2@")
+    model = Model(fast("openai/gpt-4o", url))
+
+    async def call() -> None:
+        async with model:
+            await model.generate("hi")
+
+    run(call())
+    (endpoint,) = coordinator.endpoints
+    assert "hunter2" not in endpoint and "user" not in endpoint
+    assert endpoint.startswith("openai|127.0.0.1|")
+    other = endpoint_id(model.api.connection_key.replace("hunter2", "other"))
+    assert other != endpoint  # still one per base URL

@@ -41,8 +41,6 @@ ENV = {
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_failure_threshold": "3",
     "RAY_USAGE_STATS_ENABLED": "0",
-    # a cluster of one machine, reached only on loopback by this test's own processes
-    "RAY_AUTH_MODE": "disabled",
 }
 
 
@@ -121,8 +119,6 @@ def cluster() -> Iterator[Cluster]:
     temp = Path(tempfile.mkdtemp(prefix="pbc", dir="/tmp"))  # short: Ray's socket paths
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    saved = {name: os.environ.get(name) for name in ENV}
-    os.environ.update(ENV)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
@@ -155,11 +151,6 @@ def cluster() -> Iterator[Cluster]:
         ray.shutdown()
         for proc in reversed(procs):
             _stop(proc)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         shutil.rmtree(temp, ignore_errors=True)
 
 
