@@ -21,9 +21,10 @@ from paperbench.judge._cli import grade
 from paperbench.judge._eval_cli import judge_eval_command
 from paperbench.llm._cli import app as models_app
 from paperbench.papers import DATA_DIR_ENV, LFS_POINTER_MESSAGE, PaperSource
+from paperbench.report._cli import report_command
 from paperbench.reproduce_cli import reproduce
 from paperbench.rubric._cli import app as rubric_app
-from paperbench.runs._cli import run_command
+from paperbench.run_cli import run_command
 from paperbench.sandbox._cli import app as sandbox_app
 from paperbench.sandbox._cli import images_app
 
@@ -89,6 +90,7 @@ app.command("judge-eval")(judge_eval_command)
 app.command("monitor")(monitor)
 app.command("grade")(grade)
 app.command("run")(run_command)
+app.command("report")(report_command)
 app.add_typer(models_app, name="models", help="Check models before a long run; show prices.")
 # --- end of sub-apps ---------------------------------------------------------
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from paperbench.cli import app
+from tests.report.group import group_config
 from tests.rubric.trees import graded_leaf, graded_node, leaf, node
 
 runner = CliRunner()
@@ -307,8 +308,34 @@ class _Paths:
         """A run folder whose transcript is not text."""
         return self.tmp / "binary-run"
 
+    @property
+    def broken_group(self) -> Path:
+        """A group folder whose group.json is not a group."""
+        return self.tmp / "broken-group"
+
+    def group(self, name: str) -> Path:
+        """A run group folder: ``broken-json`` (group.json not JSON), ``seeds-0`` (a field
+        out of range), ``dotdot-paper`` (a paper that is no folder name), ``broken-outcome``
+        (a good group.json, one run's outcome.json not JSON)."""
+        return self.tmp / "groups" / name
+
     def create(self) -> None:
         self.good.write_text(json.dumps(GOOD_RUBRIC))
+        config = group_config().model_dump(mode="json")
+        groups = {
+            "broken-json": '{"group": "g",, }',
+            "seeds-0": json.dumps({**config, "seeds": 0}),
+            "dotdot-paper": json.dumps({**config, "papers": [".."]}),
+            "broken-outcome": json.dumps(config),
+        }
+        for name, text in groups.items():
+            self.group(name).mkdir(parents=True)
+            (self.group(name) / "group.json").write_text(text)
+        outcome = self.group("broken-outcome") / "p-alpha" / "agent-a" / "seed-0" / "outcome.json"
+        outcome.parent.mkdir(parents=True)
+        outcome.write_text('{"status": "scored",')
+        self.broken_group.mkdir()
+        (self.broken_group / "group.json").write_text('{"group": "g", "seeds": 0}')
         self.run.mkdir()
         (self.run / "transcript.jsonl").write_text('{"type": "note", "kind": "x"}\n')
         (self.run / "network.jsonl").write_text('{"ts": "t", "verdict": "maybe"}\n{"ts": "t"}\n')
@@ -332,6 +359,7 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
     closed = CLOSED
     roll = ["rollout", "--paper", "calibration-binning", "--agent", "dummy"]
     grade_cb = ["grade", str(tmp_path), "--paper", "calibration-binning"]
+    run = ["run", "--runs-dir", str(tmp_path / "runs"), "--no-report"]
     return {
         "papers list --data-dir missing": BadCall(
             ["papers", "list", "--data-dir", str(tmp_path / "nope")], "nope", frozenset({1})
@@ -584,6 +612,60 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             [*grade_cb, "--judge", "dummy", "--judge", "dummy", "--out", out],
             "--judge dummy: given twice",
         ),
+        "run --papers unknown": BadCall([*run, "--papers", "a,b"], "--papers: unknown paper"),
+        "run --papers nosuchsplit": BadCall([*run, "--papers", "nosuch"], "--papers nosuch"),
+        "run --seeds 0": BadCall([*run, "--seeds", "0"], "--seeds"),
+        "run --concurrency bad": BadCall([*run, "--concurrency", "gpu=1"], "--concurrency gpu=1"),
+        "run --concurrency zero": BadCall([*run, "--concurrency", "grading=0"], "--concurrency"),
+        "run --agent missing": BadCall(
+            [*run, "--agent", str(tmp_path / "no.yaml")], "no.yaml", frozenset({1, 2})
+        ),
+        "run --agent broken": BadCall([*run, "--agent", str(good)], str(good), frozenset({1})),
+        "run --judge missing": BadCall([*run, "--judge", "nosuch"], "--judge", frozenset({1, 2})),
+        "run --group with a slash": BadCall([*run, "--group", "a/b"], "--group"),
+        "run --agent-time -1": BadCall([*run, "--agent-time", "-1"], "--agent-time"),
+        "run --budget-usd nan": BadCall([*run, "--budget-usd", "nan"], "--budget-usd"),
+        "run --resume nowhere": BadCall([*run, "--resume", "nowhere"], "--resume nowhere"),
+        "run --resume a broken group": BadCall(
+            [*run, "--resume", str(paths.broken_group)], "group.json", frozenset({1})
+        ),
+        "run --ray-address without ray": BadCall(
+            [*run, "--ray-address", "127.0.0.1:1", "--papers", "nosuchpaper,x"], "--papers"
+        ),
+        "report a missing group folder": BadCall(
+            ["report", str(tmp_path / "gone")], f"{tmp_path / 'gone'}: not found", frozenset({1})
+        ),
+        "report a file, not a group folder": BadCall(
+            ["report", str(good)], f"{good}: not a folder", frozenset({1})
+        ),
+        "report a folder without group.json": BadCall(
+            ["report", str(empty)], f"{empty}: no group.json", frozenset({1})
+        ),
+        "report a group.json that is not JSON": BadCall(
+            ["report", str(paths.group("broken-json"))],
+            f"{paths.group('broken-json') / 'group.json'}: invalid JSON at line 1",
+            frozenset({1}),
+        ),
+        "report a group.json with seeds 0": BadCall(
+            ["report", str(paths.group("seeds-0"))],
+            f"{paths.group('seeds-0') / 'group.json'}: $.seeds",
+            frozenset({1}),
+        ),
+        "report a group.json naming the paper ..": BadCall(
+            ["report", str(paths.group("dotdot-paper"))],
+            f"{paths.group('dotdot-paper') / 'group.json'}: $.papers[0]",
+            frozenset({1}),
+        ),
+        "report a group with a broken outcome.json": BadCall(
+            ["report", str(paths.group("broken-outcome")), "--no-html"],
+            f"{paths.group('broken-outcome') / 'p-alpha/agent-a/seed-0/outcome.json'}: "
+            "invalid JSON",
+            frozenset({1}),
+        ),
+        "report --out a file": BadCall(
+            ["report", str(paths.group("broken-outcome")), "--out", str(good)], "--out"
+        ),
+        "report --open": BadCall(["report", str(empty), "--open"], "--open"),
         "grade several --judge with papercoder": BadCall(
             [*grade_cb, "--judge", "dummy", "--judge", "random", "--style", "papercoder"],
             "--judge: --style papercoder takes one judge config",
@@ -602,12 +684,14 @@ def test_every_command_refuses_bad_flags_and_paths(tmp_path: Path, name: str) ->
     result = _run(call.args, env=_NO_KEYS)
     _assert_refused(result, set(call.codes), call.culprit)
     assert not (tmp_path / "out" / "metadata.json").exists()  # nothing was reproduced
+    assert not list((tmp_path / "runs").glob("*/group.json"))  # no group was started
 
 
 @pytest.mark.parametrize(
     "args",
     [[], ["rubric"], ["papers"], ["models"], ["images"], ["sandbox"], ["reproduce"], ["grade"]]
-    + [["rollout"], ["monitor"], ["judge-eval"]]
+    + [["rollout"], ["monitor"], ["judge-eval"], ["run"]]
+    + [["rollout"], ["monitor"], ["judge-eval"], ["report"]]
     + [["rubric", c] for c in ["validate", "stats", "score", "show"]]
     + [["papers", "list"], ["models", "check"], ["models", "list"], ["sandbox", "gc"]]
     + [["images", "build"], ["images", "list"]],

@@ -256,3 +256,24 @@ def check_resume(group_dir: Path) -> GroupConfig:
             path="$.judge",
         )
     return stored.model_copy(update={"judge": judge})
+
+
+def reap_leftovers() -> int:
+    """Remove the sandboxes, capped disks and firewall rules that a killed run left behind
+    (only those whose creating process is gone); returns how many."""
+    from paperbench.errors import SandboxUnavailableError
+    from paperbench.sandbox._docker import connect
+    from paperbench.sandbox._docker_firewall import reap_firewall_rules
+    from paperbench.sandbox._gc import find_orphans, reap
+    from paperbench.sandbox._local_gc import reap_local_orphans
+
+    count = 0
+    try:
+        client = connect()
+    except SandboxUnavailableError:
+        pass
+    else:
+        count += len(reap(client, find_orphans(client)))
+    count += len(reap_local_orphans())
+    count += len(reap_firewall_rules())
+    return count

@@ -4,6 +4,7 @@ grading, into runs/<group>/ (thin: the work is in the pipeline and the executors
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -13,6 +14,7 @@ import typer
 from paperbench._console import console, err_console, warning
 from paperbench.agents._rollout_cli import _log_to_stderr
 from paperbench.errors import UsageError
+from paperbench.report._cli import report_command
 from paperbench.runs._executor import DEFAULT_CONCURRENCY, Executor, LocalExecutor
 from paperbench.runs._group import (
     RunOptions,
@@ -20,6 +22,7 @@ from paperbench.runs._group import (
     default_group_name,
     open_group,
     plan_group,
+    reap_leftovers,
     resolve_sandbox,
 )
 from paperbench.runs._pipeline import RunSpec
@@ -287,6 +290,9 @@ def run_command(
             }
         )
         console.print(f"resuming group {config.group} in {group_dir}")
+        reaped = reap_leftovers()
+        if reaped:
+            console.print(f"removed {reaped} sandbox objects left by the interrupted run")
     else:
         limits: dict[str, Any] | None = None
         if agent_time is not None or agent_dollars is not None:
@@ -325,8 +331,9 @@ def run_command(
             concurrency=slots,
         )
         name = group or default_group_name()
+        config = plan_group(name, options, {})  # every option checked before any work
         resolved = asyncio.run(resolve_sandbox(options))
-        config = plan_group(name, options, resolved)
+        config = config.model_copy(update={"sandbox": resolved})
         group_dir = runs_dir / name
         open_group(group_dir, config)
         console.print(
@@ -357,10 +364,7 @@ def run_command(
 
 
 def _report(group_dir: Path) -> None:
-    """The report of the group (tables, summary.json, HTML), when the report package is
-    installed."""
-    try:
-        from paperbench.report import write_report  # type: ignore[import-not-found]
-    except ImportError:
-        return
-    write_report(group_dir, console=console)
+    """The group's report: its tables, summary.json and the HTML pages."""
+    # files that could not be read are named by the report itself
+    with contextlib.suppress(typer.Exit):
+        report_command(group_dir)

@@ -1,0 +1,42 @@
+"""Reports over a run group: metrics (``summary.json``), terminal tables and a static HTML
+report that works opened from disk."""
+
+from paperbench.report._files import GroupFiles, Problem, RunFiles, read_group_files, read_run
+from paperbench.report._metrics import (
+    AgentMetrics,
+    CostSummary,
+    Estimate,
+    JudgeInfo,
+    JudgeMismatch,
+    NotScored,
+    PaperScore,
+    RunMetrics,
+    SeedScore,
+    Summary,
+    agent_metrics,
+    mean_se,
+    run_metrics,
+    summarize_group,
+)
+
+__all__ = [
+    "AgentMetrics",
+    "CostSummary",
+    "Estimate",
+    "GroupFiles",
+    "JudgeInfo",
+    "JudgeMismatch",
+    "NotScored",
+    "PaperScore",
+    "Problem",
+    "RunFiles",
+    "RunMetrics",
+    "SeedScore",
+    "Summary",
+    "agent_metrics",
+    "mean_se",
+    "read_group_files",
+    "read_run",
+    "run_metrics",
+    "summarize_group",
+]

@@ -1,0 +1,107 @@
+"""``paperbench report GROUP``: tables, summary.json, the HTML report, and a group with
+broken files (the report still comes out, the file is named, exit 1)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner, Result
+
+from paperbench.cli import app
+from paperbench.report import Summary
+from tests.report.group import build_group, corrupt
+
+runner = CliRunner()
+
+
+def _run(*args: str) -> Result:
+    return runner.invoke(app, ["report", *args], env={"COLUMNS": "200"})
+
+
+def test_report_prints_tables_and_writes_summary_and_html(tmp_path: Path) -> None:
+    group = build_group(tmp_path)
+    result = _run(str(group))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "judge simple (sha256 5e1f00000000;" in out and "mode full" in out
+    assert "36.7% ± 8.8" in out and "28.3% ± 6.0" in out  # agent-a: score, failures as 0
+    assert "5/6 (1 seeds incomplete)" in out
+    assert "p-beta/agent-a/seed-2" in out and "unfinished: rollout running" in out
+    assert "$0.47 + 1 unpriced" in out
+    assert "scores not comparable: p-beta/agent-b/seed-2" in result.output
+    summary = Summary.model_validate_json((group / "summary.json").read_text())
+    assert summary.agents[0].score.mean is not None
+    assert abs(summary.agents[0].score.mean - 11 / 30) < 1e-12
+    assert (group / "report" / "index.html").is_file()
+    assert len(list((group / "report" / "runs").glob("*.html"))) == 12
+
+
+def test_json_prints_the_summary_that_is_written(tmp_path: Path) -> None:
+    group = build_group(tmp_path)
+    result = _run(str(group), "--json", "--no-html")
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    written = json.loads((group / "summary.json").read_text())
+    assert printed == written
+    assert [a["agent"] for a in printed["agents"]] == ["agent-a", "agent-b"]
+    assert not (group / "report").exists()
+
+
+def test_out_puts_the_html_elsewhere(tmp_path: Path) -> None:
+    group = build_group(tmp_path)
+    result = _run(str(group), "--out", str(tmp_path / "site"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "site" / "index.html").is_file()
+    assert (tmp_path / "site" / "runs" / "p-beta--agent-b--seed-2.html").is_file()
+    assert not (group / "report").exists()
+
+
+def test_a_broken_outcome_is_named_and_the_report_still_comes_out(tmp_path: Path) -> None:
+    group = build_group(tmp_path)
+    bad = corrupt(group / "p-beta" / "agent-b" / "seed-1" / "outcome.json")
+    result = _run(str(group))
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert f"error: {bad}: invalid JSON at line 1" in result.output
+    assert (group / "summary.json").is_file()
+    page = (group / "report" / "runs" / "p-beta--agent-b--seed-1.html").read_text()
+    assert str(bad) in page and "outcome.json is unreadable" in page
+    assert str(bad) in (group / "report" / "index.html").read_text()
+
+
+def test_a_group_whose_runs_never_started_reports_them_missing(tmp_path: Path) -> None:
+    group = tmp_path / "fresh"
+    group.mkdir()
+    (group / "group.json").write_text((build_group(tmp_path) / "group.json").read_text())
+    result = _run(str(group), "--json")
+    assert result.exit_code == 0, result.output
+    summary = Summary.model_validate_json(result.stdout)
+    assert {r.status for r in summary.runs} == {"missing"}
+    assert len(summary.not_scored) == 12
+    assert (group / "report" / "runs" / "p-alpha--agent-a--seed-0.html").is_file()
+
+
+def test_a_transcript_line_that_is_not_an_event_is_a_problem_and_the_page_keeps_the_rest(
+    tmp_path: Path,
+) -> None:
+    group = build_group(tmp_path)
+    transcript = group / "p-alpha" / "agent-a" / "seed-1" / "transcript.jsonl"
+    lines = transcript.read_text().splitlines()
+    transcript.write_text("\n".join([lines[0], '{"type": "bogus"}', *lines[1:]]) + "\n")
+    result = _run(str(group))
+    assert result.exit_code == 1, result.output
+    assert f"error: {transcript}: line 2: not a transcript event" in result.output
+    page = (group / "report" / "runs" / "p-alpha--agent-a--seed-1.html").read_text()
+    assert f"{transcript}: line 2: not a transcript event" in page
+    assert "I will start by reading the paper" in page
+
+
+def test_the_html_escapes_transcript_markup(tmp_path: Path) -> None:
+    group = build_group(tmp_path)
+    assert _run(str(group)).exit_code == 0
+    page = (group / "report" / "runs" / "p-alpha--agent-a--seed-0.html").read_text()
+    assert "&lt;script&gt;document.title=" in page
+    assert "<script>document.title" not in page
+    assert "<script" not in page  # no script at all: the page needs none
+    assert "http://" not in page and "https://" not in page
