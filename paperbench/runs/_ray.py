@@ -27,7 +27,9 @@ would wait for such a node forever). Each task installs the group's
 worker shares the group's budget, connection limit and rate-limit pauses, and records its
 node in run.json's ``host`` (``<hostname>/<node id>``).
 
-The driver only awaits the tasks; the progress display reads the store.
+The driver only awaits the tasks; the progress display reads the store. A driver that is
+cancelled (Ctrl-C) cancels its tasks: each stage records the cancellation and a resume goes
+on from there.
 """
 
 from __future__ import annotations
@@ -218,8 +220,14 @@ class RayExecutor:
                         ):
                             continue  # recorded as skipped by the grading task
                         submit = repro if stages == ("reproduction",) else task
+                        ref = submit.remote(spec, stages, name, self.namespace)
                         try:
-                            outcome = await submit.remote(spec, stages, name, self.namespace)
+                            outcome = await ref
+                        except asyncio.CancelledError:
+                            # the task stops too: its stage records the cancellation and
+                            # resumes from the store next time
+                            ray.cancel(ref)
+                            raise
                         except (RayTaskError, TaskCancelledError):
                             raise  # a bug in the stage's code, or a cancellation
                         except RayError as exc:  # the task's worker or node was lost

@@ -104,10 +104,14 @@ class Cluster:
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    # The nodes use the authentication mode this process connects with: a driver connecting
+    # to a cluster does not turn token authentication on by itself (a ray.init() that
+    # starts a local runtime does, for the whole process, as an earlier test may have).
+    auth = {"RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
     with log.open("wb") as out:
         return subprocess.Popen(
             [RAY, "start", *args, "--block"],
-            env={**os.environ, **ENV},
+            env={**os.environ, **ENV, **auth},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -321,3 +325,29 @@ def test_gpus_of_a_reproduction() -> None:
     assert gpus_of({"gpu": {"device_ids": ["0", "3"]}}) == 2
     with pytest.raises(ConfigError, match=r"group.json: \$.reproduction.gpu.count: .*every GPU"):
         gpus_of({"gpu": {"count": -1}})
+
+
+def test_a_cancelled_driver_cancels_its_tasks(cluster: Cluster, tmp_path: Path) -> None:
+    """Ctrl-C in `paperbench run`: the stage running on the cluster stops, says so in the
+    run's log, and no task is left running."""
+    from paperbench.runs._ray import RayExecutor
+
+    specs = make_group(tmp_path, "cancelled", sleep_s=20, seeds=1)
+    spec = specs[0]
+
+    async def drive() -> None:
+        work = asyncio.create_task(RayExecutor(address=cluster.address).run(specs))
+        deadline = time.monotonic() + 60
+        while not ((s := _state(spec)) and s.stages["reproduction"].status == "running"):
+            assert time.monotonic() < deadline and not work.done()
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)
+        work.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await work
+
+    asyncio.run(drive())
+    log = spec.folder / "run.log"
+    _wait("the stage to record its cancellation", lambda: "cancelled" in log.read_text(), 30)
+    _wait("no task left running", lambda: not _task_pids(cluster), 30)
+    assert not (spec.folder / "outcome.json").exists()
