@@ -14,7 +14,11 @@ Providers are chosen by the ``provider/model`` string: ``openai``, ``anthropic``
 The public names serve two readers: whoever calls models (a judge, an agent: the model,
 its config, messages, outputs, costs and budgets, the cache) and whoever adds a provider
 (:class:`ModelAPI`, :class:`Target`, :class:`TransientError`, :func:`register_provider`).
-Everything else (cache keys, connection limits, schema handling) is internal.
+Whoever spreads a group of runs over processes installs a :class:`Coordinator` in each
+(:func:`set_coordinator`): the group's budget, connection limits and rate-limit pauses are
+then shared by all of them (:class:`LocalCoordinator` in one process, :class:`RayCoordinator`
+on a Ray cluster). Everything else (cache keys, connection limits, schema handling) is
+internal.
 """
 
 from paperbench.llm._budget import BudgetCaps
@@ -30,6 +34,15 @@ from paperbench.llm._costs import (
 from paperbench.llm._model import Model
 from paperbench.llm._registry import ModelAPI, Target, providers, register_provider
 from paperbench.llm._retry import TransientError
+from paperbench.llm._shared import (
+    Coordinator,
+    Grant,
+    GroupSpend,
+    LocalCoordinator,
+    RayCoordinator,
+    current_coordinator,
+    set_coordinator,
+)
 from paperbench.llm._tokens import count_message_tokens, count_tokens
 from paperbench.llm._types import (
     LABELS,
@@ -55,10 +68,14 @@ __all__ = [
     "AssistantMessage",
     "BudgetCaps",
     "CallOutcome",
+    "Coordinator",
     "CostLedger",
     "CostRecord",
     "CostReport",
     "CostTotal",
+    "Grant",
+    "GroupSpend",
+    "LocalCoordinator",
     "Message",
     "Model",
     "ModelAPI",
@@ -68,6 +85,7 @@ __all__ = [
     "ModelRequest",
     "OutputSchema",
     "PriceTable",
+    "RayCoordinator",
     "ReasoningEffort",
     "ResponseCache",
     "StopReason",
@@ -81,7 +99,9 @@ __all__ = [
     "UserMessage",
     "count_message_tokens",
     "count_tokens",
+    "current_coordinator",
     "default_cache_path",
     "providers",
     "register_provider",
+    "set_coordinator",
 ]

@@ -5,7 +5,9 @@ built anywhere and sent to another process), then every :meth:`Model.generate` g
 the same steps whatever the provider:
 
     response cache → for each attempt: connection slot → send window → shared pause
-    → budget check → provider call → ledger record → (retry after a wait, outside the slot)
+    → the group's slot and pause (when a coordinator is installed: ``_shared``)
+    → budget check → provider call → ledger record → the group's slot back with the cost
+    → (retry after a wait, outside the slot)
     → completeness and structured-output checks (re-ask a bounded number of times) → cache
 
 Every attempt that reaches the provider is one record in the ledger (``ok``, ``incomplete``,
@@ -39,6 +41,7 @@ from paperbench.llm._costs import CostLedger, CostRecord, PriceTable
 from paperbench.llm._gate import EndpointGate, endpoint_gate
 from paperbench.llm._registry import ModelAPI, Target, resolve
 from paperbench.llm._retry import RetryClock, TransientError
+from paperbench.llm._shared import Coordinator, Grant, current_coordinator, endpoint_id
 from paperbench.llm._types import (
     Message,
     ModelConfig,
@@ -300,19 +303,53 @@ class Model:
             initial_s=config.retry_initial_s,
             cap_s=config.retry_max_s,
         )
+        shared = current_coordinator()
         while True:
             async with gate.slot(config.max_connections) as queued_s:
                 clock.queued(queued_s)
                 if not config.shared_backoff:
-                    result = await self._attempt(api, request, clock, label, stage, None)
+                    result = await self._shared(shared, api, request, clock, label, stage, None)
                 else:
                     async with gate.sending(config.max_connections) as window_s:
                         clock.queued(window_s)
                         await gate.wait_open()
-                        result = await self._attempt(api, request, clock, label, stage, gate)
+                        result = await self._shared(shared, api, request, clock, label, stage, gate)
             if isinstance(result, ModelOutput):
                 return result
             await asyncio.sleep(result)  # outside the slot, so that others may send
+
+    async def _shared(
+        self,
+        coordinator: Coordinator | None,
+        api: ModelAPI,
+        request: ModelRequest,
+        clock: RetryClock,
+        label: str,
+        stage: str | None,
+        gate: EndpointGate | None,
+    ) -> ModelOutput | float:
+        """:meth:`_attempt`, inside one of the group's slots when a coordinator is installed
+        (see :mod:`paperbench.llm._shared`): the slot is given back with the attempt's cost
+        once the attempt is recorded."""
+        if coordinator is None:
+            return await self._attempt(api, request, clock, label, stage, gate)
+        config = self.config
+        grant = await coordinator.acquire(
+            endpoint_id(api.connection_key),
+            config.max_connections,
+            lease_s=config.timeout_s + 60.0,
+        )
+        clock.queued(grant.waited_s)
+        cost: float | None = 0.0
+        try:
+            result = await self._attempt(
+                api, request, clock, label, stage, gate, (coordinator, grant)
+            )
+            if isinstance(result, ModelOutput):
+                cost = result.cost_usd
+            return result
+        finally:  # also when cancelled: the slot is the group's
+            await asyncio.shield(coordinator.release(grant, cost))
 
     async def _attempt(
         self,
@@ -322,15 +359,19 @@ class Model:
         label: str,
         stage: str | None,
         gate: EndpointGate | None,
+        shared: tuple[Coordinator, Grant] | None = None,
     ) -> ModelOutput | float:
         """Check the budget, send once and record what happened: the answer, or the seconds
         to wait before the next attempt. Runs inside a connection slot, so that the next
         caller's budget check sees this attempt's cost. With ``gate`` (shared backoff), a
         rate-limit answer slows every caller of the endpoint down and an answer speeds
-        them up again."""
+        them up again; with ``shared`` (a coordinator and its slot), the group's budget is checked
+        too and the pause reaches every process of the group."""
         config = self.config
         try:
             self.ledger.check_budget(config.model, stage)
+            if shared is not None and shared[1].refused is not None:
+                raise BudgetExhaustedError(f"{config.model}: {shared[1].refused}")
         except BudgetExhaustedError as exc:
             self._record(label, stage, outcome="budget_exhausted", error=str(exc))
             raise
@@ -343,6 +384,8 @@ class Model:
             wait = clock.next_wait(exc)
             if gate is not None and (exc.status == 429 or exc.retry_after is not None):
                 gate.rate_limited(sent_at, exc.retry_after)
+                if shared is not None and exc.retry_after:
+                    await shared[0].pause(shared[1].endpoint, exc.retry_after)
             record = functools.partial(
                 self._record,
                 label,

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from paperbench.llm import LocalCoordinator, set_coordinator
 from paperbench.runs._pipeline import RunSpec, run_stages
+from paperbench.runs._spend import group_spent
 from paperbench.runs._store import RunOutcome
 
 DEFAULT_CONCURRENCY: dict[str, int] = {
@@ -43,4 +45,14 @@ class LocalExecutor:
             assert outcome is not None  # every stage was asked for
             return outcome
 
-        return list(await asyncio.gather(*(one(spec) for spec in specs)))
+        budget = specs[0].config.budget_usd if specs else None
+        if budget is None:
+            return list(await asyncio.gather(*(one(spec) for spec in specs)))
+        # The group's budget, shared by every run's model calls; a resumed group counts
+        # what its runs spent before.
+        spent = await asyncio.to_thread(group_spent, [spec.folder for spec in specs])
+        previous = set_coordinator(LocalCoordinator(budget_usd=budget, spent_usd=spent))
+        try:
+            return list(await asyncio.gather(*(one(spec) for spec in specs)))
+        finally:
+            set_coordinator(previous)

@@ -159,12 +159,14 @@ def test_public_names_are_pinned() -> None:
     assert llm.__all__ == sorted(llm.__all__, key=lambda n: (not n.isupper(), n.islower(), n))
     assert len(set(llm.__all__)) == len(llm.__all__)
     assert set(llm.__all__) == {
-        "LABELS", "AssistantMessage", "BudgetCaps", "CallOutcome", "CostLedger", "CostRecord",
-        "CostReport", "CostTotal", "Message", "Model", "ModelAPI", "ModelConfig", "ModelOutput",
-        "ModelPrice", "ModelRequest", "OutputSchema", "PriceTable", "ReasoningEffort",
+        "LABELS", "AssistantMessage", "BudgetCaps", "CallOutcome", "Coordinator", "CostLedger",
+        "CostRecord", "CostReport", "CostTotal", "Grant", "GroupSpend", "LocalCoordinator",
+        "Message", "Model", "ModelAPI", "ModelConfig", "ModelOutput", "ModelPrice",
+        "ModelRequest", "OutputSchema", "PriceTable", "RayCoordinator", "ReasoningEffort",
         "ResponseCache", "StopReason", "SystemMessage", "Target", "ToolCall", "ToolDef",
         "ToolMessage", "TransientError", "Usage", "UserMessage", "count_message_tokens",
-        "count_tokens", "default_cache_path", "providers", "register_provider",
+        "count_tokens", "current_coordinator", "default_cache_path", "providers",
+        "register_provider", "set_coordinator",
     }  # fmt: skip
     # every public name is re-exported from one of the package's private modules, under
     # its own name; nothing else in the package namespace looks public
@@ -189,7 +191,7 @@ def test_sdks_are_imported_lazily() -> None:
 
     code = (
         "import sys, paperbench.llm, paperbench.testing; "
-        "print(sorted(m for m in ('openai', 'anthropic') if m in sys.modules))"
+        "print(sorted(m for m in ('openai', 'anthropic', 'ray') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr

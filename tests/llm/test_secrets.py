@@ -92,6 +92,8 @@ _HOLDS_NO_SECRET = {
         "ModelOutput", "ModelPrice", "ModelRequest", "OutputSchema", "PriceTable",
         "ResponseCache", "SystemMessage", "ToolCall", "ToolDef", "ToolMessage",
         "TransientError", "Usage", "UserMessage",
+        # the coordinator sees an endpoint's provider, host and a hash, never its base URL
+        "Coordinator", "Grant", "GroupSpend", "LocalCoordinator", "RayCoordinator",
     },
     "paperbench.sandbox": {
         "Blacklist", "BlacklistHit", "DiskUsage", "DockerBackend", "DockerEgressGateway",

@@ -1,0 +1,87 @@
+"""The group's budget (``--budget-usd``) under the local executor: every run's model calls
+share it through the coordinator the executor installs, and a resumed group counts what its
+runs spent before. The judge's calls go to the fake server through the real SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from paperbench.llm import current_coordinator
+from paperbench.runs import RunOutcome
+from paperbench.runs._executor import LocalExecutor
+from paperbench.runs._spend import group_spent, run_spent
+from paperbench.testing import FakeLLMServer
+from paperbench.testing.judge_server import judge_handler
+from tests.runs.groups import make_group
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeLLMServer]:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    with FakeLLMServer() as server:
+        server.handler = judge_handler(1.0)
+        yield server
+
+
+def _judged(root: Path, name: str, server: FakeLLMServer, budget: float | None) -> list[RunOutcome]:
+    specs = make_group(
+        root,
+        name,
+        sleep_s=0,
+        seeds=2,
+        judge="simple",
+        judge_model="openai/gpt-4o",
+        judge_base_url=server.openai_url,
+        skip_reproduction=True,
+        budget_usd=budget,
+    )
+    outcomes = asyncio.run(LocalExecutor().run(specs))
+    assert current_coordinator() is None  # removed after the group
+    return outcomes
+
+
+def test_the_group_budget_stops_the_judge_calls(server: FakeLLMServer, tmp_path: Path) -> None:
+    # the group without money first: the judge's answers are cached, and a cached answer
+    # costs nothing
+    broke = _judged(tmp_path, "broke", server, 0.0)
+    assert server.requests == []
+    free = _judged(tmp_path, "free", server, None)
+    assert len(server.requests) > 0
+    for paid, refused in zip(free, broke, strict=True):
+        assert paid.coverage is not None and refused.coverage is not None
+        assert refused.coverage == 0.0 < paid.coverage
+        assert refused.invalid_leaves == refused.leaves > paid.invalid_leaves
+    costs = json.loads(
+        (tmp_path / "runs/broke/calibration-binning/sleeper/seed-0/grading/costs.json").read_text()
+    )
+    assert (
+        costs["total"]["budget_exhausted"] > 0
+        and costs["total"]["calls"] == (costs["total"]["budget_exhausted"])
+    )
+
+
+def test_spent_is_read_from_the_store(tmp_path: Path) -> None:
+    """The rollout's costs.jsonl (a last line cut short is skipped) and grading/costs.json."""
+    run = tmp_path / "run"
+    (run / "grading").mkdir(parents=True)
+    record = {"model": "openai/gpt-4o", "label": "agent", "cost_usd": 0.25}
+    (run / "costs.jsonl").write_text(
+        json.dumps(record) + "\n" + json.dumps({**record, "cost_usd": None}) + '\n{"model": "op'
+    )
+    report = {
+        "total": {"cost_usd": 1.5},
+        "by_stage": {},
+        "by_label": {},
+        "by_model": {},
+        "records": [],
+    }
+    (run / "grading" / "costs.json").write_text(json.dumps(report))
+    assert run_spent(run) == pytest.approx(1.75)
+    assert group_spent([run, tmp_path / "never-started"]) == pytest.approx(1.75)
