@@ -108,12 +108,8 @@ def _executor(kind: str, address: str | None, config: GroupConfig) -> Executor:
         raise UsageError(
             "--executor ray: Ray is not installed; install it with pip install 'paperbench[ray]'"
         ) from None
-    try:
-        from paperbench.runs._ray import RayExecutor
-    except ImportError:
-        raise UsageError(
-            "--executor ray: this installation has no Ray executor yet; use --executor local"
-        ) from None
+    from paperbench.runs._ray import RayExecutor
+
     ray_executor: Executor = RayExecutor(address=address)
     return ray_executor
 
