@@ -10,9 +10,12 @@ rollout, monitor, reproduction, grading. It is run once with the local executor 
 with the Ray executor (a Ray runtime started in this process), on the same machine.
 
 Per executor the table shows the wall time, the time spent in each stage (summed over runs),
-and two overheads per run: the gap (time a run spent between its stages: bookkeeping and
-waiting for a stage slot) and the bookkeeping alone, measured as a ``--resume`` over the
-finished group (every marker read, nothing left to do).
+the start-up before the first stage began, and per run: the gap (time between its first
+stage's start and its outcome not spent in a stage), how much of it was waiting for a stage
+slot (recorded in run.json by the local executor; a Ray task's wait in Ray's queue is not
+seen), the orchestration overhead (the gap less the slot waits: markers, run.json, logs,
+starting the next stage), and the bookkeeping of a ``--resume`` over the finished group
+(every marker read, nothing left to do).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -118,10 +122,13 @@ def measure(
     args += ["--judge-model", "openai/gpt-4o", "--judge-base-url", server.openai_url]
     args += ["--sandbox", sandbox, "--no-report", "--executor", executor]
     args += ["--concurrency", "rollout=4,reproduction=4,grading=4"]
+    launched = datetime.now(UTC)
     wall = _run(args, work, env)
     group_dir = work / "runs" / group
     stage_s = dict.fromkeys(STAGES, 0.0)
     gaps = []
+    waits = []
+    firsts = []
     runs = 0
     for run_json in group_dir.glob("*/*/seed-*/run.json"):
         state = RunState.model_validate_json(run_json.read_text())
@@ -134,13 +141,19 @@ def measure(
             own += record.seconds
         first = state.stages["rollout"].started_at
         assert first is not None
+        firsts.append(first)
         gaps.append((outcome.finished_at - first).total_seconds() - own)
+        # the rollout's own wait came before its start, so it is not part of the gap
+        waits.append(sum(r.waited_s for stage, r in state.stages.items() if stage != "rollout"))
     resume = _run(["run", "--resume", str(group_dir), "--no-report"], work, env)
     return {
         "runs": runs,
         "wall": wall,
         **{f"{s}_s": v for s, v in stage_s.items()},
+        "startup": (min(firsts) - launched).total_seconds(),
         "gap": statistics.mean(gaps),
+        "waited": statistics.mean(waits),
+        "overhead": statistics.mean(g - w for g, w in zip(gaps, waits, strict=True)),
         "bookkeeping": resume / runs,
     }
 
@@ -174,7 +187,10 @@ def main() -> None:
         ("runs", "runs", "{:.0f}"),
         ("wall time (s)", "wall", "{:.1f}"),
         *[(f"  {s} (s, summed over runs)", f"{s}_s", "{:.1f}") for s in STAGES],
+        ("start-up before the first stage (s)", "startup", "{:.1f}"),
         ("gap between stages per run (s)", "gap", "{:.3f}"),
+        ("  of it waiting for a stage slot (s)", "waited", "{:.3f}"),
+        ("  orchestration overhead per run: gap less slot waits (s)", "overhead", "{:.3f}"),
         ("bookkeeping per run: --resume of the finished group (s)", "bookkeeping", "{:.3f}"),
     ]
     for label, key, fmt in rows:

@@ -166,7 +166,7 @@ def plan_group(group: str, options: RunOptions, sandbox: dict[str, Any]) -> Grou
     except ValueError as exc:
         raise UsageError(f"--group: {exc}") from None
     source = PaperSource.resolve(options.data_dir)
-    papers, paper_set = _papers(source, options.papers, options.data_dir)
+    papers, paper_set = _papers(source, options.papers, source.data_dir)
     if not papers:
         raise UsageError("--papers: no paper to run")
     for paper in papers:
@@ -188,7 +188,8 @@ def plan_group(group: str, options: RunOptions, sandbox: dict[str, Any]) -> Grou
         group=group,
         papers=papers,
         paper_set=paper_set,
-        data_dir=str(options.data_dir.resolve()) if options.data_dir else None,
+        data_dir=str(source.data_dir.resolve()) if source.data_dir else None,
+        papers_root=str(source.repo_root.resolve()) if source.repo_root else None,
         agents=_agents(options.agents, papers),
         seeds=options.seeds,
         judge=_judge(options),

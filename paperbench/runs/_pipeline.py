@@ -17,8 +17,8 @@ import platform
 import shutil
 import time
 import traceback
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -147,8 +147,9 @@ class _Recorder:
         self.state.updated_at = now()
         write_model(self.folder / RUN_FILE, self.state)
 
-    def begin(self, stage: StageName) -> None:
+    def begin(self, stage: StageName, *, waited_s: float = 0.0) -> None:
         record = self.state.stages[stage]
+        record.waited_s += waited_s
         record.status, record.started_at, record.detail = "running", now(), None
         record.attempts += 1
         self._started[stage] = time.monotonic()
@@ -341,12 +342,28 @@ def _graded_outcome(spec: RunSpec, result: GradeResult, rollout_cost: float | No
 # --- the run -----------------------------------------------------------------------------
 
 
-def _slot(
-    slots: Mapping[str, asyncio.Semaphore] | None, stage: StageName
-) -> AbstractAsyncContextManager[Any]:
-    if slots is not None and stage in slots:
-        return slots[stage]
-    return nullcontext()
+def paper_source(config: GroupConfig) -> PaperSource:
+    """Where the group's papers come from, as recorded when it was planned (never looked up
+    again: a resume or a Ray worker elsewhere reads the same papers)."""
+    if config.data_dir is not None:
+        return PaperSource(data_dir=Path(config.data_dir))
+    if config.papers_root is not None:
+        return PaperSource(repo_root=Path(config.papers_root))
+    return PaperSource.resolve(None)  # a group.json written before papers_root was recorded
+
+
+@asynccontextmanager
+async def _begin_in_slot(
+    rec: _Recorder, slots: Mapping[str, asyncio.Semaphore] | None, stage: StageName
+) -> AsyncIterator[None]:
+    """Wait for one of the stage's slots (the wait is recorded), then begin the stage."""
+    asked = time.monotonic()
+    slot: AbstractAsyncContextManager[Any] = (
+        slots[stage] if slots is not None and stage in slots else nullcontext()
+    )
+    async with slot:
+        rec.begin(stage, waited_s=time.monotonic() - asked)
+        yield
 
 
 async def run_stages(
@@ -396,17 +413,14 @@ async def _walk(
     states = rec.state.stages
     current: StageName = "rollout"
     try:
-        paper = PaperSource.resolve(Path(config.data_dir) if config.data_dir else None).load(
-            spec.key.paper
-        )
+        paper = paper_source(config).load(spec.key.paper)
         # rollout
         current = "rollout"
         status = load_status(spec.folder)
         if status is None:
             if current not in wanted:
                 return None
-            async with _slot(slots, current):
-                rec.begin(current)
+            async with _begin_in_slot(rec, slots, current):
                 detail = await _rollout(spec, paper, rec)
             rec.end(current, "done", detail)
             status = load_status(spec.folder)
@@ -455,8 +469,7 @@ async def _walk(
             if not finished and current not in wanted:
                 return None
             if not finished:
-                async with _slot(slots, current):
-                    rec.begin(current)
+                async with _begin_in_slot(rec, slots, current):
                     meta = await _reproduction(spec, rec)
             else:
                 meta = await _reproduction(spec, rec)
@@ -470,8 +483,7 @@ async def _walk(
         if not done and current not in wanted:
             return None
         if not done:
-            async with _slot(slots, current):
-                rec.begin(current)
+            async with _begin_in_slot(rec, slots, current):
                 result = await _grading(spec, paper, reproduced)
         else:
             result = await _grading(spec, paper, reproduced)

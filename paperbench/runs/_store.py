@@ -118,8 +118,13 @@ class GroupConfig(BaseModel):
     group: str
     papers: list[str]
     paper_set: str
-    """How the papers were chosen: ``bundled``, ``split:<name>`` or ``ids``."""
+    """How the papers were chosen: ``bundled``, ``all`` (every paper of a data directory),
+    ``split:<name>`` or ``ids``."""
     data_dir: str | None = None
+    """The PaperBench data directory the papers come from (``--data-dir`` or
+    ``PAPERBENCH_DATA_DIR`` when the group was planned), absolute."""
+    papers_root: str | None = None
+    """Without a data directory: the folder holding the bundled ``papers/`` and ``rubrics/``."""
     agents: list[AgentEntry]
     seeds: int = Field(ge=1)
     judge: JudgeEntry
@@ -176,6 +181,8 @@ class StageRecord(BaseModel):
     finished_at: datetime | None = None
     seconds: float = 0.0
     """Time spent in the stage, summed over every attempt (a resume adds to it)."""
+    waited_s: float = 0.0
+    """Time spent waiting for one of the stage's slots before it began, summed over attempts."""
     attempts: int = 0
     detail: str | None = None
     """One line: the stage's result (e.g. ``reproduce.sh exit 0``) or why it failed/skipped."""
