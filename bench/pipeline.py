@@ -12,8 +12,8 @@ with the Ray executor (a Ray runtime started in this process), on the same machi
 Per executor the table shows the wall time, the time spent in each stage (summed over runs),
 the start-up before the first stage began, and per run: the gap (time between its first
 stage's start and its outcome not spent in a stage), how much of it was waiting for a stage
-slot (recorded in run.json by the local executor; a Ray task's wait in Ray's queue is not
-seen), the orchestration overhead (the gap less the slot waits: markers, run.json, logs,
+slot (in run.json: the local executor's stage slots, a Ray task's time in Ray's queue),
+the orchestration overhead (the gap less the slot waits: markers, run.json, logs,
 starting the next stage), and the bookkeeping of a ``--resume`` over the finished group
 (every marker read, nothing left to do).
 """

@@ -4,12 +4,11 @@ has used (read back from its transcript and costs)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -23,7 +22,7 @@ from paperbench.agents._base import (
 )
 from paperbench.agents._transcript import StartEvent, TranscriptEvent
 from paperbench.errors import ConfigError, InputError, UsageError
-from paperbench.llm import BudgetCaps, CostLedger, CostRecord, CostTotal
+from paperbench.llm import BudgetCaps, CostJournal, CostRecord, CostTotal, read_cost_journal
 from paperbench.sandbox import IsolationKind, NetworkPolicy, SandboxConfig
 
 SCHEMA_VERSION = 1
@@ -99,22 +98,17 @@ class RolloutResult:
     """status.json was there before: nothing was run."""
 
 
-class JournalLedger(CostLedger):
-    """A ledger that appends each record to costs.jsonl (flushed and synced) as it is added,
-    and adds up the time spent waiting between a retried attempt and the next one.
-    The file is opened at the first new record."""
+class JournalLedger(CostJournal):
+    """The rollout's costs.jsonl (:class:`CostJournal`), which also adds up the time spent
+    waiting between a retried attempt and the next one."""
 
     def __init__(self, path: Path, records: list[CostRecord], caps: BudgetCaps) -> None:
-        self._path = path
-        self._journal: TextIO | None = None
-        self._opened = False
         self._retried_at: dict[tuple[str, str, str | None], float] = {}
         self.earlier_retry_wait_s = 0.0
         """Retry waits in the records given (earlier attempts of the run)."""
         self.tracker: LimitTracker | None = None
         """Gets the retry waits of new records (``retry_wait_s``)."""
-        super().__init__(records, caps=caps)  # these are in the file already
-        self._opened = True
+        super().__init__(path, records, caps=caps)
 
     def _retry_wait(self, record: CostRecord) -> float:
         key = (record.model, record.label, record.stage)
@@ -131,35 +125,12 @@ class JournalLedger(CostLedger):
             wait = self._retry_wait(record)
             if not self._opened:
                 self.earlier_retry_wait_s += wait
-                return
-            if self.tracker is not None:
+            elif self.tracker is not None:
                 self.tracker.retry_wait_s += wait
-            if self._journal is None:
-                self._journal = self._path.open("a", encoding="utf-8")
-            self._journal.write(record.model_dump_json() + "\n")
-            self._journal.flush()
-            os.fsync(self._journal.fileno())
-
-    def close(self) -> None:
-        if self._journal is not None:
-            self._journal.close()
-            self._journal = None
 
 
-def read_costs(path: Path) -> list[CostRecord]:
-    """The records of costs.jsonl; a last line cut short by a crash is dropped."""
-    if not path.exists():
-        return []
-    lines = [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
-    records: list[CostRecord] = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            records.append(CostRecord.model_validate_json(line))
-        except ValidationError:
-            if number == len(lines):
-                break  # the record in flight when the process died
-            raise InputError(f"line {number}: not a cost record", file=path) from None
-    return records
+read_costs = read_cost_journal
+"""The records of costs.jsonl; a last line cut short by a crash is dropped."""
 
 
 def used_before(history: list[TranscriptEvent]) -> tuple[float, int, int]:

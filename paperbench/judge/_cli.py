@@ -164,7 +164,7 @@ def grade(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Grade a submission against its paper's rubric with a judge; write grading/grade.json,
-    grading/leaves.jsonl (one line per leaf as it is graded) and grading/costs.json. With
+    grading/leaves.jsonl (one line per leaf as it is graded) and grading/costs.jsonl. With
     several --judge, each config writes those under OUT/<judge-name>/ and OUT/agreement.json
     compares them."""
     if reference is not None and style != "papercoder":

@@ -14,7 +14,10 @@ TaskGroup and a semaphore; the model layer's connection limit does the rest) and
   the validly graded share of the rubric is below the judge's ``coverage_threshold``: the
   paper is *unscored*, and its partial score is kept apart as ``partial_score``), coverage,
   invalid leaves and scores by category;
-- ``costs.json``: every model call, by label (judge_ranking, judge_grading, parsing);
+- ``costs.jsonl``: every model call, one record a line, appended and flushed as it ends (a
+  killed grading loses at most the record in flight; a rerun adds to it);
+- ``costs.json``: the same records with totals by label (judge_ranking, judge_grading,
+  parsing) and model, rewritten at the end of each grading;
 - ``complete.json``: written last; its absence means the grading did not finish.
 """
 
@@ -47,7 +50,7 @@ from paperbench.judge._job import (
 )
 from paperbench.judge._types import LeafGrade
 from paperbench.judge._view import SubmissionView
-from paperbench.llm import BudgetCaps, CostLedger
+from paperbench.llm import BudgetCaps, CostJournal, CostLedger
 from paperbench.papers import Paper
 from paperbench.rubric import (
     GradedTaskNode,
@@ -68,9 +71,8 @@ LEAVES_FILE = "leaves.jsonl"
 RUN_FILE = "run.json"
 GRADE_FILE = "grade.json"
 COSTS_FILE = "costs.json"
+COSTS_JOURNAL = "costs.jsonl"
 COMPLETE_FILE = "complete.json"
-COSTS_EVERY = 10
-"""costs.json is rewritten at least every this many leaves during a grading."""
 
 
 class RunRecord(BaseModel):
@@ -342,10 +344,7 @@ async def grade_submission(
     _check_run(folder, record)
     (folder / COMPLETE_FILE).unlink(missing_ok=True)
     caps = BudgetCaps(run_usd=getattr(getattr(judge.config, "budgets", None), "max_usd", None))
-    costs_path = folder / COSTS_FILE
-    ledger = (
-        CostLedger.load(costs_path, caps=caps) if costs_path.is_file() else CostLedger(caps=caps)
-    )
+    ledger = CostJournal.open(folder / COSTS_JOURNAL, caps=caps)
     store = LeafStore(folder / LEAVES_FILE)
     stored = store.read()
     leaves = list(_leaves(rubric))
@@ -368,13 +367,7 @@ async def grade_submission(
     grades = dict(kept)
     semaphore = asyncio.Semaphore(settings.concurrency)
 
-    # costs.json is rewritten every so many leaves (about 20 times per grading), so that a
-    # killed grading's resume starts from most of what it spent
-    every = max(COSTS_EVERY, len(todo) // 20)
-    done = 0
-
     async def run(unit: list[Leaf]) -> None:
-        nonlocal done
         async with semaphore:
             results = await _grade_unit(job, unit)
         for grade in results:
@@ -382,9 +375,6 @@ async def grade_submission(
             store.append(grade)
             if on_leaf is not None:
                 on_leaf(grade)
-        before, done = done, done + len(results)
-        if done // every > before // every:
-            ledger.write(costs_path)
 
     try:
         async with asyncio.TaskGroup() as group:
@@ -392,7 +382,8 @@ async def grade_submission(
                 group.create_task(run(unit))
     finally:
         store.close()
-        ledger.write(costs_path)
+        ledger.close()
+        ledger.write(folder / COSTS_FILE)
         await job.aclose()
     tree = build_tree(rubric, grades)
     result = _result(paper, judge, options, tree, grades, ledger, len(todo), len(kept), started)

@@ -24,12 +24,14 @@ internal.
 from paperbench.llm._budget import BudgetCaps
 from paperbench.llm._cache import ResponseCache, default_cache_path
 from paperbench.llm._costs import (
+    CostJournal,
     CostLedger,
     CostRecord,
     CostReport,
     CostTotal,
     ModelPrice,
     PriceTable,
+    read_cost_journal,
 )
 from paperbench.llm._model import Model
 from paperbench.llm._registry import ModelAPI, Target, providers, register_provider
@@ -69,6 +71,7 @@ __all__ = [
     "BudgetCaps",
     "CallOutcome",
     "Coordinator",
+    "CostJournal",
     "CostLedger",
     "CostRecord",
     "CostReport",
@@ -102,6 +105,7 @@ __all__ = [
     "current_coordinator",
     "default_cache_path",
     "providers",
+    "read_cost_journal",
     "register_provider",
     "set_coordinator",
 ]

@@ -17,13 +17,13 @@ from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paperbench._io import atomic_write_json, json_path, read_json, read_text
-from paperbench.errors import ConfigError
+from paperbench.errors import ConfigError, InputError
 from paperbench.llm._budget import BudgetCaps
 from paperbench.llm._types import CallOutcome, StopReason, Usage
 
@@ -267,3 +267,63 @@ class CostLedger:
             err = exc.errors()[0]
             raise ConfigError(err["msg"], file=path, path=json_path(err["loc"])) from None
         return cls(report.records, caps=caps)
+
+
+class CostJournal(CostLedger):
+    """A ledger that appends each new record to a JSON-lines file (flushed and synced) as it
+    is added, so that a killed process loses at most the record in flight. ``records`` are
+    those already in the file (:func:`read_cost_journal`); the file is opened at the first
+    new one. Close it when done."""
+
+    def __init__(
+        self, path: str | Path, records: Iterable[CostRecord] = (), caps: BudgetCaps | None = None
+    ) -> None:
+        self.path = Path(path)
+        self._journal: TextIO | None = None
+        self._opened = False
+        super().__init__(records, caps=caps)  # these are in the file already
+        self._opened = True
+
+    def add(self, record: CostRecord) -> None:
+        super().add(record)
+        if not self._opened:
+            return
+        with self._lock:
+            if self._journal is None:
+                self._journal = self.path.open("a", encoding="utf-8")
+            self._journal.write(record.model_dump_json() + "\n")
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+
+    @classmethod
+    def open(cls, path: str | Path, caps: BudgetCaps | None = None) -> CostJournal:
+        """The journal at ``path`` with the records it already holds."""
+        return cls(path, read_cost_journal(path), caps=caps)
+
+
+def read_cost_journal(path: str | Path) -> list[CostRecord]:
+    """The records of a cost journal (none if there is no file); a last line cut short by a
+    killed writer is dropped.
+
+    Raises:
+        InputError: another line is not a cost record (its number named).
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = [line for line in read_text(path).split("\n") if line.strip()]
+    records: list[CostRecord] = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(CostRecord.model_validate_json(line))
+        except ValidationError:
+            if number == len(lines):
+                break  # the record in flight when the process died
+            raise InputError(f"line {number}: not a cost record", file=path) from None
+    return records

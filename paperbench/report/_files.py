@@ -17,7 +17,7 @@ from paperbench._io import json_path, read_json
 from paperbench.agents import MonitorReport, RolloutStatus, TranscriptEvent
 from paperbench.errors import InputError
 from paperbench.judge import GradeResult, LeafGrade
-from paperbench.llm import CostRecord, CostReport
+from paperbench.llm import CostRecord
 from paperbench.reproduce import ReproductionMetadata
 from paperbench.rubric import validate_data
 from paperbench.runs import GroupConfig, RunKey, RunOutcome, RunState, read_group, run_keys
@@ -38,7 +38,7 @@ TRANSCRIPT_FILE = "transcript.jsonl"
 ROLLOUT_COSTS_FILE = "costs.jsonl"
 GRADE_FILE = f"{GRADING_DIR}/grade.json"
 LEAVES_FILE = f"{GRADING_DIR}/leaves.jsonl"
-GRADING_COSTS_FILE = f"{GRADING_DIR}/costs.json"
+GRADING_COSTS_FILE = f"{GRADING_DIR}/costs.jsonl"
 REPRO_METADATA_FILE = f"{REPRODUCTION_DIR}/metadata.json"
 REPRO_LOG_FILE = f"{REPRODUCTION_DIR}/reproduce.log"
 
@@ -227,8 +227,9 @@ def read_run(key: RunKey, group_dir: Path) -> RunFiles:
     run.rollout_costs = _with_stage(
         read_records(folder / ROLLOUT_COSTS_FILE, CostRecord, problems), "rollout"
     )
-    grading = read_model(folder / GRADING_COSTS_FILE, CostReport, problems)
-    run.grading_costs = _with_stage(grading.records if grading else [], "grading")
+    run.grading_costs = _with_stage(
+        read_records(folder / GRADING_COSTS_FILE, CostRecord, problems), "grading"
+    )
     if run.outcome is not None and run.outcome.key != key:
         problems.append(
             Problem(

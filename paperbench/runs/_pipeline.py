@@ -134,6 +134,8 @@ class _Recorder:
         self._log: TextIO = (self.folder / RUN_LOG).open("a", encoding="utf-8")
         self._group_log = Path(spec.group_dir) / GROUP_LOG
         self._started: dict[str, float] = {}
+        self.waiting_s = 0.0
+        """A wait before this process took the run up, added to the next stage begun."""
 
     def log(self, line: str, *, group: bool = False) -> None:
         stamp = now().strftime("%Y-%m-%dT%H:%M:%S")
@@ -149,7 +151,8 @@ class _Recorder:
 
     def begin(self, stage: StageName, *, waited_s: float = 0.0) -> None:
         record = self.state.stages[stage]
-        record.waited_s += waited_s
+        record.waited_s += waited_s + self.waiting_s
+        self.waiting_s = 0.0
         record.status, record.started_at, record.detail = "running", now(), None
         record.attempts += 1
         self._started[stage] = time.monotonic()
@@ -371,13 +374,16 @@ async def run_stages(
     stages: Sequence[StageName] | None = None,
     *,
     slots: Mapping[str, asyncio.Semaphore] | None = None,
+    waited_s: float = 0.0,
 ) -> RunOutcome | None:
     """Take the run through ``stages`` (default: all) as far as its store allows.
 
     Returns the outcome once outcome.json is written (every stage done or skipped, or the
     run ended early), ``None`` when stages outside ``stages`` remain. A finished run is
     returned as it is, except a ``failed`` one, which is run again from where it failed.
-    ``slots`` limits how many runs are in each stage at once (local executor).
+    ``slots`` limits how many runs are in each stage at once (local executor); ``waited_s``
+    is how long the run waited for this call (e.g. a task in Ray's queue), recorded as the
+    wait of the first stage it begins.
     """
     folder = spec.folder
     outcome = load_outcome(folder)
@@ -385,6 +391,7 @@ async def run_stages(
         return outcome
     wanted = set(stages or STAGES)
     rec = _Recorder(spec)
+    rec.waiting_s = waited_s
     try:
         if outcome is not None:
             rec.log(f"resuming a run that failed in {outcome.failed_stage}: {outcome.reason}")
@@ -511,6 +518,8 @@ def _repro_detail(meta: ReproductionMetadata) -> str:
     return f"reproduce.sh {meta.status}{code} in {meta.wall_time_s:.0f} s"
 
 
-def execute(spec: RunSpec, stages: Sequence[StageName] | None = None) -> RunOutcome | None:
+def execute(
+    spec: RunSpec, stages: Sequence[StageName] | None = None, *, waited_s: float = 0.0
+) -> RunOutcome | None:
     """:func:`run_stages` from synchronous code, in any process (e.g. a Ray worker)."""
-    return asyncio.run(run_stages(spec, stages))
+    return asyncio.run(run_stages(spec, stages, waited_s=waited_s))

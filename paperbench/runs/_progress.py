@@ -1,6 +1,6 @@
 """The live display of a group: each run's stage, leaves graded and dollars so far.
 
-It reads the run store (run.json, grading/leaves.jsonl, costs.jsonl, grading/costs.json),
+It reads the run store (run.json, grading/leaves.jsonl, costs.jsonl, grading/costs.jsonl),
 so it shows the same thing whichever executor works on the runs and wherever they run.
 Files are read incrementally: a poll reads only what was appended since the last one.
 """
@@ -42,8 +42,7 @@ class _RunView:
     folder: Path
     leaves: _Tail = field(default_factory=_Tail)
     costs: _Tail = field(default_factory=_Tail)
-    grading_usd: float = 0.0
-    grading_mtime: float = 0.0
+    grading_costs: _Tail = field(default_factory=_Tail)
     stage: str = "pending"
     status: str = ""
     started: float | None = None
@@ -91,21 +90,10 @@ class GroupProgress:
                     run.stage, run.status = done[-1], "done"
             _read_tail(run.folder / GRADING_DIR / "leaves.jsonl", run.leaves, costs=False)
             _read_tail(run.folder / "costs.jsonl", run.costs, costs=True)
-            grading_costs = run.folder / GRADING_DIR / "costs.json"
-            try:
-                mtime = grading_costs.stat().st_mtime
-            except OSError:
-                continue
-            if mtime != run.grading_mtime:
-                run.grading_mtime = mtime
-                try:
-                    data = json.loads(grading_costs.read_text(encoding="utf-8"))
-                    run.grading_usd = float(data.get("total", {}).get("cost_usd") or 0.0)
-                except (OSError, ValueError, AttributeError, TypeError):
-                    pass
+            _read_tail(run.folder / GRADING_DIR / "costs.jsonl", run.grading_costs, costs=True)
 
     def usd(self, run: _RunView) -> float:
-        return run.costs.usd + run.grading_usd
+        return run.costs.usd + run.grading_costs.usd
 
     def render(self) -> RenderableType:
         finished = [r for r in self.runs if r.stage == "finished"]

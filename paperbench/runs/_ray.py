@@ -39,6 +39,7 @@ import contextlib
 import hashlib
 import os
 import platform
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,14 +79,22 @@ def node_label() -> str:
 
 
 def run_stage_task(
-    spec: RunSpec, stages: Sequence[StageName], coordinator: str, namespace: str
+    spec: RunSpec,
+    stages: Sequence[StageName],
+    coordinator: str,
+    namespace: str,
+    submitted_at: float | None = None,
 ) -> RunOutcome | None:
     """The body of every task: install the group's coordinator, note the node, and take
-    the run through ``stages`` (:func:`paperbench.runs._pipeline.execute`)."""
+    the run through ``stages`` (:func:`paperbench.runs._pipeline.execute`). The time since
+    ``submitted_at`` (the driver's clock, as a Unix time) is recorded as the first stage's
+    wait for a slot: the task's time in Ray's queue (for a retried task, since the first
+    submission)."""
     os.environ[NODE_ENV] = node_label()
+    waited = max(0.0, time.time() - submitted_at) if submitted_at is not None else 0.0
     previous = set_coordinator(RayCoordinator.lookup(coordinator, namespace))
     try:
-        return execute(spec, stages)
+        return execute(spec, stages, waited_s=waited)
     finally:
         set_coordinator(previous)
 
@@ -220,7 +229,7 @@ class RayExecutor:
                         ):
                             continue  # recorded as skipped by the grading task
                         submit = repro if stages == ("reproduction",) else task
-                        ref = submit.remote(spec, stages, name, self.namespace)
+                        ref = submit.remote(spec, stages, name, self.namespace, time.time())
                         try:
                             outcome = await ref
                         except asyncio.CancelledError:

@@ -15,7 +15,8 @@
         monitor.json              the blacklist monitor's report (its completion marker)
         reproduction/             metadata.json (last: completion), executed.tar.gz,
                                   reproduce.log
-        grading/                  leaves.jsonl, grade.json, costs.json, complete.json (last)
+        grading/                  leaves.jsonl, costs.jsonl, grade.json, costs.json,
+                                  complete.json (last)
         outcome.json              RunOutcome: the run's result, written last of all
 
 Every file is written whole and atomically or appended line by line; each stage writes its

@@ -159,14 +159,14 @@ def test_public_names_are_pinned() -> None:
     assert llm.__all__ == sorted(llm.__all__, key=lambda n: (not n.isupper(), n.islower(), n))
     assert len(set(llm.__all__)) == len(llm.__all__)
     assert set(llm.__all__) == {
-        "LABELS", "AssistantMessage", "BudgetCaps", "CallOutcome", "Coordinator", "CostLedger",
-        "CostRecord", "CostReport", "CostTotal", "Grant", "GroupSpend", "LocalCoordinator",
-        "Message", "Model", "ModelAPI", "ModelConfig", "ModelOutput", "ModelPrice",
-        "ModelRequest", "OutputSchema", "PriceTable", "RayCoordinator", "ReasoningEffort",
-        "ResponseCache", "StopReason", "SystemMessage", "Target", "ToolCall", "ToolDef",
-        "ToolMessage", "TransientError", "Usage", "UserMessage", "count_message_tokens",
+        "LABELS", "AssistantMessage", "BudgetCaps", "CallOutcome", "Coordinator", "CostJournal",
+        "CostLedger", "CostRecord", "CostReport", "CostTotal", "Grant", "GroupSpend",
+        "LocalCoordinator", "Message", "Model", "ModelAPI", "ModelConfig", "ModelOutput",
+        "ModelPrice", "ModelRequest", "OutputSchema", "PriceTable", "RayCoordinator",
+        "ReasoningEffort", "ResponseCache", "StopReason", "SystemMessage", "Target", "ToolCall",
+        "ToolDef", "ToolMessage", "TransientError", "Usage", "UserMessage", "count_message_tokens",
         "count_tokens", "current_coordinator", "default_cache_path", "providers",
-        "register_provider", "set_coordinator",
+        "read_cost_journal", "register_provider", "set_coordinator",
     }  # fmt: skip
     # every public name is re-exported from one of the package's private modules, under
     # its own name; nothing else in the package namespace looks public

@@ -31,7 +31,6 @@ from paperbench.agents import (
 from paperbench.judge import GradeOptions, GradeResult, LeafGrade
 from paperbench.llm import (
     AssistantMessage,
-    CostLedger,
     CostRecord,
     ToolCall,
     ToolMessage,
@@ -196,7 +195,8 @@ def _write_costs(folder: Path, rollout: list[CostRecord], grading: list[CostReco
         text = "".join(r.model_dump_json() + "\n" for r in rollout)
         (folder / "costs.jsonl").write_text(text, encoding="utf-8")
     if grading:
-        CostLedger(grading).write(folder / "grading" / "costs.json")
+        text = "".join(r.model_dump_json() + "\n" for r in grading)
+        (folder / "grading" / "costs.jsonl").write_text(text, encoding="utf-8")
 
 
 def _transcript(folder: Path, extra: str = "") -> None:

@@ -141,7 +141,7 @@ RUN_FILES = [
     "reproduction/metadata.json",
     "grading/grade.json",
     "grading/leaves.jsonl",
-    "grading/costs.json",
+    "grading/costs.jsonl",
 ]
 
 

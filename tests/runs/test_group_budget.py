@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from paperbench.errors import InputError
 from paperbench.llm import current_coordinator
 from paperbench.runs import RunOutcome
 from paperbench.runs._executor import LocalExecutor
@@ -68,20 +69,27 @@ def test_the_group_budget_stops_the_judge_calls(server: FakeLLMServer, tmp_path:
 
 
 def test_spent_is_read_from_the_store(tmp_path: Path) -> None:
-    """The rollout's costs.jsonl (a last line cut short is skipped) and grading/costs.json."""
+    """The rollout's costs.jsonl and grading/costs.jsonl (a last line cut short by a kill is
+    skipped; a call without a price adds nothing)."""
     run = tmp_path / "run"
     (run / "grading").mkdir(parents=True)
     record = {"model": "openai/gpt-4o", "label": "agent", "cost_usd": 0.25}
     (run / "costs.jsonl").write_text(
         json.dumps(record) + "\n" + json.dumps({**record, "cost_usd": None}) + '\n{"model": "op'
     )
-    report = {
-        "total": {"cost_usd": 1.5},
-        "by_stage": {},
-        "by_label": {},
-        "by_model": {},
-        "records": [],
-    }
-    (run / "grading" / "costs.json").write_text(json.dumps(report))
+    judged = {**record, "label": "judge_grading", "stage": "grading"}
+    (run / "grading" / "costs.jsonl").write_text(
+        json.dumps({**judged, "cost_usd": 1.0}) + "\n" + json.dumps({**judged, "cost_usd": 0.5})
+    )
     assert run_spent(run) == pytest.approx(1.75)
     assert group_spent([run, tmp_path / "never-started"]) == pytest.approx(1.75)
+
+
+def test_a_damaged_ledger_is_named(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "grading").mkdir(parents=True)
+    (run / "grading" / "costs.jsonl").write_text('garbage\n{"model": "x", "label": "y"}\n')
+    with pytest.raises(InputError) as caught:
+        run_spent(run)
+    assert str(run / "grading" / "costs.jsonl") in str(caught.value)
+    assert "line 1: not a cost record" in str(caught.value)

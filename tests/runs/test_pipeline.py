@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from paperbench.llm import read_cost_journal
 from paperbench.runs import GroupConfig, RunOutcome, RunState
 from paperbench.testing import FakeLLMServer
 
@@ -164,6 +165,11 @@ def test_kill_9_during_a_stage_then_resume_ends_as_an_uninterrupted_run(
     judge.release.set()
     assert not (run / "outcome.json").exists()
     answered_before = list(judge.answered)
+    paid_before = read_cost_journal(run / "grading" / "costs.jsonl")
+    if stage == "grading":
+        # the ledger is append-only: every answer that reached the process is recorded (an
+        # answer on the wire at the kill, with two leaves graded at once, may be lost)
+        assert len(paid_before) >= len(answered_before) - 1 >= 2
 
     resumed = subprocess.run(
         _cmd("run", "--resume", str(tmp_path / "runs" / "killed")),
@@ -181,6 +187,10 @@ def test_kill_9_during_a_stage_then_resume_ends_as_an_uninterrupted_run(
     assert not repeated, f"{len(repeated)} answered requests were sent again"
     if stage == "grading":
         assert answered_before and len(judge.answered) > len(answered_before)
+    # the killed attempt's records are kept and the resume appends to them
+    paid = read_cost_journal(run / "grading" / "costs.jsonl")
+    assert paid[: len(paid_before)] == paid_before
+    assert len([r for r in paid if r.outcome == "ok"]) >= len(judge.answered) - 1
     state = RunState.model_validate_json((run / "run.json").read_text())
     assert state.stages[stage].attempts == 2  # type: ignore[index]
     earlier = {"rollout": [], "reproduction": ["rollout"], "grading": ["rollout", "reproduction"]}
