@@ -12,10 +12,11 @@ with the Ray executor (a Ray runtime started in this process), on the same machi
 Per executor the table shows the wall time, the time spent in each stage (summed over runs),
 the start-up before the first stage began, and per run: the gap (time between its first
 stage's start and its outcome not spent in a stage), how much of it was waiting for a stage
-slot (in run.json: the local executor's stage slots, a Ray task's time in Ray's queue),
-the orchestration overhead (the gap less the slot waits: markers, run.json, logs,
-starting the next stage), and the bookkeeping of a ``--resume`` over the finished group
-(every marker read, nothing left to do).
+slot (in run.json: the local executor's stage slots; for Ray, from a task's submission to
+its start, which holds Ray's queue and any worker start-up), the orchestration overhead
+(the gap less the slot waits: markers, run.json, logs, starting the next stage), and the
+bookkeeping of a ``--resume`` over the finished group (every marker read, nothing left to
+do).
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def main() -> None:
         *[(f"  {s} (s, summed over runs)", f"{s}_s", "{:.1f}") for s in STAGES],
         ("start-up before the first stage (s)", "startup", "{:.1f}"),
         ("gap between stages per run (s)", "gap", "{:.3f}"),
-        ("  of it waiting for a stage slot (s)", "waited", "{:.3f}"),
+        ("  of it waiting for a slot (Ray: queue and worker start-up) (s)", "waited", "{:.3f}"),
         ("  orchestration overhead per run: gap less slot waits (s)", "overhead", "{:.3f}"),
         ("bookkeeping per run: --resume of the finished group (s)", "bookkeeping", "{:.3f}"),
     ]
