@@ -88,8 +88,8 @@ def test_config_never_serialises_the_key() -> None:
 # checked, or listed as holding none: a new export must be put in one of the two.
 _HOLDS_NO_SECRET = {
     "paperbench.llm": {
-        "AssistantMessage", "BudgetCaps", "CostLedger", "CostRecord", "CostReport", "CostTotal",
-        "ModelOutput", "ModelPrice", "ModelRequest", "OutputSchema", "PriceTable",
+        "AssistantMessage", "BudgetCaps", "CostJournal", "CostLedger", "CostRecord", "CostReport",
+        "CostTotal", "ModelOutput", "ModelPrice", "ModelRequest", "OutputSchema", "PriceTable",
         "ResponseCache", "SystemMessage", "ToolCall", "ToolDef", "ToolMessage",
         "TransientError", "Usage", "UserMessage",
         # the coordinator sees an endpoint's provider, host and a hash, never its base URL
