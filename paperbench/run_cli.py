@@ -338,9 +338,12 @@ def run_command(
         config = config.model_copy(update={"sandbox": resolved})
         group_dir = runs_dir / name
         open_group(group_dir, config)
+        sizes = [(len(config.papers), "paper"), (len(config.agents), "agent")]
+        sizes.append((config.seeds, "seed"))
         console.print(
-            f"group {name}: {len(config.papers)} papers × {len(config.agents)} agents × "
-            f"{config.seeds} seeds in {group_dir} (sandbox {config.sandbox['backend']}, judge "
+            f"group {name}: "
+            + " × ".join(f"{n} {word}{'s' if n != 1 else ''}" for n, word in sizes)
+            + f" in {group_dir} (sandbox {config.sandbox['backend']}, judge "
             f"{config.judge.identity.get('name')}, {config.mode})"
         )
     _say_what_is_less(config)

@@ -54,7 +54,8 @@ def _leaderboard(s: Summary) -> Table:
     for a in s.agents:
         counted = f"{a.counted}/{a.runs}"
         if a.incomplete_seeds:
-            counted += f" ({len(a.incomplete_seeds)} seeds incomplete)"
+            n = len(a.incomplete_seeds)
+            counted += f" ({n} seed{'s' if n != 1 else ''} incomplete)"
         table.add_row(
             Text(printable(a.agent)),
             _estimate(a.score),

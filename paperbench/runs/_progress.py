@@ -134,3 +134,5 @@ class GroupProgress:
                 live.update(self.render())
             self.poll()
             live.update(self.render())
+        if not console.is_terminal and not console.is_jupyter:
+            console.line()  # rich ends its last render with a newline on terminals only

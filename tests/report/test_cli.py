@@ -27,7 +27,7 @@ def test_report_prints_tables_and_writes_summary_and_html(tmp_path: Path) -> Non
     out = result.stdout
     assert "judge simple (sha256 5e1f00000000;" in out and "mode full" in out
     assert "36.7% ± 8.8" in out and "28.3% ± 6.0" in out  # agent-a: score, failures as 0
-    assert "5/6 (1 seeds incomplete)" in out
+    assert "5/6 (1 seed incomplete)" in out
     assert "p-beta/agent-a/seed-2" in out and "unfinished: rollout running" in out
     assert "$0.47 + 1 unpriced" in out
     assert "scores not comparable: p-beta/agent-b/seed-2" in result.output

@@ -87,6 +87,10 @@ def test_the_no_argument_run_completes_with_coverage_and_no_invented_grade(
     summary = json.loads((group / "summary.json").read_text())
     assert summary and (group / "report" / "index.html").is_file()
     assert len(list((group / "report" / "runs").glob("*.html"))) == len(config.papers)
+    # the live display's last line ends where it should (piped: no terminal)
+    tail = result.stderr[result.stderr.rindex("runs finished") :]
+    assert "\n" in tail and tail.split("\n")[0].endswith(" s"), tail
+    assert "2 papers × 1 agent × 1 seed in" in result.stdout
 
 
 def _wait_for(
