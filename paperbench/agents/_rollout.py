@@ -56,7 +56,6 @@ from paperbench.agents._rollout_files import (
     RolloutResult,
     RolloutStatus,
     check_out_dir,
-    read_costs,
     used_before,
 )
 from paperbench.agents._transcript import (
@@ -309,7 +308,7 @@ async def rollout(
     # The dollar limit is also the ledger's cap: no call is sent once it is spent, even by an
     # agent that makes many calls between two checks of its limits.
     caps = BudgetCaps(run_usd=agent_limits.dollars)
-    ledger = JournalLedger(out / "costs.jsonl", read_costs(out / "costs.jsonl"), caps)
+    ledger = JournalLedger.open(out / "costs.jsonl", caps)
     model = Model(model_config, ledger=ledger, stage="rollout") if model_config else None
     if built is None:
         assert not isinstance(agent, Agent)

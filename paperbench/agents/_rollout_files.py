@@ -22,7 +22,7 @@ from paperbench.agents._base import (
 )
 from paperbench.agents._transcript import StartEvent, TranscriptEvent
 from paperbench.errors import ConfigError, InputError, UsageError
-from paperbench.llm import BudgetCaps, CostJournal, CostRecord, CostTotal, read_cost_journal
+from paperbench.llm import BudgetCaps, CostJournal, CostRecord, CostTotal
 from paperbench.sandbox import IsolationKind, NetworkPolicy, SandboxConfig
 
 SCHEMA_VERSION = 1
@@ -127,10 +127,6 @@ class JournalLedger(CostJournal):
                 self.earlier_retry_wait_s += wait
             elif self.tracker is not None:
                 self.tracker.retry_wait_s += wait
-
-
-read_costs = read_cost_journal
-"""The records of costs.jsonl; a last line cut short by a crash is dropped."""
 
 
 def used_before(history: list[TranscriptEvent]) -> tuple[float, int, int]:

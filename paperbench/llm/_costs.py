@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Self, TextIO
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -302,7 +302,7 @@ class CostJournal(CostLedger):
                 self._journal = None
 
     @classmethod
-    def open(cls, path: str | Path, caps: BudgetCaps | None = None) -> CostJournal:
+    def open(cls, path: str | Path, caps: BudgetCaps | None = None) -> Self:
         """The journal at ``path`` with the records it already holds."""
         return cls(path, read_cost_journal(path), caps=caps)
 

@@ -73,12 +73,9 @@ def default_group_name() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
 
 
-def _papers(
-    source: PaperSource, papers: str | None, data_dir: Path | None
-) -> tuple[list[str], str]:
+def _papers(source: PaperSource, papers: str | None) -> tuple[list[str], str]:
     if papers is None:
-        ids = source.paper_ids()
-        return ids, "bundled" if data_dir is None else "all"
+        return source.paper_ids(), "bundled" if source.data_dir is None else "all"
     names = [p.strip() for p in papers.split(",") if p.strip()]
     if not names:
         raise UsageError("--papers: give paper ids (comma-separated) or a split name")
@@ -166,7 +163,7 @@ def plan_group(group: str, options: RunOptions, sandbox: dict[str, Any]) -> Grou
     except ValueError as exc:
         raise UsageError(f"--group: {exc}") from None
     source = PaperSource.resolve(options.data_dir)
-    papers, paper_set = _papers(source, options.papers, source.data_dir)
+    papers, paper_set = _papers(source, options.papers)
     if not papers:
         raise UsageError("--papers: no paper to run")
     for paper in papers:

@@ -135,7 +135,8 @@ class _Recorder:
         self._group_log = Path(spec.group_dir) / GROUP_LOG
         self._started: dict[str, float] = {}
         self.waiting_s = 0.0
-        """A wait before this process took the run up, added to the next stage begun."""
+        """Time waited (for a slot, in a queue) since the last stage began; recorded as the
+        wait of the next stage begun."""
 
     def log(self, line: str, *, group: bool = False) -> None:
         stamp = now().strftime("%Y-%m-%dT%H:%M:%S")
@@ -149,9 +150,9 @@ class _Recorder:
         self.state.updated_at = now()
         write_model(self.folder / RUN_FILE, self.state)
 
-    def begin(self, stage: StageName, *, waited_s: float = 0.0) -> None:
+    def begin(self, stage: StageName) -> None:
         record = self.state.stages[stage]
-        record.waited_s += waited_s + self.waiting_s
+        record.waited_s += self.waiting_s
         self.waiting_s = 0.0
         record.status, record.started_at, record.detail = "running", now(), None
         record.attempts += 1
@@ -365,7 +366,8 @@ async def _begin_in_slot(
         slots[stage] if slots is not None and stage in slots else nullcontext()
     )
     async with slot:
-        rec.begin(stage, waited_s=time.monotonic() - asked)
+        rec.waiting_s += time.monotonic() - asked
+        rec.begin(stage)
         yield
 
 

@@ -4,12 +4,10 @@ runs an agent in a real local-bubblewrap sandbox with a RunContext built directl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-
-import pytest
 
 from paperbench.agents import (
     SUBMISSION_DIR,
@@ -25,6 +23,7 @@ from paperbench.sandbox import LocalBackend, NetworkPolicy, Sandbox, SandboxBack
 from paperbench.testing import FakeLLMServer
 
 # the Docker backend's session fixtures: engine, images
+from tests.fixtures import clean_env, fake_llm  # noqa: F401
 from tests.sandbox.docker_fixtures import (  # noqa: F401
     TEST_LABELS,
     docker_client,
@@ -34,37 +33,10 @@ from tests.sandbox.docker_fixtures import (  # noqa: F401
 
 T = TypeVar("T")
 
-_ENV = (
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "OPENAI_BASE_URL",
-    "ANTHROPIC_BASE_URL",
-    "PAPERBENCH_PRICES",
-    "PAPERBENCH_ENDPOINTS",
-    "PAPERBENCH_DATA_DIR",
-)
-
 PROVIDERS = {
     "chat": ("openai/gpt-4o", "openai_url"),
     "messages": ("anthropic/claude-haiku-4-5", "anthropic_url"),
 }
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No keys, no base URLs, a private cache folder, and a working directory with no .env."""
-    for name in _ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
-def fake_llm() -> Iterator[FakeLLMServer]:
-    """A fake OpenAI/Anthropic server on 127.0.0.1, stopped after the test."""
-    with FakeLLMServer() as server:
-        yield server
 
 
 def model_for(protocol: str, server: FakeLLMServer, **kwargs: Any) -> Model:

@@ -7,7 +7,6 @@ import asyncio
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +38,6 @@ from tests.sandbox.docker_fixtures import TEST_LABELS, docker_client, docker_ima
 
 PROVIDERS = {"openai": "openai/gpt-4o", "anthropic": "anthropic/claude-haiku-4-5"}
 """The wire protocols the pipeline is run through: Chat Completions and Messages."""
-
-_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
 
 UTILS = "def add(a, b):\n    return a + b\n"
 MODEL = "from utils import add\n\n\ndef predict(x):\n    return add(x, 1)\n"
@@ -135,19 +132,6 @@ class ScriptedModel:
         if self.architecture:
             return kind, self.architecture.pop(0)
         return kind, "```json\n" + json.dumps(ARCHITECTURE) + "\n```"
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in _ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
-
-
-@pytest.fixture
-def fake_llm() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -31,9 +31,9 @@ from paperbench.agents import (
     read_transcript,
 )
 from paperbench.agents._rollout import rollout
-from paperbench.agents._rollout_files import RolloutResult, read_costs, used_before
+from paperbench.agents._rollout_files import RolloutResult, used_before
 from paperbench.errors import ConfigError, SandboxError, UsageError
-from paperbench.llm import Model, ModelConfig
+from paperbench.llm import Model, ModelConfig, read_cost_journal
 from paperbench.papers import Paper, PaperSource, load_data_dir_paper
 from paperbench.sandbox import NetworkPolicy, SandboxConfig
 from paperbench.sandbox._local_gc import reap_local_orphans
@@ -115,7 +115,7 @@ def test_rollout_writes_the_run_folder(tmp_path: Path, fake_llm: FakeLLMServer) 
     assert isinstance(events[0], StartEvent) and events[0].resumed == 0
     assert isinstance(events[-1], EndEvent) and events[-1].status == "submitted"
     assert any(isinstance(e, SnapshotEvent) for e in events)
-    assert len(read_costs(out / "costs.jsonl")) == 3
+    assert len(read_cost_journal(out / "costs.jsonl")) == 3
     assert json.loads((out / "config.json").read_text())["agent"] == "step-agent"
     assert len(fake_llm.requests) == 3
 

@@ -27,12 +27,11 @@ from paperbench.llm import BudgetCaps, CostLedger, Model, ModelConfig
 from paperbench.papers import Paper, PaperSource
 from paperbench.testing import FakeLLMServer, FakeReply, FakeUsage
 from paperbench.testing.fake_llm import RecordedRequest
+from tests.fixtures import clean_env  # noqa: F401
 
 from .conftest import write_executed
 
 T = TypeVar("T")
-
-_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
 
 REPO: dict[str, str | bytes] = {
     "model.py": "def binning(x):\n    return sorted(x)  # TARGET_MODEL_CODE\n",
@@ -46,16 +45,6 @@ REFERENCE: dict[str, str | bytes] = {
     "calibrate.py": "def histogram_binning(p, y):\n    return p  # REFERENCE_CODE\n",
     "README.md": "The reference implementation.\n",
 }
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No keys or base URLs from the machine, a private cache, no .env in the cwd."""
-    for name in _ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 @pytest.fixture

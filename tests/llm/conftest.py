@@ -1,36 +1,5 @@
 """Fixtures for the model-provider tests: a fake model server and a clean environment."""
 
-from __future__ import annotations
+from tests.fixtures import clean_env, fake_llm
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from paperbench.testing import FakeLLMServer
-
-_ENV = (
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "OPENAI_BASE_URL",
-    "ANTHROPIC_BASE_URL",
-    "PAPERBENCH_PRICES",
-    "PAPERBENCH_ENDPOINTS",
-)
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No keys, no base URLs, a private cache folder, and a working directory with no .env."""
-    for name in _ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
-def fake_llm() -> Iterator[FakeLLMServer]:
-    """A fake OpenAI/Anthropic server on 127.0.0.1, stopped after the test."""
-    with FakeLLMServer() as server:
-        yield server
+__all__ = ["clean_env", "fake_llm"]

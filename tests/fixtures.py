@@ -1,0 +1,39 @@
+"""Fixtures shared by the test packages that call models: a clean environment and a fake
+model server. A conftest (or a test module) imports the ones it wants."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from paperbench.testing import FakeLLMServer
+
+MACHINE_ENV = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_BASE_URL",
+    "PAPERBENCH_PRICES",
+    "PAPERBENCH_ENDPOINTS",
+    "PAPERBENCH_DATA_DIR",
+)
+"""What the machine's environment may set that would change what a test sees."""
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No keys, no base URLs, a private cache folder, and a working directory with no .env."""
+    for name in MACHINE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLMServer]:
+    """A fake OpenAI/Anthropic server on 127.0.0.1, stopped after the test."""
+    with FakeLLMServer() as server:
+        yield server
