@@ -71,6 +71,8 @@ from paperbench.sandbox._cgroup import Cgroup
 from paperbench.sandbox._disk import DiskCap, DiskCapUnavailableError
 from paperbench.sandbox._local_egress import LocalEgress, LocalEgressGateway
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
+from paperbench.sandbox._local_user import OUTER_CAPS, SandboxUser, check_tools
+from paperbench.sandbox._seccomp import seccomp_fd, seccomp_program
 
 log = logging.getLogger("paperbench.sandbox")
 
@@ -181,6 +183,9 @@ class LocalBackend(SandboxBackend):
             reason = "local backend: bubblewrap asked for"
         else:
             reason = "local backend: isolation none asked for"
+        if isolation == "bwrap":
+            check_tools()
+            seccomp_program()  # libseccomp is there, or a clear error now
         self.isolation: Literal["bwrap", "none"] = isolation
         self.isolation_kind: IsolationKind = "bubblewrap" if isolation == "bwrap" else "none"
         self.isolation_reason = reason
@@ -237,6 +242,7 @@ class LocalBackend(SandboxBackend):
             path=":".join([*path_dirs, DEFAULT_PATH]),
             ro_binds=list(dict.fromkeys(binds)),
             cgroup=cgroup,
+            user=SandboxUser.new() if self.isolation == "bwrap" and os.geteuid() == 0 else None,
         )
         sb.disk, sb.disk_cap = disk, disk_cap
         try:
@@ -272,8 +278,13 @@ class LocalSandbox(Sandbox):
         path: str,
         ro_binds: list[str],
         cgroup: Cgroup | None,
+        user: SandboxUser | None = None,
     ) -> None:
         self.spec = spec
+        self.user = user
+        """The host uid the commands run as (root only inside their user namespace); None
+        when paperbench itself is not root (the commands then run as its own uid) or
+        unsandboxed."""
         self.id = uuid.uuid4().hex[:12]
         self.workspace = workspace
         self.fs = workspace / "fs"
@@ -297,8 +308,15 @@ class LocalSandbox(Sandbox):
 
     @property
     def hard_pids_limit(self) -> bool:
-        """True when a cgroup enforces ``spec.limits.pids`` (a limit that holds for root)."""
-        return self._cgroup is not None and self._cgroup.pids_limited
+        """True when ``spec.limits.pids`` holds for the commands: a cgroup enforces it, or they
+        run as a non-root sandbox user of their own, to whom RLIMIT_NPROC applies."""
+        if self._cgroup is not None and self._cgroup.pids_limited:
+            return True
+        return (
+            self.isolation == "bwrap"
+            and self.spec.limits.pids is not None
+            and (self.user is not None or os.geteuid() != 0)
+        )
 
     @property
     def network_isolated(self) -> bool:
@@ -329,6 +347,18 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"{path}: a link leads out of the sandbox workspace")
         return host
 
+    def _make_dirs(self, folder: Path) -> None:
+        """``mkdir -p`` inside the workspace, each new folder the sandbox user's."""
+        missing = []
+        probe = folder
+        while not probe.exists() and probe != self.fs and self.fs in probe.parents:
+            missing.append(probe)
+            probe = probe.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.user is not None:
+            for made in missing:
+                os.lchown(made, self.user.uid, self.user.gid)
+
     def _tops(self) -> list[str]:
         return sorted(p.name for p in self.fs.iterdir() if p.is_dir() and not p.is_symlink())
 
@@ -348,6 +378,13 @@ class LocalSandbox(Sandbox):
             f"export PATH={_sh_quote(path)}\n"
             '[ -f "$HOME/.bashrc" ] && . "$HOME/.bashrc"\n'
         )
+        # Mount points of host folders bound below a workspace folder (an interpreter in
+        # /root/.pyenv): made here, so that bwrap does not make them root's and private.
+        for src in self._ro_binds:
+            if _split(src)[0] not in SYSTEM_TOPS | _FORBIDDEN_TOPS:
+                (self.fs / src.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        if self.user is not None:
+            self.user.give(self.fs)
         if self.spec.ca_bundle is not None:
             parts = [_HOST_CA_BUNDLE.read_bytes()] if _HOST_CA_BUNDLE.exists() else []
             parts.append(Path(self.spec.ca_bundle).read_bytes())
@@ -393,7 +430,9 @@ class LocalSandbox(Sandbox):
     def _ro_bind_args(self) -> list[str]:
         return [arg for src in self._ro_binds for arg in ("--ro-bind-try", src, src)]
 
-    def _bwrap_argv(self, workdir: str) -> list[str]:
+    def _bwrap_argv(self, workdir: str, seccomp: int) -> list[str]:
+        """The outer bubblewrap (see ``_local_user``) and, after it, the drop to the sandbox
+        user with the seccomp program in file descriptor ``seccomp``; the command follows."""
         # filtered: the exec joins the sandbox's network namespace in _preexec instead.
         joined = self._egress is not None and self._egress.netns_fd is not None
         unshare = self.spec.network != NetworkPolicy.FULL and not joined
@@ -404,11 +443,19 @@ class LocalSandbox(Sandbox):
         for top in self._tops():
             argv += ["--bind", str(self.fs / top), f"/{top}"]
         argv += self._ro_bind_args()
+        if self._ca_file is not None or self._egress is not None:
+            # bwrap would make it 0700, root's: closed to the sandbox user
+            argv += ["--perms", "0755", "--dir", posixpath.dirname(_CA_IN_SANDBOX)]
         if self._ca_file is not None:
             argv += ["--ro-bind", str(self._ca_file), _CA_IN_SANDBOX]
         if self._egress is not None:
             argv += self._egress.exec_binds
-        argv += ["--chdir", workdir, "--"]
+        if self.user is not None:
+            argv += [*OUTER_CAPS, "--chdir", workdir, "--"]
+            return argv + self.user.drop_argv(workdir=workdir, seccomp_fd=seccomp)
+        # paperbench is not root: one unprivileged bubblewrap, its uid root inside
+        argv += ["--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns"]
+        argv += ["--seccomp", str(seccomp), "--chdir", workdir, "--"]
         return argv
 
     def _preexec(self) -> Callable[[], None]:
@@ -417,6 +464,8 @@ class LocalSandbox(Sandbox):
         memory_cgroup = self._cgroup is not None and self._cgroup.memory_limited
         as_bytes = None if memory_cgroup or limits.memory_mb is None else limits.memory_mb << 20
         fsize = None if limits.disk_mb is None else limits.disk_mb << 20
+        # RLIMIT_NPROC counts the processes of the sandbox's own uid: a hard limit for it.
+        nproc = limits.pids if self.user is not None else None
         join_netns = self._egress.join_netns() if self._egress is not None else None
 
         def preexec() -> None:  # runs in the child between fork and exec
@@ -431,6 +480,8 @@ class LocalSandbox(Sandbox):
                 resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
             if fsize is not None:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+            if nproc is not None:
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
         return preexec
 
@@ -451,13 +502,14 @@ class LocalSandbox(Sandbox):
         wd = posixpath.normpath(workdir or self.spec.workdir)
         top = _split(wd)[0]
         if top and top not in SYSTEM_TOPS and top not in _FORBIDDEN_TOPS:
-            await asyncio.to_thread(
-                self.host_path(wd, for_write=True).mkdir, parents=True, exist_ok=True
-            )
+            await asyncio.to_thread(self._make_dirs, self.host_path(wd, for_write=True))
         if self._egress is not None:
             self._egress.check_bridge()
+        pass_fds: tuple[int, ...] = ()
         if self.isolation == "bwrap":
-            full_argv, cwd = [*self._bwrap_argv(wd), *argv], str(self.workspace)
+            seccomp = seccomp_fd()
+            pass_fds = (seccomp,)
+            full_argv, cwd = [*self._bwrap_argv(wd, seccomp), *argv], str(self.workspace)
         else:
             full_argv, cwd = argv, str(self.host_path(wd))
         out, err = HeadTail(output_limit), HeadTail(output_limit)
@@ -474,9 +526,13 @@ class LocalSandbox(Sandbox):
                 env=self._env(env),
                 start_new_session=True,
                 preexec_fn=self._preexec(),
+                pass_fds=pass_fds,
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             raise SandboxError(f"cannot start {argv[0]!r} in the local sandbox: {exc}") from exc
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         self._running.add(proc)
         readers = asyncio.gather(drain(proc.stdout, out), drain(proc.stderr, err))
@@ -529,8 +585,15 @@ class LocalSandbox(Sandbox):
     async def upload(self, src: Path, dest: str) -> None:
         self._check_alive()
         target = self.host_path(dest, for_write=True)
+
+        def copy() -> None:
+            self._make_dirs(target.parent)
+            _copy(Path(src), target)
+            if self.user is not None:
+                self.user.give(target)
+
         try:
-            await asyncio.to_thread(_copy, Path(src), target)
+            await asyncio.to_thread(copy)
         except OSError as exc:
             raise SandboxError(f"upload of {src} to {dest} failed: {exc}") from exc
 
@@ -570,11 +633,13 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"{path}: cannot write a file at the top level")
 
         def write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            self._make_dirs(target.parent)
             self.host_path(path, for_write=True)  # re-check after creating parents
             if target.is_symlink():
                 target.unlink()
             target.write_bytes(data)
+            if self.user is not None:
+                self.user.give(target)
 
         try:
             await asyncio.to_thread(write)

@@ -149,7 +149,7 @@ def test_disk_cap_stops_an_endless_writer_in_bubblewrap(tmp_path: Path) -> None:
 def test_disk_cap_refused_when_it_cannot_be_made_unless_allowed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv("PATH", _path_without(tmp_path, "bwrap"))
+    monkeypatch.setenv("PATH", _path_without(tmp_path, "bwrap", "setpriv"))
 
     async def main() -> None:
         with pytest.raises(SandboxUnavailableError, match=r"mkfs\.ext4.*--allow-uncapped-disk"):
