@@ -82,6 +82,39 @@ def is_private_address(address: str) -> bool:
     return any(ip in net for net in _PRIVATE_NETS if net.version == ip.version)
 
 
+def is_host_address(address: str) -> bool:
+    """An address of one of this machine's own interfaces, whatever its range (a public
+    address of the host's, a Docker bridge's gateway): one a socket can be bound to.
+
+    Asked of the kernel at every check, so an interface that appears after the proxy started
+    is covered too.
+    """
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_unspecified or ip.is_loopback:
+        return True
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((str(ip), 0))
+        except OSError:
+            return False
+    return True
+
+
+def refused_address(address: str) -> str | None:
+    """Why the proxy never connects to ``address`` (None: it may)."""
+    if is_host_address(address):
+        return "host address"
+    if is_private_address(address):
+        return "private address"
+    return None
+
+
 class NetworkLog:
     """Appends JSON lines, flushed one by one, up to ``max_bytes`` (then one final notice)."""
 
@@ -183,18 +216,25 @@ class EgressAddon:
             **{"rule": None, "status": None, **extra},
         )
 
-    def _private_target(self, host: str) -> bool:
+    def _refused_target(self, host: str) -> str | None:
+        """Why ``host`` (a name or an address literal) is refused as it is written."""
         if not self.block_private or host.lower() in self.resolve:
-            return False
-        return host.lower() in {"localhost", "localhost."} or is_private_address(host)
+            return None
+        if host.lower().rstrip(".") == "localhost":
+            return "host address"
+        return refused_address(host)
+
+    def _refuse_address(self, flow: http.HTTPFlow, host: str, reason: str) -> None:
+        what = "an address of this machine" if reason == "host address" else "a private address"
+        self._blocked(flow, reason, None, f"{host} is {what}")
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         host = flow.request.host
         hit = self.blacklist.blocks_host(host)
         if hit is not None:
             self._blocked(flow, "blacklist", hit.rule, f"{host} is blacklisted ({hit.rule})")
-        elif self._private_target(host):
-            self._blocked(flow, "private address", None, f"{host} is a private address")
+        elif (refused := self._refused_target(host)) is not None:
+            self._refuse_address(flow, host, refused)
         else:
             flow.metadata["paperbench_logged"] = True
             self._write(flow, "allowed", status=200)
@@ -209,8 +249,9 @@ class EgressAddon:
             if hit is not None:
                 self._blocked(flow, "blacklist", hit.rule, f"{url} is blacklisted ({hit.rule})")
                 return
-        if self._private_target(req.host) or await self._resolves_private(req.host, req.port):
-            self._blocked(flow, "private address", None, f"{req.host} is a private address")
+        refused = self._refused_target(req.host) or await self._resolves_refused(req.host, req.port)
+        if refused is not None:
+            self._refuse_address(flow, req.host, refused)
 
     def response(self, flow: http.HTTPFlow) -> None:
         if not flow.metadata.get("paperbench_logged") and flow.response is not None:
@@ -262,8 +303,8 @@ class EgressAddon:
             return
         if not self.block_private or self.via_upstream_proxy:
             return  # behind an upstream proxy, the address here is the proxy's own
-        if self._private_target(host):
-            data.server.error = f"paperbench egress proxy: {host} is a private address"
+        if (refused := self._refused_target(host)) is not None:
+            data.server.error = f"paperbench egress proxy: {host} is a refused {refused}"
             return
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(
@@ -273,21 +314,22 @@ class EgressAddon:
             data.server.error = f"cannot resolve {host}: {exc}"
             return
         addresses = [str(info[4][0]) for info in infos]
-        if not addresses or any(is_private_address(a) for a in addresses):
-            data.server.error = f"paperbench egress proxy: {host} resolves to a private address"
+        refused = next(filter(None, map(refused_address, addresses)), None)
+        if not addresses or refused is not None:
+            data.server.error = f"paperbench egress proxy: {host} resolves to a {refused}"
             return
         data.server.address = (addresses[0], port)
 
-    async def _resolves_private(self, host: str, port: int) -> bool:
+    async def _resolves_refused(self, host: str, port: int) -> str | None:
         if not self.block_private or host.lower() in self.resolve:
-            return False
+            return None
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 host, port, type=socket.SOCK_STREAM
             )
         except OSError:
-            return False  # reported as an upstream error instead
-        return any(is_private_address(str(info[4][0])) for info in infos)
+            return None  # reported as an upstream error instead
+        return next(filter(None, (refused_address(str(info[4][0])) for info in infos)), None)
 
 
 def _watch_stdin(master: DumpMaster) -> None:

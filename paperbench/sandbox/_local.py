@@ -9,11 +9,15 @@ Isolation modes:
 * ``bwrap`` (when ``bwrap`` is on PATH): every command runs in a fresh bubblewrap namespace
   with the system folders bound read-only (selectively: ``/usr``, ``/etc``, ``/lib*``, ...,
   never ``/root``, ``/home``, ``/run`` or the checkout), each workspace top folder bound
-  read-write at its sandbox path, a fresh ``/proc`` and ``/dev``, all capabilities dropped, its
-  own pid namespace (the command's processes die with it), no network unless ``full``.
-  Under ``filtered`` every command joins one network namespace per sandbox whose only way out
-  is the egress proxy (see ``_local_egress``: a long-lived bwrap keeps the namespace and runs
-  the bridge to the proxy's unix socket).
+  read-write at its sandbox path, a fresh ``/proc`` and ``/dev``, its own pid namespace (the
+  command's processes die with it). It runs as a non-root uid of the sandbox's own, root only
+  inside a user namespace, with no capabilities, ``no_new_privs`` and a seccomp filter (see
+  ``_local_user`` and ``_seccomp``): the host's kernel settings, root-only files and keyrings
+  are out of its reach. Network: ``none`` is a namespace with only a loopback; under
+  ``filtered`` every command joins one network namespace per sandbox whose only way out is
+  the egress proxy (see ``_local_egress``: a long-lived bwrap keeps the namespace and runs the
+  bridge to the proxy's unix socket); under ``full`` one whose way out is slirp4netns, which
+  reaches the internet but no address of the host (``_local_net``).
 * ``none`` (no bwrap; only when asked): a plain subprocess in its own session, cwd inside the
   workspace and ``PAPERBENCH_SANDBOX_ROOT`` naming the folder sandbox paths map into. A loud
   warning is logged. Gaps: commands see the host filesystem and network, and absolute sandbox
@@ -71,6 +75,7 @@ from paperbench.sandbox._cgroup import Cgroup
 from paperbench.sandbox._disk import DiskCap, DiskCapUnavailableError
 from paperbench.sandbox._local_egress import LocalEgress, LocalEgressGateway
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
+from paperbench.sandbox._local_net import UserModeNetwork
 from paperbench.sandbox._local_user import OUTER_CAPS, SandboxUser, check_tools
 from paperbench.sandbox._seccomp import seccomp_fd, seccomp_program
 
@@ -250,6 +255,14 @@ class LocalBackend(SandboxBackend):
         except OSError as exc:
             await sb.stop()
             raise SandboxError(f"local sandbox: cannot prepare workspace: {exc}") from exc
+        if spec.network == NetworkPolicy.FULL and self.isolation == "bwrap":
+            try:
+                sb._net = await UserModeNetwork.start(
+                    workspace / "net", keeper_argv=sb._bwrap_base(unshare_net=False)
+                )
+            except BaseException:
+                await sb.stop()
+                raise
         if spec.network == NetworkPolicy.FILTERED:
             gateway = self.egress or LocalEgressGateway()
             try:
@@ -296,6 +309,8 @@ class LocalSandbox(Sandbox):
         self._stopped = False
         self._ca_file: Path | None = None
         self._egress: LocalEgress | None = None
+        self._net: UserModeNetwork | None = None
+        """``full`` under bubblewrap: the sandbox's own network namespace behind slirp4netns."""
         self.disk: DiskCap | None = None
         self.disk_cap: DiskCapKind | None = None
         """How ``limits.disk_mb`` is enforced: ``loop-ext4`` or ``rlimit-fsize`` (allowed)."""
@@ -433,10 +448,9 @@ class LocalSandbox(Sandbox):
     def _bwrap_argv(self, workdir: str, seccomp: int) -> list[str]:
         """The outer bubblewrap (see ``_local_user``) and, after it, the drop to the sandbox
         user with the seccomp program in file descriptor ``seccomp``; the command follows."""
-        # filtered: the exec joins the sandbox's network namespace in _preexec instead.
-        joined = self._egress is not None and self._egress.netns_fd is not None
-        unshare = self.spec.network != NetworkPolicy.FULL and not joined
-        argv = self._bwrap_base(unshare_net=unshare)
+        # filtered and full: the exec joins the sandbox's network namespace in _preexec.
+        joined = any(n is not None and n.netns_fd is not None for n in (self._egress, self._net))
+        argv = self._bwrap_base(unshare_net=not joined)
         if self.spec.gpu is not None:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 argv += ["--dev-bind-try", str(dev), str(dev)]
@@ -450,6 +464,8 @@ class LocalSandbox(Sandbox):
             argv += ["--ro-bind", str(self._ca_file), _CA_IN_SANDBOX]
         if self._egress is not None:
             argv += self._egress.exec_binds
+        if self._net is not None:
+            argv += self._net.exec_binds
         if self.user is not None:
             argv += [*OUTER_CAPS, "--chdir", workdir, "--"]
             return argv + self.user.drop_argv(workdir=workdir, seccomp_fd=seccomp)
@@ -466,7 +482,8 @@ class LocalSandbox(Sandbox):
         fsize = None if limits.disk_mb is None else limits.disk_mb << 20
         # RLIMIT_NPROC counts the processes of the sandbox's own uid: a hard limit for it.
         nproc = limits.pids if self.user is not None else None
-        join_netns = self._egress.join_netns() if self._egress is not None else None
+        holder = self._egress or self._net
+        join_netns = holder.join_netns() if holder is not None else None
 
         def preexec() -> None:  # runs in the child between fork and exec
             if join_netns is not None:
@@ -505,6 +522,8 @@ class LocalSandbox(Sandbox):
             await asyncio.to_thread(self._make_dirs, self.host_path(wd, for_write=True))
         if self._egress is not None:
             self._egress.check_bridge()
+        if self._net is not None:
+            self._net.check_alive()
         pass_fds: tuple[int, ...] = ()
         if self.isolation == "bwrap":
             seccomp = seccomp_fd()
@@ -667,6 +686,9 @@ class LocalSandbox(Sandbox):
         if self._egress is not None:
             await self._egress.close()
             self._egress = None
+        if self._net is not None:
+            await self._net.close()
+            self._net = None
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)
         await asyncio.to_thread(remove_tree, self.workspace)

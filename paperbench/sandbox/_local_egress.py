@@ -148,7 +148,7 @@ class LocalEgress:
         """Stop the keeper, release the namespace and stop the proxy. Idempotent."""
         keeper, self.keeper = self.keeper, None
         if keeper is not None:
-            _kill(keeper)
+            kill_process(keeper)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(keeper.wait(), 10)
         fd, self.netns_fd = self.netns_fd, None
@@ -290,7 +290,7 @@ class LocalEgressGateway:
             tail = stderr_path.read_bytes()[-_STDERR_TAIL:].decode("utf-8", "replace").strip()
             return SandboxError(f"the egress bridge {what}: {tail or 'no error output'}")
 
-        reading = asyncio.ensure_future(asyncio.to_thread(_read_info, info_r))
+        reading = asyncio.ensure_future(asyncio.to_thread(read_bwrap_info, info_r))
         try:
             info = await asyncio.wait_for(asyncio.shield(reading), self.startup_timeout)
             line = await asyncio.wait_for(keeper.stdout.readline(), self.startup_timeout)
@@ -298,7 +298,7 @@ class LocalEgressGateway:
             raise fail(f"did not start within {self.startup_timeout:.0f} s") from None
         finally:
             if not reading.done():  # bwrap hangs: end it, so that the read sees EOF
-                _kill(keeper)
+                kill_process(keeper)
                 with contextlib.suppress(TimeoutError, OSError):
                     await asyncio.wait_for(reading, 10)
             os.close(info_r)
@@ -329,12 +329,12 @@ def _remove_socket_dir(sock_dir: Path, folder: Path | None) -> None:
             remove_tree(sock_dir)
 
 
-def _kill(proc: asyncio.subprocess.Process) -> None:
+def kill_process(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _read_info(fd: int) -> dict[str, int] | None:
+def read_bwrap_info(fd: int) -> dict[str, int] | None:
     """bwrap's ``--info-fd`` JSON (child pid, namespace inodes); None when bwrap died first."""
     data = b""
     while len(data) < 65536:

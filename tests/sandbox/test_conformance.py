@@ -44,7 +44,16 @@ KNOWN_GAPS: dict[str, dict[str, tuple[str, str]]] = {
             "doc",
             "each exec is its own pid namespace: background processes end with their exec",
         ),
-        "host_etc_visible": ("doc", "the host's /etc, /usr, /opt are visible read-only"),
+        "host_etc_visible": (
+            "doc",
+            "the host's /etc, /usr, /opt are visible read-only, as a non-root uid sees them "
+            "(root-only files such as /etc/shadow refuse it)",
+        ),
+        "network_full_root": (
+            "doc",
+            "full needs root, slirp4netns and iptables (its own network namespace behind "
+            "slirp4netns, host addresses refused); without them start fails with a clear error",
+        ),
     },
     "local-none": {
         "sandbox_paths_in_commands": (
