@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Make sure this machine can run paperbench's Docker sandboxes: installs docker.io, debootstrap
-# and bubblewrap with apt-get when missing, and starts dockerd in the background when no engine
-# answers. Idempotent: a second run changes nothing. Needs root (or sudo) for installs/dockerd.
+# Make sure this machine can run paperbench's sandboxes: installs docker.io, debootstrap,
+# bubblewrap, slirp4netns and iptables with apt-get when missing, and starts dockerd in the
+# background when no engine answers. Idempotent: a second run changes nothing. Needs root (or sudo) for installs/dockerd.
 set -euo pipefail
 
 LOG=${PAPERBENCH_DOCKERD_LOG:-/var/log/paperbench-dockerd.log}
@@ -16,6 +16,9 @@ command -v docker >/dev/null 2>&1 || missing+=(docker.io)
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)   # the local sandbox's network=full
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 if [ ${#missing[@]} -gt 0 ]; then
   pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
   say "installing: $pkgs"
