@@ -17,9 +17,10 @@ Isolation and limits:
   a warning, and ``disk_cap == "none"``);
 - the environment is ``spec.env`` (plus ``spec.proxy_env`` and CA variables when asked), never
   the host's; the Docker socket is never mounted;
-- network ``none`` → no interface; ``full`` → the default bridge; ``filtered`` → an internal
-  network (no route out) whose only way to the host is the egress proxy's port: host firewall
-  rules on its bridge interface drop the rest (``_docker_firewall``).
+- network ``none`` → no interface; ``full`` → a routed bridge network of its own, closed to
+  every address of the host and to link-local addresses by host firewall rules on its bridge
+  interface; ``filtered`` → an internal network (no route out) whose only way to the host is
+  the egress proxy's port: the same rules drop the rest (``_docker_firewall``).
 
 Fast exec path (on by default; ``DockerBackend(fast_exec=False)`` or
 ``PAPERBENCH_DOCKER_FAST_EXEC=0`` turns it off): a small stdlib exec server (``_execd.py``) is
@@ -300,7 +301,19 @@ class DockerBackend(SandboxBackend):
         base_labels = {**spec.labels, L.SANDBOX: sb.id}
         network_mode = "none"
         if spec.network is NetworkPolicy.FULL:
-            network_mode = "bridge"
+            # A routed bridge of its own, closed to the host (HostFirewall): Docker's default
+            # bridge would let the container reach every service of the host's.
+            net = await asyncio.to_thread(
+                api.create_network,
+                f"{sb.id}-net",
+                driver="bridge",
+                internal=False,
+                labels=L.labels("network", base_labels),
+            )
+            sb.networks.append(net["Id"])
+            network_mode = f"{sb.id}-net"
+            sb.firewall = HostFirewall(network_mode, net["Id"], None)
+            await sb.firewall.ainstall()
         elif spec.network is NetworkPolicy.FILTERED:
             if self.egress is None:
                 self.egress = _default_gateway(api)

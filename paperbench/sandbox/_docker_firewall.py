@@ -1,17 +1,25 @@
-"""Host firewall rules that leave a filtered sandbox only the egress proxy on the host.
+"""Host firewall rules that keep a Docker sandbox's network away from the host.
 
-A container on an internal Docker network reaches the host on the network's gateway address:
-the egress proxy listens there, but so would any host service bound to ``0.0.0.0``. Packets
-from the container to the host arrive on the network's bridge interface through the INPUT
-chain, so two rules, inserted at the top of INPUT, scoped to that interface, close it:
+A container on a Docker bridge network reaches the host on the network's gateway address and
+on every other address of the host's (a packet to any of them arrives on the network's bridge
+interface through the INPUT chain): any host service bound to ``0.0.0.0`` would answer. So
+every sandbox with a network gets a bridge network of its own, and rules inserted at the top
+of INPUT, scoped to that bridge, close the host to it:
 
-    -A INPUT -i <bridge> -p tcp --dport <proxy port> -j ACCEPT
-    -A INPUT -i <bridge> -j DROP
+- ``filtered`` (an internal network whose only way out is the egress proxy on the gateway):
 
-Both carry the comment ``paperbench-egress:<network name>``, which is how they are found again:
-:meth:`HostFirewall.close` removes them with the network, adding them twice is a no-op, and
-:func:`reap_firewall_rules` (``paperbench sandbox gc``) removes those whose bridge no longer
-exists. Needs root and ``iptables``; without them a filtered sandbox is refused.
+      -A INPUT -i <bridge> -p tcp --dport <proxy port> -j ACCEPT
+      -A INPUT -i <bridge> -j DROP
+
+- ``full`` (a routed network): ``-A INPUT -i <bridge> -j DROP``, and in FORWARD
+  ``-i <bridge> -d 169.254.0.0/16 -j DROP`` (link-local and cloud metadata addresses, which
+  are routed, not the host's).
+
+Each rule carries the comment ``paperbench-egress:<network name>``, which is how it is found
+again: :meth:`HostFirewall.remove` removes them with the network, adding them twice is a
+no-op, and :func:`reap_firewall_rules` (``paperbench sandbox gc``) removes those whose bridge
+no longer exists. Needs root and ``iptables``; without them a sandbox with a network is
+refused.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from paperbench.errors import SandboxError
 
 COMMENT_PREFIX = "paperbench-egress:"
 _TIMEOUT_S = 30.0
+_CHAINS = ("INPUT", "FORWARD")
+LINK_LOCAL = "169.254.0.0/16"
 
 
 class FirewallError(SandboxError):
@@ -56,13 +66,19 @@ def firewall_problem() -> str | None:
 class HostFirewall:
     """The INPUT rules of one filtered network (see the module docstring)."""
 
-    def __init__(self, network_name: str, network_id: str, proxy_port: int) -> None:
+    def __init__(self, network_name: str, network_id: str, proxy_port: int | None) -> None:
+        """``proxy_port``: the egress proxy's port on the gateway (filtered); None for a
+        routed (full) network."""
         self.comment = COMMENT_PREFIX + network_name
         self.bridge = bridge_name(network_id)
-        self.rules: list[list[str]] = [
-            ["-i", self.bridge, "-p", "tcp", "--dport", str(proxy_port), "-j", "ACCEPT"],
-            ["-i", self.bridge, "-j", "DROP"],
-        ]
+        self.mode = "full" if proxy_port is None else "filtered"
+        self.rules: list[tuple[str, list[str]]] = []
+        if proxy_port is not None:
+            accept = ["-i", self.bridge, "-p", "tcp", "--dport", str(proxy_port), "-j", "ACCEPT"]
+            self.rules.append(("INPUT", accept))
+        self.rules.append(("INPUT", ["-i", self.bridge, "-j", "DROP"]))
+        if proxy_port is None:
+            self.rules.append(("FORWARD", ["-i", self.bridge, "-d", LINK_LOCAL, "-j", "DROP"]))
 
     def _spec(self, rule: list[str]) -> list[str]:
         return [*rule, "-m", "comment", "--comment", self.comment]
@@ -75,25 +91,25 @@ class HostFirewall:
         """
         problem = firewall_problem()
         if problem is not None:
-            raise FirewallError(f"network=filtered: {problem}; use network none or full")
-        for rule in reversed(self.rules):  # each goes first: the ACCEPT ends up on top
+            raise FirewallError(f"network={self.mode}: {problem}; use network none")
+        for chain, rule in reversed(self.rules):  # each goes first: the ACCEPT ends up on top
             spec = self._spec(rule)
-            if _iptables("-C", "INPUT", *spec).returncode == 0:
+            if _iptables("-C", chain, *spec).returncode == 0:
                 continue
-            done = _iptables("-I", "INPUT", "1", *spec)
+            done = _iptables("-I", chain, "1", *spec)
             if done.returncode != 0:
                 self.remove()
                 raise FirewallError(
-                    f"network=filtered: iptables -I INPUT {shlex.join(spec)} failed: "
+                    f"network={self.mode}: iptables -I {chain} {shlex.join(spec)} failed: "
                     f"{done.stderr.strip()}"
                 )
 
     def remove(self) -> None:
         """Delete the rules (every copy); safe to call twice."""
-        for rule in self.rules:
+        for chain, rule in self.rules:
             spec = self._spec(rule)
             for _ in range(16):
-                if _iptables("-D", "INPUT", *spec).returncode != 0:
+                if _iptables("-D", chain, *spec).returncode != 0:
                     break
 
     async def ainstall(self) -> None:
@@ -104,11 +120,14 @@ class HostFirewall:
 
 
 def our_rules() -> list[str]:
-    """The INPUT rules paperbench added (``iptables -S`` lines)."""
+    """The INPUT and FORWARD rules paperbench added (``iptables -S`` lines)."""
     if firewall_problem() is not None:
         return []
-    listing = _iptables("-S", "INPUT")
-    return [line for line in listing.stdout.splitlines() if COMMENT_PREFIX in line]
+    lines = []
+    for chain in _CHAINS:
+        listing = _iptables("-S", chain)
+        lines += [line for line in listing.stdout.splitlines() if COMMENT_PREFIX in line]
+    return lines
 
 
 def reap_firewall_rules(dry_run: bool = False) -> list[str]:
@@ -122,6 +141,6 @@ def reap_firewall_rules(dry_run: bool = False) -> list[str]:
         if Path("/sys/class/net", bridge).exists():
             continue
         stale.append(line)
-        if not dry_run and words[:2] == ["-A", "INPUT"]:
-            _iptables("-D", "INPUT", *words[2:])
+        if not dry_run and words[0] == "-A" and words[1] in _CHAINS:
+            _iptables("-D", words[1], *words[2:])
     return stale

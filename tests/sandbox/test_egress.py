@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -234,18 +235,39 @@ async def test_whole_host_rule_refuses_connect(proxy: EgressProxy, servers: Serv
     assert (entry.method, entry.verdict, entry.rule) == ("CONNECT", "blocked", "blocked-host.test")
 
 
-async def test_private_addresses_are_refused(proxy: EgressProxy, servers: Servers) -> None:
-    """Only names mapped on purpose may reach loopback: the host's services stay out of reach."""
+def _host_addresses() -> list[str]:
+    """The IPv4 addresses of this machine's interfaces other than loopback (``ip -j addr``)."""
+    out = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True)
+    found = [
+        info["local"]
+        for link in json.loads(out.stdout or "[]")
+        for info in link.get("addr_info", [])
+        if not info["local"].startswith("127.")
+    ]
+    assert found, "no non-loopback address on this machine (the Docker bridge has one)"
+    return found
+
+
+async def test_the_hosts_own_addresses_are_refused(proxy: EgressProxy, servers: Servers) -> None:
+    """Only names mapped on purpose may reach loopback, and no address of the host's own, in
+    whatever range (a public address, a Docker bridge's gateway), is ever connected to: the
+    host's services stay out of reach. Refused before any connection is made."""
     before = len(servers.plain.seen)
-    for url in (
-        f"http://127.0.0.1:{servers.plain.port}/secret",
-        f"http://localhost:{servers.plain.port}/secret",
-    ):
+    port = servers.plain.port
+    urls = [f"http://127.0.0.1:{port}/secret", f"http://localhost:{port}/secret"]
+    urls += [f"http://{addr}:{port}/secret" for addr in _host_addresses()]
+    for url in urls:
         status, body = await fetch(proxy, url)
         assert status == 403, url
-        assert b"private address" in body
+        assert b"an address of this machine" in body
         [entry] = log_for(proxy, url)
-        assert (entry.verdict, entry.reason) == ("blocked", "private address")
+        assert (entry.verdict, entry.reason) == ("blocked", "host address"), url
+    # a private range that is not the host's stays refused as such (no connection either)
+    url = f"http://10.255.255.254:{port}/x"
+    status, body = await fetch(proxy, url)
+    assert status == 403 and b"a private address" in body
+    [entry] = log_for(proxy, url)
+    assert entry.reason == "private address"
     assert len(servers.plain.seen) == before
 
 
