@@ -5,10 +5,12 @@ directory) holds one URL per line; ``#`` starts a comment, blank lines are skipp
 whose only word is ``none`` is empty.
 
 Both sides are normalised before comparing: the scheme, user info, port, query and fragment
-are dropped; the host is lower-cased, loses a leading ``www.`` and a trailing dot; the path is
-split into segments (so trailing and doubled slashes vanish, ``.`` and ``..`` are resolved),
-percent-decoded, lower-cased, and each segment loses a ``.git`` suffix. Matching is
-case-insensitive on purpose: refusing a case variant is the safe side.
+are dropped; the host is percent-decoded, cut at a NUL, lower-cased, put in its IDNA (punycode)
+form (``ｇｉｔｈｕｂ。com`` is ``github.com``), and loses every trailing dot (with any port),
+then a leading ``www.``; the path is split into segments (so trailing and doubled slashes
+vanish, ``.`` and ``..`` are resolved), percent-decoded, lower-cased, and each segment loses a
+``.git`` suffix. Matching is case-insensitive on purpose: refusing a case variant is the safe
+side.
 
 A rule then matches a URL whose host is the rule's host and whose path begins with the
 rule's path *on a segment boundary*: ``example.com/code`` matches ``example.com/code/x`` but
@@ -217,12 +219,24 @@ def _strip_comment(line: str) -> str:
     return stripped[: match.start()].strip() if match else stripped
 
 
-def _normalise_host(host: str) -> str:
-    host = host.strip().lower().rstrip(".")
-    if host.startswith("[") and "]" in host:  # IPv6 literal
-        return host[: host.index("]") + 1]
-    host = host.rsplit("@", 1)[-1].split(":", 1)[0]
-    return host.removeprefix("www.")
+def _normalise_host(netloc: str) -> str:
+    """The host of ``netloc`` (``user@host:port``) as matching compares it, or ``""``."""
+    try:
+        name = urlsplit("//" + netloc.strip()).hostname or ""
+    except ValueError:  # a broken IPv6 literal
+        return ""
+    name = _ascii_host(unquote(name).split("\x00", 1)[0].strip().lower())
+    return name.rstrip(".").removeprefix("www.")
+
+
+def _ascii_host(name: str) -> str:
+    """The IDNA (punycode) form of a Unicode host name; one IDNA rejects stays as written."""
+    if name.isascii():
+        return name
+    try:
+        return name.encode("idna").decode("ascii")
+    except UnicodeError:
+        return name
 
 
 def _split(url: str) -> tuple[str, str]:

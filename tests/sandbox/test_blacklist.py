@@ -304,3 +304,37 @@ def test_bundled_blacklists_parse_and_match_themselves(path: Path) -> None:
     assert Blacklist.from_urls(parse_blacklist(path.read_text())).urls == bl.urls
     for rule in bl.rules:
         assert bl.matches(rule.raw) is not None, rule.raw
+
+
+# --- bypasses: other readings of a URL ------------------------------------------------------
+
+SECRET_RULE = "blocked.test/secret"
+
+
+@pytest.fixture
+def probed() -> Blacklist:
+    return Blacklist.parse(f"blocked-host.test\n{SECRET_RULE}\n{REPO_RULE}\n", source="bl.txt")
+
+
+@pytest.mark.parametrize(
+    ("url", "rule"),
+    [
+        # A trailing dot on the host, with any port, any number of dots, any case.
+        ("http://blocked-host.test.:8080/x", "blocked-host.test"),
+        ("http://blocked-host.test..:8080/x", "blocked-host.test"),
+        ("http://BLOCKED-HOST.TEST.:8080/x", "blocked-host.test"),
+        ("blocked-host.test.:8080", "blocked-host.test"),
+        ("http://blocked.test.:8080/secret", SECRET_RULE),
+        ("https://api.github.com.:443/repos/Owner/Repo/zipball", REPO_RULE),
+        ("https://codeload.github.com.:443/Owner/Repo/zip/main", REPO_RULE),
+        ("https://github.com.:443/Owner/Repo/archive/main.zip", REPO_RULE),
+        # An escaped or internationalised host name.
+        ("http://blocked%2Dhost.test/x", "blocked-host.test"),
+        ("http://ｂｌｏｃｋｅｄ-ｈｏｓｔ.test/x", "blocked-host.test"),
+        ("http://blocked-host。test/x", "blocked-host.test"),
+    ],
+)
+def test_host_spellings_are_refused(probed: Blacklist, url: str, rule: str) -> None:
+    hit = probed.matches(url)
+    assert hit is not None, url
+    assert hit.rule == rule
