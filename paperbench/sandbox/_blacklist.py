@@ -4,13 +4,26 @@ A blacklist file (``blacklists/<id>.txt`` here, ``blacklist.txt`` in a PaperBenc
 directory) holds one URL per line; ``#`` starts a comment, blank lines are skipped, and a file
 whose only word is ``none`` is empty.
 
-Both sides are normalised before comparing: the scheme, user info, port, query and fragment
-are dropped; the host is percent-decoded, cut at a NUL, lower-cased, put in its IDNA (punycode)
-form (``ｇｉｔｈｕｂ。com`` is ``github.com``), and loses every trailing dot (with any port),
-then a leading ``www.``; the path is split into segments (so trailing and doubled slashes
-vanish, ``.`` and ``..`` are resolved), percent-decoded, lower-cased, and each segment loses a
-``.git`` suffix. Matching is case-insensitive on purpose: refusing a case variant is the safe
-side.
+Both sides are normalised before comparing, and a URL is refused when any of the ways a
+client or server may read it matches a rule (refusing a variant is the safe side):
+
+- the scheme, user info, port and query are dropped;
+- the host is percent-decoded, cut at a NUL, lower-cased, put in its IDNA (punycode) form
+  (``ｇｉｔｈｕｂ。com`` is ``github.com``), loses every trailing dot (with any port), then a
+  leading ``www.``;
+- the path is percent-decoded until nothing changes (``%252F`` is ``/``) and split into
+  segments at ``/`` and ``\\`` (so ``%2F`` splits, trailing and doubled slashes vanish);
+- each segment ends at its first ``;``, ``?``, ``#`` or NUL once decoded (``secret;x``,
+  ``secret%3Bx`` and ``secret%00.html`` are ``secret``), is stripped of whitespace, and unless
+  it is ``.`` or ``..``, lower-cased (``casefold``), stripped of trailing dots and spaces, and
+  of a ``.git`` suffix;
+- ``.`` segments are dropped; ``..`` is read both resolved and kept as a literal segment (for a
+  server that does not resolve it); ``..;`` is ``..``, as Tomcat reads it;
+- a ``\\`` anywhere is read both as ``/`` (browsers: ``http://host\\path``) and as written
+  (``urllib``: ``http://a\\@b/`` is host ``b``); a ``#`` both as a fragment (dropped) and as
+  part of the path (a raw request-target some servers keep whole).
+
+A rule is read the usual way only (``\\`` as ``/``, fragment dropped, ``..`` resolved).
 
 A rule then matches a URL whose host is the rule's host and whose path begins with the
 rule's path *on a segment boundary*: ``example.com/code`` matches ``example.com/code/x`` but
@@ -42,9 +55,8 @@ environment, can load it by path.
 
 from __future__ import annotations
 
-import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -55,9 +67,14 @@ GITHUB = "github.com"
 GIST = "gist.github.com"
 _GITHUB_REPO_HOSTS = frozenset({"github.com", "codeload.github.com", "raw.githubusercontent.com"})
 _GITHUB_API_HOSTS = frozenset({"api.github.com", "uploads.github.com"})
+_GITHUB_PREFIXED_HOSTS = {
+    "api.github.com": "repos",
+    "uploads.github.com": "repos",
+}
 _GIST_HOSTS = frozenset({"gist.github.com", "gist.githubusercontent.com"})
 _SCP_LIKE = re.compile(r"^(?P<user>[\w.-]+)@(?P<host>[\w.-]+):(?!//)(?P<path>.*)$")
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+_SEGMENT_END = re.compile(r"[;?#\x00]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,14 +195,15 @@ class Blacklist:
         return [rule.raw for rule in self.rules]
 
     def matches(self, url: str) -> BlacklistHit | None:
-        """The first rule that refuses ``url``, or None. A URL without a host never matches."""
-        try:
-            normal = normalise_url(url)
-        except ValueError:
-            return None
-        for rule in self._by_site.get(normal.site, ()):
-            if rule.matches(normal):
-                return BlacklistHit(url=url, normalised=str(normal), rule=rule.raw, line=rule.line)
+        """The first rule that refuses any reading of ``url``, or None.
+
+        A URL without a host never matches.
+        """
+        readings = _readings(url)
+        for normal in readings:
+            for rule in self._by_site.get(normal.site, ()):
+                if rule.matches(normal):
+                    return BlacklistHit(url, str(normal), rule=rule.raw, line=rule.line)
         return None
 
     def blocks_host(self, host: str) -> BlacklistHit | None:
@@ -239,27 +257,47 @@ def _ascii_host(name: str) -> str:
         return name
 
 
-def _split(url: str) -> tuple[str, str]:
-    """Split ``url`` into (host, path), accepting missing schemes and scp-like git syntax."""
+def _split(url: str, *, fragment: bool = True) -> tuple[str, str]:
+    """Split ``url`` into (netloc, path), accepting missing schemes and scp-like git syntax.
+
+    With ``fragment=False`` a ``#`` does not end the path.
+    """
     text = url.strip()
     scp = _SCP_LIKE.match(text) if not _SCHEME.match(text) else None
     if scp:
         return scp["host"], "/" + scp["path"]
     if not _SCHEME.match(text) and not text.startswith("/"):
         text = "//" + text
-    parts = urlsplit(text)
+    parts = urlsplit(text, allow_fragments=fragment)
     return parts.netloc, parts.path
 
 
-def _segments(path: str) -> tuple[str, ...]:
-    decoded = unquote(path).replace("\\", "/")
-    resolved = posixpath.normpath("/" + decoded) if decoded else "/"
+def _decode(text: str) -> str:
+    """Percent-decode until nothing changes (each pass that changes ``text`` shortens it)."""
+    while (decoded := unquote(text)) != text:
+        text = decoded
+    return text
+
+
+def _pieces(path: str) -> list[str]:
+    """The path's segments, each normalised (see the module doc); dot segments kept."""
     out = []
-    for seg in resolved.split("/"):
-        seg = seg.strip().lower()
-        if seg.endswith(".git"):
-            seg = seg[: -len(".git")]
+    for raw in _decode(path).replace("\\", "/").split("/"):
+        seg = _SEGMENT_END.split(raw, maxsplit=1)[0].strip()
+        if seg not in {".", ".."}:
+            seg = seg.casefold().rstrip(". ").removesuffix(".git")
         if seg:
+            out.append(seg)
+    return out
+
+
+def _resolved(pieces: list[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for seg in pieces:
+        if seg == "..":
+            if out:
+                out.pop()
+        elif seg != ".":
             out.append(seg)
     return tuple(out)
 
@@ -268,23 +306,44 @@ def _repo_name(name: str) -> str:
     return name.removesuffix(".wiki")
 
 
+def _readings(url: str) -> list[NormalisedUrl]:
+    """Each way ``url`` may be read (see the module doc), the usual one first; no duplicates."""
+    return list(dict.fromkeys(_all_readings(url)))
+
+
+def _all_readings(url: str) -> Iterator[NormalisedUrl]:
+    for text in (url.replace("\\", "/"), url):
+        for fragment in (True, False):
+            try:
+                netloc, path = _split(text, fragment=fragment)
+            except ValueError:  # a broken IPv6 literal
+                continue
+            host = _normalise_host(netloc)
+            if host:
+                pieces = _pieces(path)
+                yield _site(host, _resolved(pieces))
+                yield _site(host, tuple(seg for seg in pieces if seg != "."))
+
+
 def normalise_url(url: str) -> NormalisedUrl:
-    """Reduce ``url`` to the site and path segments matching compares (see the module doc).
+    """Reduce ``url`` to the site and path segments matching compares: its usual reading, with
+    ``\\`` read as ``/``, the fragment dropped and dot segments resolved (see the module doc).
 
     Raises:
         ValueError: the URL has no host.
     """
-    netloc, path = _split(url)
-    host = _normalise_host(netloc)
-    if not host:
+    readings = _readings(url)
+    if not readings:
         raise ValueError(f"not a URL with a host: {url!r}")
-    segs = _segments(path)
+    return readings[0]
+
+
+def _site(host: str, segs: tuple[str, ...]) -> NormalisedUrl:
     if host in _GITHUB_REPO_HOSTS:
         return _github(segs)
-    if host in _GITHUB_API_HOSTS:
-        if segs[:1] == ("repos",):
-            return _github(segs[1:])
-        return NormalisedUrl(host, segs)
+    prefix = _GITHUB_PREFIXED_HOSTS.get(host)
+    if prefix is not None and segs[:1] == (prefix,):
+        return _github(segs[1:])
     if host in _GIST_HOSTS:
         return _gist(host, segs)
     return NormalisedUrl(host, segs)

@@ -338,3 +338,109 @@ def test_host_spellings_are_refused(probed: Blacklist, url: str, rule: str) -> N
     hit = probed.matches(url)
     assert hit is not None, url
     assert hit.rule == rule
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/secret;x",  # path parameters (Tomcat, Jetty, Spring)
+        "/secret;jsessionid=1/x",
+        "/secret%3Bx",
+        "/secret%3bx/y",
+        "/x/..;/secret",  # Tomcat reads '..;' as '..'
+        "/secret%00",  # a NUL ends the segment (C servers)
+        "/secret%00.html",
+        "/secret%2Fx",  # an encoded slash splits segments
+        "/secret%252Fx",  # double encoding
+        "/secret%2500",
+        "/%2573ecret",
+        "/secret%253Bx",
+        "/secret%3Fx",  # an encoded '?' or '#' a server decodes before routing
+        "/secret%23x",
+        "/SECRET",
+        "/Secret/",
+        "/secret.",  # trailing dots and spaces (Windows servers)
+        "/secret%20",
+        "/secret%2e",
+        "\\secret",  # backslashes as separators (browsers, IIS)
+        "/x\\..\\secret",
+        "/secret\\x",
+        "/x%5C..%5Csecret",
+        "/x/%2e%2e/secret",
+        "/secret/x/../..",  # a server that does not resolve dot segments
+        "/x#/../secret",  # a raw '#' in a request-target some servers keep in the path
+    ],
+)
+def test_path_readings_of_a_prefix_rule_are_refused(probed: Blacklist, path: str) -> None:
+    url = "http://blocked.test" + path
+    hit = probed.matches(url)
+    assert hit is not None, url
+    assert hit.rule == SECRET_RULE
+    assert hit.url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.github.com/repos/Owner/Repo/zipball",
+        "https://api.github.com/repos/Owner/Repo/zipball/main",
+        "https://api.github.com/repos/owner/repo/tarball/v1.0",
+        "https://api.github.com/repos/Owner/Repo/contents/src/model.py?ref=main",
+        "https://api.github.com/repos/Owner/Repo/git/trees/main?recursive=1",
+        "https://api.github.com/repos/Owner/Repo/git/blobs/0123abcd",
+        "https://api.github.com/repos/Owner/Repo/releases/assets/42",
+        "https://API.GITHUB.COM:443/repos/Owner/Repo.git/zipball/",
+        "https://codeload.github.com/Owner/Repo/zip/refs/heads/main",
+        "https://codeload.github.com/Owner/Repo/tar.gz/main",
+        "https://codeload.github.com/Owner/Repo/legacy.zip/main",
+        "https://codeload.github.com/Owner/Repo/legacy.tar.gz/refs/heads/main",
+        "https://raw.githubusercontent.com/Owner/Repo/refs/heads/main/train.py",
+        "https://github.com/Owner/Repo/archive/main.zip",
+        "https://github.com/Owner/Repo/archive/refs/tags/v1.tar.gz",
+        "https://github.com/Owner/Repo/zipball/main",
+        "https://github.com/Owner/Repo/releases/download/v1/model.pt",
+        "https://github.com/Owner/Repo/raw/main/train.py",
+        # The same, spelled to slip past a reader that is too literal.
+        "https://github.com/Owner/Repo;x/archive/main.zip",
+        "https://github.com/Owner/Repo%3B/archive/main.zip",
+        "https://codeload.github.com/Owner/Repo%00/zip/main",
+        "https://api.github.com/repos/Owner%2FRepo/zipball",
+        "https://api.github.com/repos/Owner/Repo.git./zipball",
+        "https://github.com/Owner/Repo/archive/main.zip/../../..",
+        "https://github.com\\Owner\\Repo\\archive\\main.zip",
+    ],
+)
+def test_repository_download_routes_are_refused(probed: Blacklist, url: str) -> None:
+    hit = probed.matches(url)
+    assert hit is not None, url
+    assert hit.rule == REPO_RULE
+    assert hit.line == 3
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://blocked.test/secretary",
+        "http://blocked.test/secret-notes",
+        "http://blocked.test/public/secret",
+        "http://blocked.test/x;/secret",
+        "http://blocked.test/secre%74ary",
+        "http://blocked.test/",
+        "http://sub.blocked.test/secret",
+        "http://blocked.test.example/secret",
+        "http://blocked-host.test.example/x",
+        "https://github.com/Owner/Repo2",
+        "https://github.com/Owner/Repo2/archive/main.zip",
+        "https://github.com/Other/Repo",
+        "https://api.github.com/repos/Other/Repo/zipball",
+        "https://api.github.com/repos/Owner/Repo2/tarball",
+        "https://codeload.github.com/Owner/Repo-fork/zip/main",
+        "https://media.githubusercontent.com/media/Owner/Repo2/main/x",
+        "https://api.github.com/repositories/123456",
+        "https://api.github.com/repositories?since=123456",
+        "https://objects.githubusercontent.com/github-production-release-asset-2e65be/123456/x",
+        "https://github.com/Owner/Repo2#readme",
+    ],
+)
+def test_near_misses_stay_allowed(probed: Blacklist, url: str) -> None:
+    assert probed.matches(url) is None, url
