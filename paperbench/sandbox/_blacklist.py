@@ -31,12 +31,15 @@ not ``example.com/codebase``. A host-only rule refuses the whole host (not its s
 
 GitHub repositories have many addresses, all reduced to ``github.com/<owner>/<repo>``:
 
-- ``github.com/o/r``, ``.git``, ``/tree/…``, ``/blob/…``, ``/archive/…``, ``/releases/…``,
-  git smart-HTTP (``/o/r.git/info/refs?service=git-upload-pack``, ``/git-upload-pack``), and
-  the wiki (``o/r.wiki.git``);
-- ``codeload.github.com/o/r/…`` and ``raw.githubusercontent.com/o/r/…``;
-- ``api.github.com/repos/o/r/…`` and ``uploads.github.com/repos/o/r/…``;
-- ``git@github.com:o/r.git`` (scp-like syntax, accepted in blacklist files).
+- ``github.com/o/r``, ``.git``, ``/tree/…``, ``/blob/…``, ``/raw/…``, ``/archive/…``,
+  ``/zipball/…``, ``/releases/download/…``, git smart-HTTP (``/o/r.git/info/refs``,
+  ``/git-upload-pack``), and the wiki (``o/r.wiki.git``);
+- ``codeload.github.com/o/r/…`` (``zip``, ``tar.gz``, ``legacy.zip``, ``legacy.tar.gz``),
+  ``raw.githubusercontent.com/o/r/…`` and ``media.githubusercontent.com/media/o/r/…`` (LFS);
+- ``api.github.com/repos/o/r/…`` (``zipball``, ``tarball``, ``contents``, ``git``,
+  ``releases/assets``, …) and ``uploads.github.com/repos/o/r/…``;
+- ``git@github.com:o/r.git`` and ``github.com:o/r`` (scp-like syntax; ``host:8080/x`` is a
+  port).
 
 A GitHub rule that points inside a repository (``github.com/o/r/tree/main/sub``) refuses the
 whole repository: its archives and clones hold that path anyway. ``github.com/o`` refuses
@@ -44,10 +47,18 @@ every repository of ``o``. Gists are their own namespace: ``gist.github.com/<use
 ``gist.github.com/<id>`` and ``gist.githubusercontent.com/<user>/<id>/raw/…`` all reduce to
 the gist's id; a repository rule does not cover gists.
 
-Not covered: ``objects.githubusercontent.com`` names a release asset by numeric repository id,
-never by name, so it cannot be matched offline; it is only reached through a redirect from
-``github.com/o/r/releases/download/…``, which is refused. ``<owner>.github.io`` (GitHub Pages)
-is matched as an ordinary host, since a paper's project page is usually fair to read.
+``api.github.com/repositories/<id>/…`` (and ``uploads.github.com``) name a repository by
+numeric id, which cannot be resolved offline: while the blacklist holds any ``github.com``
+rule (host, owner or repository; not a gist), every such route below the id is refused under
+the rule name ``GITHUB_ID_RULE``. ``api.github.com/repositories/<id>`` itself (metadata) passes.
+
+Not covered: ``objects.githubusercontent.com`` also names release assets by numeric
+repository id, but it serves every repository's releases, so it is not refused. A download
+through ``github.com/o/r/releases/download/…`` or ``api.github.com/repos/o/r/releases/assets/…``
+is refused before its redirect there; an asset URL obtained some other way passes.
+``<owner>.github.io`` (GitHub Pages) is matched as an ordinary host, since a paper's project
+page is usually fair to read. Only URLs are matched: request bodies (a GraphQL query naming a
+repository) are not read, and an IP literal is not mapped to the names it serves.
 
 This module uses only the standard library so the egress proxy process, which runs in its own
 environment, can load it by path.
@@ -61,18 +72,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["Blacklist", "BlacklistHit", "BlacklistRule", "normalise_url", "read_blacklist"]
+__all__ = [
+    "GITHUB_ID_RULE",
+    "Blacklist",
+    "BlacklistHit",
+    "BlacklistRule",
+    "normalise_url",
+    "read_blacklist",
+]
 
 GITHUB = "github.com"
 GIST = "gist.github.com"
+GITHUB_ID_RULE = "github.com/* (repository id cannot be checked offline)"
+"""The rule a hit names when it refuses an id-addressed GitHub repository route."""
 _GITHUB_REPO_HOSTS = frozenset({"github.com", "codeload.github.com", "raw.githubusercontent.com"})
 _GITHUB_API_HOSTS = frozenset({"api.github.com", "uploads.github.com"})
 _GITHUB_PREFIXED_HOSTS = {
     "api.github.com": "repos",
     "uploads.github.com": "repos",
+    "media.githubusercontent.com": "media",
 }
 _GIST_HOSTS = frozenset({"gist.github.com", "gist.githubusercontent.com"})
-_SCP_LIKE = re.compile(r"^(?P<user>[\w.-]+)@(?P<host>[\w.-]+):(?!//)(?P<path>.*)$")
+_SCP_LIKE = re.compile(r"^(?:(?P<user>[\w.-]+)@)?(?P<host>[\w.-]+):(?!//)(?P<path>.*)$")
+_PORT_AND_PATH = re.compile(r"^\d*(?:/|$)")
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _SEGMENT_END = re.compile(r"[;?#\x00]")
 
@@ -143,6 +165,11 @@ class Blacklist:
             by_site.setdefault(rule.target.site, []).append(rule)
         object.__setattr__(self, "_by_site", {k: tuple(v) for k, v in by_site.items()})
 
+    @property
+    def has_github_rules(self) -> bool:
+        """Whether a rule names github.com, an owner or a repository (not a gist)."""
+        return GITHUB in self._by_site
+
     @classmethod
     def from_urls(cls, urls: Iterable[str], *, source: str | None = None) -> Blacklist:
         """Build from bare URLs (e.g. ``SandboxSpec.blacklist``).
@@ -197,13 +224,18 @@ class Blacklist:
     def matches(self, url: str) -> BlacklistHit | None:
         """The first rule that refuses any reading of ``url``, or None.
 
-        A URL without a host never matches.
+        A URL without a host never matches. An id-addressed GitHub repository route is refused
+        under ``GITHUB_ID_RULE`` while the blacklist has a GitHub rule (see the module doc).
         """
         readings = _readings(url)
         for normal in readings:
             for rule in self._by_site.get(normal.site, ()):
                 if rule.matches(normal):
                     return BlacklistHit(url, str(normal), rule=rule.raw, line=rule.line)
+        if self.has_github_rules:
+            for normal in readings:
+                if _by_repository_id(normal):
+                    return BlacklistHit(url, str(normal), rule=GITHUB_ID_RULE)
         return None
 
     def blocks_host(self, host: str) -> BlacklistHit | None:
@@ -264,7 +296,7 @@ def _split(url: str, *, fragment: bool = True) -> tuple[str, str]:
     """
     text = url.strip()
     scp = _SCP_LIKE.match(text) if not _SCHEME.match(text) else None
-    if scp:
+    if scp and (scp["user"] or not _PORT_AND_PATH.match(scp["path"])):
         return scp["host"], "/" + scp["path"]
     if not _SCHEME.match(text) and not text.startswith("/"):
         text = "//" + text
@@ -353,6 +385,15 @@ def _github(segs: tuple[str, ...]) -> NormalisedUrl:
     if len(segs) >= 2:
         return NormalisedUrl(GITHUB, (segs[0], _repo_name(segs[1]), *segs[2:]))
     return NormalisedUrl(GITHUB, segs)
+
+
+def _by_repository_id(url: NormalisedUrl) -> bool:
+    """``api.github.com/repositories/<id>/…``: a route below a repository named by id."""
+    return (
+        url.site in _GITHUB_API_HOSTS
+        and len(url.segments) >= 3
+        and url.segments[0] == "repositories"
+    )
 
 
 _GIST_ID = re.compile(r"^[0-9a-f]{6,}$")

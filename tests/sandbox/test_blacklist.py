@@ -395,6 +395,7 @@ def test_path_readings_of_a_prefix_rule_are_refused(probed: Blacklist, path: str
         "https://codeload.github.com/Owner/Repo/legacy.zip/main",
         "https://codeload.github.com/Owner/Repo/legacy.tar.gz/refs/heads/main",
         "https://raw.githubusercontent.com/Owner/Repo/refs/heads/main/train.py",
+        "https://media.githubusercontent.com/media/Owner/Repo/main/weights.bin",
         "https://github.com/Owner/Repo/archive/main.zip",
         "https://github.com/Owner/Repo/archive/refs/tags/v1.tar.gz",
         "https://github.com/Owner/Repo/zipball/main",
@@ -408,6 +409,7 @@ def test_path_readings_of_a_prefix_rule_are_refused(probed: Blacklist, path: str
         "https://api.github.com/repos/Owner/Repo.git./zipball",
         "https://github.com/Owner/Repo/archive/main.zip/../../..",
         "https://github.com\\Owner\\Repo\\archive\\main.zip",
+        "github.com:Owner/Repo.git",
     ],
 )
 def test_repository_download_routes_are_refused(probed: Blacklist, url: str) -> None:
@@ -415,6 +417,34 @@ def test_repository_download_routes_are_refused(probed: Blacklist, url: str) -> 
     assert hit is not None, url
     assert hit.rule == REPO_RULE
     assert hit.line == 3
+
+
+ID_RULE = "github.com/* (repository id cannot be checked offline)"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.github.com/repositories/123456/zipball",
+        "https://api.github.com/repositories/123456/zipball/main",
+        "https://api.github.com/repositories/123456/tarball/v1",
+        "https://api.github.com/repositories/123456/contents/model.py",
+        "https://api.github.com/repositories/123456/git/trees/main",
+        "https://api.github.com/repositories/123456/releases/assets/7",
+        "https://api.github.com/repositories/123456/readme",
+        "https://API.github.com.:443/Repositories/%31%32/zipball",
+    ],
+)
+def test_repository_id_routes_are_refused_with_a_github_rule(probed: Blacklist, url: str) -> None:
+    hit = probed.matches(url)
+    assert hit is not None, url
+    assert hit.rule == ID_RULE
+    assert hit.line is None
+    # Without a GitHub rule there is nothing to protect.
+    assert Blacklist.parse("blocked.test/secret\n").matches(url) is None
+    # A bare github.com or an owner rule counts as a GitHub rule, a gist does not.
+    assert Blacklist.parse("github.com/lab\n").matches(url) is not None
+    assert Blacklist.parse("gist.github.com/0123abcd\n").matches(url) is None
 
 
 @pytest.mark.parametrize(
@@ -444,3 +474,19 @@ def test_repository_download_routes_are_refused(probed: Blacklist, url: str) -> 
 )
 def test_near_misses_stay_allowed(probed: Blacklist, url: str) -> None:
     assert probed.matches(url) is None, url
+
+
+def test_rules_are_read_like_urls() -> None:
+    bl = Blacklist.parse(
+        "https://github.com.:443/A/B\nblocked.test.:8080/Secret;v=1\ngithub.com:c/d.git\n"
+    )
+    assert [str(rule.target) for rule in bl.rules] == [
+        "github.com/a/b",
+        "blocked.test/secret",
+        "github.com/c/d",
+    ]
+    assert bl.matches("https://codeload.github.com/a/b/zip/main") is not None
+    assert bl.matches("http://blocked.test/secret/x") is not None
+    assert bl.matches("https://github.com/c/d/archive/main.zip") is not None
+    # host:port without a scheme is still a port, not scp-like git syntax.
+    assert str(Blacklist.parse("localhost:8080/x\n").rules[0].target) == "localhost/x"
