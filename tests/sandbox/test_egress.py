@@ -227,6 +227,56 @@ async def test_plain_http_prefix_rule(proxy: EgressProxy, servers: Servers) -> N
     assert [(e.verdict, e.status) for e in log_for(proxy, allowed)] == [("allowed", 200)]
 
 
+@pytest.mark.parametrize(
+    "target",
+    [
+        "example.org.:{port}/code/x",  # a trailing dot with a port
+        "EXAMPLE.ORG.:{port}/code/x",
+        "example.org:{port}/code;x",  # path parameters
+        "example.org:{port}/code%3Bx",
+        "example.org:{port}/code%00.txt",
+        "example.org:{port}/code%2Fx",
+        "example.org:{port}/code%252Fx",
+        "example.org:{port}/CODE",
+        "example.org:{port}/x/..;/code",
+        "example.org:{port}/x\\..\\code",
+        "example.org:{port}/code/x/../..",
+    ],
+)
+async def test_other_readings_of_a_rule_are_refused(
+    proxy: EgressProxy, servers: Servers, target: str
+) -> None:
+    url = "http://" + target.format(port=servers.plain.port)
+    before = len(servers.plain.seen)
+    status, body = await fetch(proxy, url)
+    assert (status, b"(example.org/code)" in body) == (403, True), (url, body)
+    assert len(servers.plain.seen) == before, "a refused request reached the server"
+
+
+async def test_ip_literal_with_a_blacklisted_host_header_is_refused(
+    proxy: EgressProxy, servers: Servers
+) -> None:
+    """The Host header is checked as well as the address the client asks for."""
+    ep = _endpoint(proxy)
+    port = servers.plain.port
+
+    def run() -> int:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": ep.url}))
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/code/x", headers={"Host": f"example.org:{port}"}
+        )
+        try:
+            with opener.open(request, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return int(exc.code)
+
+    assert await asyncio.to_thread(run) == 403
+    [entry] = log_for(proxy, f"http://example.org:{port}/code/x")
+    assert (entry.verdict, entry.reason, entry.rule) == ("blocked", "blacklist", "example.org/code")
+
+
 async def test_whole_host_rule_refuses_connect(proxy: EgressProxy, servers: Servers) -> None:
     with pytest.raises(urllib.error.URLError, match="403"):
         await fetch(proxy, f"https://blocked-host.test:{servers.allowed.port}/")
