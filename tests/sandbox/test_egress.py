@@ -277,6 +277,41 @@ async def test_ip_literal_with_a_blacklisted_host_header_is_refused(
     assert (entry.verdict, entry.reason, entry.rule) == ("blocked", "blacklist", "example.org/code")
 
 
+def _tunnel_status(proxy: EgressProxy, connect: str, sni: str, path: str) -> int:
+    """CONNECT to ``connect``, TLS with server name ``sni``, then GET ``path`` with a Host
+    header naming ``connect``: the status the proxy (or the server) answers."""
+    ep = _endpoint(proxy)
+    context = ssl.create_default_context(cafile=str(ep.ca_cert_path))
+    with socket.create_connection((ep.host, ep.port), timeout=10) as raw:
+        raw.sendall(f"CONNECT {connect} HTTP/1.1\r\nHost: {connect}\r\n\r\n".encode())
+        reply = raw.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 200"), reply
+        with context.wrap_socket(raw, server_hostname=sni) as tls:
+            head = f"GET {path} HTTP/1.1\r\nHost: {connect}\r\nConnection: close\r\n\r\n"
+            tls.sendall(head.encode())
+            data = b""
+            while chunk := tls.recv(4096):
+                data += chunk
+    return int(data.split(b" ", 2)[1])
+
+
+async def test_tls_server_name_naming_a_blacklisted_host_is_refused(
+    proxy: EgressProxy, servers: Servers
+) -> None:
+    """The client's TLS server name goes upstream as sent, so it is checked like the host."""
+    connect = f"allowed.test:{servers.allowed.port}"
+    refused = await asyncio.to_thread(_tunnel_status, proxy, connect, "github.com", "/owner/repo")
+    assert refused == 403
+    assert not any("/owner/repo" in s for s in servers.allowed.seen)
+    ok = await asyncio.to_thread(_tunnel_status, proxy, connect, "allowed.test", "/owner/repo")
+    assert ok == 200
+    entries = log_for(proxy, f"https://{connect}/owner/repo")
+    assert [(e.verdict, e.rule) for e in entries] == [
+        ("blocked", "https://github.com/Owner/Repo"),
+        ("allowed", None),
+    ]
+
+
 async def test_whole_host_rule_refuses_connect(proxy: EgressProxy, servers: Servers) -> None:
     with pytest.raises(urllib.error.URLError, match="403"):
         await fetch(proxy, f"https://blocked-host.test:{servers.allowed.port}/")
