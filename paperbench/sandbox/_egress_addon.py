@@ -241,9 +241,12 @@ class EgressAddon:
 
     async def request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
-        # The destination (absolute URL or CONNECT target) and the Host header may differ:
-        # refuse if either names a blacklisted URL.
+        # The destination (absolute URL or CONNECT target), the Host header and the client's
+        # TLS server name (mitmproxy sends it upstream as given) may differ: refuse if any
+        # names a blacklisted URL.
         candidates = [req.url, req.pretty_url]
+        if flow.client_conn.sni:
+            candidates.append(f"{req.scheme}://{flow.client_conn.sni}{req.path}")
         for url in candidates:
             hit = self.blacklist.matches(url)
             if hit is not None:

@@ -304,3 +304,189 @@ def test_bundled_blacklists_parse_and_match_themselves(path: Path) -> None:
     assert Blacklist.from_urls(parse_blacklist(path.read_text())).urls == bl.urls
     for rule in bl.rules:
         assert bl.matches(rule.raw) is not None, rule.raw
+
+
+# --- bypasses: other readings of a URL ------------------------------------------------------
+
+SECRET_RULE = "blocked.test/secret"
+
+
+@pytest.fixture
+def probed() -> Blacklist:
+    return Blacklist.parse(f"blocked-host.test\n{SECRET_RULE}\n{REPO_RULE}\n", source="bl.txt")
+
+
+@pytest.mark.parametrize(
+    ("url", "rule"),
+    [
+        # A trailing dot on the host, with any port, any number of dots, any case.
+        ("http://blocked-host.test.:8080/x", "blocked-host.test"),
+        ("http://blocked-host.test..:8080/x", "blocked-host.test"),
+        ("http://BLOCKED-HOST.TEST.:8080/x", "blocked-host.test"),
+        ("blocked-host.test.:8080", "blocked-host.test"),
+        ("http://blocked.test.:8080/secret", SECRET_RULE),
+        ("https://api.github.com.:443/repos/Owner/Repo/zipball", REPO_RULE),
+        ("https://codeload.github.com.:443/Owner/Repo/zip/main", REPO_RULE),
+        ("https://github.com.:443/Owner/Repo/archive/main.zip", REPO_RULE),
+        # An escaped or internationalised host name.
+        ("http://blocked%2Dhost.test/x", "blocked-host.test"),
+        ("http://ｂｌｏｃｋｅｄ-ｈｏｓｔ.test/x", "blocked-host.test"),
+        ("http://blocked-host。test/x", "blocked-host.test"),
+    ],
+)
+def test_host_spellings_are_refused(probed: Blacklist, url: str, rule: str) -> None:
+    hit = probed.matches(url)
+    assert hit is not None, url
+    assert hit.rule == rule
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/secret;x",  # path parameters (Tomcat, Jetty, Spring)
+        "/secret;jsessionid=1/x",
+        "/secret%3Bx",
+        "/secret%3bx/y",
+        "/x/..;/secret",  # Tomcat reads '..;' as '..'
+        "/secret%00",  # a NUL ends the segment (C servers)
+        "/secret%00.html",
+        "/secret%2Fx",  # an encoded slash splits segments
+        "/secret%252Fx",  # double encoding
+        "/secret%2500",
+        "/%2573ecret",
+        "/secret%253Bx",
+        "/secret%3Fx",  # an encoded '?' or '#' a server decodes before routing
+        "/secret%23x",
+        "/SECRET",
+        "/Secret/",
+        "/secret.",  # trailing dots and spaces (Windows servers)
+        "/secret%20",
+        "/secret%2e",
+        "\\secret",  # backslashes as separators (browsers, IIS)
+        "/x\\..\\secret",
+        "/secret\\x",
+        "/x%5C..%5Csecret",
+        "/x/%2e%2e/secret",
+        "/secret/x/../..",  # a server that does not resolve dot segments
+        "/x#/../secret",  # a raw '#' in a request-target some servers keep in the path
+    ],
+)
+def test_path_readings_of_a_prefix_rule_are_refused(probed: Blacklist, path: str) -> None:
+    url = "http://blocked.test" + path
+    hit = probed.matches(url)
+    assert hit is not None, url
+    assert hit.rule == SECRET_RULE
+    assert hit.url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.github.com/repos/Owner/Repo/zipball",
+        "https://api.github.com/repos/Owner/Repo/zipball/main",
+        "https://api.github.com/repos/owner/repo/tarball/v1.0",
+        "https://api.github.com/repos/Owner/Repo/contents/src/model.py?ref=main",
+        "https://api.github.com/repos/Owner/Repo/git/trees/main?recursive=1",
+        "https://api.github.com/repos/Owner/Repo/git/blobs/0123abcd",
+        "https://api.github.com/repos/Owner/Repo/releases/assets/42",
+        "https://API.GITHUB.COM:443/repos/Owner/Repo.git/zipball/",
+        "https://codeload.github.com/Owner/Repo/zip/refs/heads/main",
+        "https://codeload.github.com/Owner/Repo/tar.gz/main",
+        "https://codeload.github.com/Owner/Repo/legacy.zip/main",
+        "https://codeload.github.com/Owner/Repo/legacy.tar.gz/refs/heads/main",
+        "https://raw.githubusercontent.com/Owner/Repo/refs/heads/main/train.py",
+        "https://media.githubusercontent.com/media/Owner/Repo/main/weights.bin",
+        "https://github.com/Owner/Repo/archive/main.zip",
+        "https://github.com/Owner/Repo/archive/refs/tags/v1.tar.gz",
+        "https://github.com/Owner/Repo/zipball/main",
+        "https://github.com/Owner/Repo/releases/download/v1/model.pt",
+        "https://github.com/Owner/Repo/raw/main/train.py",
+        # The same, spelled to slip past a reader that is too literal.
+        "https://github.com/Owner/Repo;x/archive/main.zip",
+        "https://github.com/Owner/Repo%3B/archive/main.zip",
+        "https://codeload.github.com/Owner/Repo%00/zip/main",
+        "https://api.github.com/repos/Owner%2FRepo/zipball",
+        "https://api.github.com/repos/Owner/Repo.git./zipball",
+        "https://github.com/Owner/Repo/archive/main.zip/../../..",
+        "https://github.com\\Owner\\Repo\\archive\\main.zip",
+        "github.com:Owner/Repo.git",
+    ],
+)
+def test_repository_download_routes_are_refused(probed: Blacklist, url: str) -> None:
+    hit = probed.matches(url)
+    assert hit is not None, url
+    assert hit.rule == REPO_RULE
+    assert hit.line == 3
+
+
+ID_RULE = "github.com/* (repository id cannot be checked offline)"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.github.com/repositories/123456/zipball",
+        "https://api.github.com/repositories/123456/zipball/main",
+        "https://api.github.com/repositories/123456/tarball/v1",
+        "https://api.github.com/repositories/123456/contents/model.py",
+        "https://api.github.com/repositories/123456/git/trees/main",
+        "https://api.github.com/repositories/123456/releases/assets/7",
+        "https://api.github.com/repositories/123456/readme",
+        "https://API.github.com.:443/Repositories/%31%32/zipball",
+    ],
+)
+def test_repository_id_routes_are_refused_with_a_github_rule(probed: Blacklist, url: str) -> None:
+    hit = probed.matches(url)
+    assert hit is not None, url
+    assert hit.rule == ID_RULE
+    assert hit.line is None
+    # Without a GitHub rule there is nothing to protect.
+    assert Blacklist.parse("blocked.test/secret\n").matches(url) is None
+    # A bare github.com or an owner rule counts as a GitHub rule, a gist does not.
+    assert Blacklist.parse("github.com/lab\n").matches(url) is not None
+    assert Blacklist.parse("gist.github.com/0123abcd\n").matches(url) is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://blocked.test/secretary",
+        "http://blocked.test/secret-notes",
+        "http://blocked.test/public/secret",
+        "http://blocked.test/x;/secret",
+        "http://blocked.test/secre%74ary",
+        "http://blocked.test/",
+        "http://sub.blocked.test/secret",
+        "http://blocked.test.example/secret",
+        "http://blocked-host.test.example/x",
+        "https://github.com/Owner/Repo2",
+        "https://github.com/Owner/Repo2/archive/main.zip",
+        "https://github.com/Other/Repo",
+        "https://api.github.com/repos/Other/Repo/zipball",
+        "https://api.github.com/repos/Owner/Repo2/tarball",
+        "https://codeload.github.com/Owner/Repo-fork/zip/main",
+        "https://media.githubusercontent.com/media/Owner/Repo2/main/x",
+        "https://api.github.com/repositories/123456",
+        "https://api.github.com/repositories?since=123456",
+        "https://objects.githubusercontent.com/github-production-release-asset-2e65be/123456/x",
+        "https://github.com/Owner/Repo2#readme",
+    ],
+)
+def test_near_misses_stay_allowed(probed: Blacklist, url: str) -> None:
+    assert probed.matches(url) is None, url
+
+
+def test_rules_are_read_like_urls() -> None:
+    bl = Blacklist.parse(
+        "https://github.com.:443/A/B\nblocked.test.:8080/Secret;v=1\ngithub.com:c/d.git\n"
+    )
+    assert [str(rule.target) for rule in bl.rules] == [
+        "github.com/a/b",
+        "blocked.test/secret",
+        "github.com/c/d",
+    ]
+    assert bl.matches("https://codeload.github.com/a/b/zip/main") is not None
+    assert bl.matches("http://blocked.test/secret/x") is not None
+    assert bl.matches("https://github.com/c/d/archive/main.zip") is not None
+    # host:port without a scheme is still a port, not scp-like git syntax.
+    assert str(Blacklist.parse("localhost:8080/x\n").rules[0].target) == "localhost/x"

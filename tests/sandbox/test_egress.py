@@ -228,6 +228,91 @@ async def test_plain_http_prefix_rule(proxy: EgressProxy, servers: Servers) -> N
     assert [(e.verdict, e.status) for e in log_for(proxy, allowed)] == [("allowed", 200)]
 
 
+@pytest.mark.parametrize(
+    "target",
+    [
+        "example.org.:{port}/code/x",  # a trailing dot with a port
+        "EXAMPLE.ORG.:{port}/code/x",
+        "example.org:{port}/code;x",  # path parameters
+        "example.org:{port}/code%3Bx",
+        "example.org:{port}/code%00.txt",
+        "example.org:{port}/code%2Fx",
+        "example.org:{port}/code%252Fx",
+        "example.org:{port}/CODE",
+        "example.org:{port}/x/..;/code",
+        "example.org:{port}/x\\..\\code",
+        "example.org:{port}/code/x/../..",
+    ],
+)
+async def test_other_readings_of_a_rule_are_refused(
+    proxy: EgressProxy, servers: Servers, target: str
+) -> None:
+    url = "http://" + target.format(port=servers.plain.port)
+    before = len(servers.plain.seen)
+    status, body = await fetch(proxy, url)
+    assert (status, b"(example.org/code)" in body) == (403, True), (url, body)
+    assert len(servers.plain.seen) == before, "a refused request reached the server"
+
+
+async def test_ip_literal_with_a_blacklisted_host_header_is_refused(
+    proxy: EgressProxy, servers: Servers
+) -> None:
+    """The Host header is checked as well as the address the client asks for."""
+    ep = _endpoint(proxy)
+    port = servers.plain.port
+
+    def run() -> int:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": ep.url}))
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/code/x", headers={"Host": f"example.org:{port}"}
+        )
+        try:
+            with opener.open(request, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return int(exc.code)
+
+    assert await asyncio.to_thread(run) == 403
+    [entry] = log_for(proxy, f"http://example.org:{port}/code/x")
+    assert (entry.verdict, entry.reason, entry.rule) == ("blocked", "blacklist", "example.org/code")
+
+
+def _tunnel_status(proxy: EgressProxy, connect: str, sni: str, path: str) -> int:
+    """CONNECT to ``connect``, TLS with server name ``sni``, then GET ``path`` with a Host
+    header naming ``connect``: the status the proxy (or the server) answers."""
+    ep = _endpoint(proxy)
+    context = ssl.create_default_context(cafile=str(ep.ca_cert_path))
+    with socket.create_connection((ep.host, ep.port), timeout=10) as raw:
+        raw.sendall(f"CONNECT {connect} HTTP/1.1\r\nHost: {connect}\r\n\r\n".encode())
+        reply = raw.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 200"), reply
+        with context.wrap_socket(raw, server_hostname=sni) as tls:
+            head = f"GET {path} HTTP/1.1\r\nHost: {connect}\r\nConnection: close\r\n\r\n"
+            tls.sendall(head.encode())
+            data = b""
+            while chunk := tls.recv(4096):
+                data += chunk
+    return int(data.split(b" ", 2)[1])
+
+
+async def test_tls_server_name_naming_a_blacklisted_host_is_refused(
+    proxy: EgressProxy, servers: Servers
+) -> None:
+    """The client's TLS server name goes upstream as sent, so it is checked like the host."""
+    connect = f"allowed.test:{servers.allowed.port}"
+    refused = await asyncio.to_thread(_tunnel_status, proxy, connect, "github.com", "/owner/repo")
+    assert refused == 403
+    assert not any("/owner/repo" in s for s in servers.allowed.seen)
+    ok = await asyncio.to_thread(_tunnel_status, proxy, connect, "allowed.test", "/owner/repo")
+    assert ok == 200
+    entries = log_for(proxy, f"https://{connect}/owner/repo")
+    assert [(e.verdict, e.rule) for e in entries] == [
+        ("blocked", "https://github.com/Owner/Repo"),
+        ("allowed", None),
+    ]
+
+
 async def test_whole_host_rule_refuses_connect(proxy: EgressProxy, servers: Servers) -> None:
     with pytest.raises(urllib.error.URLError, match="403"):
         await fetch(proxy, f"https://blocked-host.test:{servers.allowed.port}/")
