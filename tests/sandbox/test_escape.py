@@ -1,0 +1,430 @@
+"""Escapes: every way out of a sandbox that a hostile submission was seen to try, run as real
+code inside a real sandbox on each isolating backend and network mode, asserted blocked.
+
+The backends are the ones that isolate: the local backend under bubblewrap and Docker. (The
+local backend's ``none`` isolation is plain host subprocesses, asked for by name and warned
+about; it isolates nothing, so nothing here runs on it.) The attempts, as SECURITY.md lists
+them:
+
+- write a kernel setting of the host (``/proc/sys``) — each write puts back the value it read,
+  so even a failing test changes nothing on the host;
+- read the host's secrets: ``/etc/shadow``, the root keyring in ``/proc/keys``, the host's
+  paths in ``/proc/self/mountinfo``;
+- reach a service of the host: through the egress proxy (``filtered``), directly (``full``,
+  ``none``, and around the proxy), on loopback, on every address of the host's interfaces, on
+  the sandbox's gateway, on link-local and metadata addresses;
+- get a blacklisted repository through spellings the proxy once let pass;
+- forge or stall the channel that carries command results (Docker's exec server).
+
+Targets are this machine's own addresses and a test host in a network namespace the test
+makes (``internet_host``), never anything beyond; every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from paperbench.sandbox import ExecResult, Sandbox
+from paperbench.sandbox._egress import ensure_egress_python, read_network_log
+
+from .conftest import BACKEND_PARAMS, EgressOptions, InSandbox
+from .egress_helpers import BLACKLIST, RESOLVE, Servers, make_pki, serve
+
+ISOLATING = [p for p in BACKEND_PARAMS if p.id in {"local-bwrap", "docker"}]
+pytestmark = pytest.mark.parametrize("backend_case", ISOLATING, indirect=True)
+NETWORKS = ["none", "filtered", "full"]
+
+
+# --------------------------------------------------------------------------- the world
+
+
+@dataclass
+class HostService:
+    """A TCP service of the host's, bound to every address (as careless services are)."""
+
+    port: int
+    seen: list[str]
+
+
+@pytest.fixture(scope="module")
+def host_service() -> Iterator[HostService]:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", 0))
+    srv.listen(16)
+    srv.settimeout(0.2)
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def serve_forever() -> None:
+        while not stop.is_set():
+            try:
+                conn, peer = srv.accept()
+            except OSError:
+                continue
+            with conn:
+                seen.append(peer[0])
+                conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 11\r\n\r\nhost secret")
+
+    thread = threading.Thread(target=serve_forever, daemon=True)
+    thread.start()
+    yield HostService(srv.getsockname()[1], seen)
+    stop.set()
+    thread.join(timeout=2)
+    srv.close()
+
+
+def host_addresses() -> list[str]:
+    """Every IPv4 address of this machine's interfaces, loopback included (``ip -j addr``)."""
+    out = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True)
+    found = [i["local"] for link in json.loads(out.stdout) for i in link.get("addr_info", [])]
+    assert "127.0.0.1" in found and len(found) > 1, found
+    return found
+
+
+@dataclass
+class InternetHost:
+    """A test host standing in for the internet, in a network namespace of its own."""
+
+    address: str
+    port: int
+
+
+@pytest.fixture(scope="module")
+def internet_host() -> Iterator[InternetHost]:
+    """A veth pair to a network namespace holding a one-answer-per-connection TCP server.
+
+    What a ``full`` sandbox must still reach: an address that is not the host's.
+    """
+    if shutil.which("ip") is None:
+        raise AssertionError("the ip command (iproute2) is needed for the test host")
+    tag = f"{os.getpid() % 100000}"
+    ns, host_if, peer_if = f"pbtest-{tag}", f"pbh{tag}", f"pbt{tag}"
+    host_ip, peer_ip = "10.213.77.1", "10.213.77.2"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        ip("netns", "add", ns)
+        ip("link", "add", host_if, "type", "veth", "peer", "name", peer_if)
+        ip("link", "set", peer_if, "netns", ns)
+        ip("addr", "add", f"{host_ip}/30", "dev", host_if)
+        ip("link", "set", host_if, "up")
+        ip("-n", ns, "addr", "add", f"{peer_ip}/30", "dev", peer_if)
+        ip("-n", ns, "link", "set", peer_if, "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        ip("-n", ns, "route", "add", "default", "via", host_ip)
+        code = (
+            "import socket,sys,time\n"
+            "s=socket.socket(); s.bind((sys.argv[1], 8080)); s.listen(8); s.settimeout(1)\n"
+            "end=time.monotonic()+900\n"
+            "while time.monotonic()<end:\n"
+            "    try: c,_=s.accept()\n"
+            "    except OSError: continue\n"
+            "    c.sendall(b'hello from the internet'); c.close()\n"
+        )
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", code, peer_ip],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        yield InternetHost(peer_ip, 8080)
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait(timeout=10)
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=30)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+@dataclass
+class EgressWorld:
+    servers: Servers
+    options: EgressOptions
+
+
+@pytest.fixture(scope="module")
+def egress_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EgressWorld]:
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
+    python = asyncio.run(ensure_egress_python())
+    with serve(pki) as servers:
+        yield EgressWorld(servers, EgressOptions(pki.ca, RESOLVE, python))
+
+
+def run_in(
+    in_sandbox: InSandbox,
+    network: str,
+    script: str,
+    *,
+    world: EgressWorld | None = None,
+    log: Path | None = None,
+    **spec: Any,
+) -> ExecResult:
+    """Start a sandbox with ``network``, run ``script`` (bash) in it, return what it did."""
+
+    async def body(sb: Sandbox) -> ExecResult:
+        await sb.write_file("/home/submission/probe.py", _PROBE.encode())
+        return await sb.exec(script, timeout=120)
+
+    if network == "filtered":
+        assert world is not None
+        spec |= {"blacklist": BLACKLIST, "egress": world.options, "network_log": log}
+    result: ExecResult = in_sandbox(body, network=network, **spec)
+    return result
+
+
+# A small Python probe inside the sandbox: `python3 probe.py connect HOST:PORT ...` tries
+# plain TCP; `python3 probe.py get URL ...` fetches through the proxy variables, if any.
+_PROBE = r"""
+import json, socket, struct, sys, urllib.error, urllib.request
+def gateway():
+    try:
+        for line in open("/proc/net/route").read().splitlines()[1:]:
+            f = line.split()
+            if f[1] == "00000000":
+                return socket.inet_ntoa(struct.pack("<L", int(f[2], 16)))
+    except OSError:
+        pass
+    return None
+out = {}
+mode, targets = sys.argv[1], sys.argv[2:]
+if mode == "connect":
+    gw = gateway()
+    if gw:
+        targets.append(f"{gw}:{targets[0].rsplit(':', 1)[1]}")
+    for target in targets:
+        host, port = target.rsplit(":", 1)
+        s = socket.socket()
+        s.settimeout(2)
+        try:
+            s.connect((host, int(port)))
+            out[target] = "connected: " + s.recv(100).decode(errors="replace")
+        except OSError as exc:
+            out[target] = f"refused: {type(exc).__name__}"
+        finally:
+            s.close()
+else:
+    for url in targets:
+        try:
+            with urllib.request.urlopen(url, timeout=20) as r:
+                out[url] = f"{r.status} {r.read(200).decode(errors='replace')}"
+        except urllib.error.HTTPError as exc:
+            out[url] = str(exc.code)
+        except OSError as exc:
+            out[url] = f"failed: {type(exc).__name__}"
+print(json.dumps(out))
+"""
+
+
+def probe_output(result: ExecResult) -> dict[str, str]:
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    out: dict[str, str] = json.loads(result.stdout.strip().splitlines()[-1])
+    return out
+
+
+# --------------------------------------------------------------------------- the kernel
+
+_SYSCTLS = [
+    "kernel/printk_ratelimit",
+    "kernel/core_pattern",
+    "kernel/pid_max",
+    "vm/overcommit_ratio",
+]
+
+
+@pytest.mark.parametrize("network", NETWORKS)
+def test_the_hosts_kernel_settings_cannot_be_written(
+    in_sandbox: InSandbox, network: str, egress_world: EgressWorld, tmp_path: Path
+) -> None:
+    before = {name: Path("/proc/sys", name).read_bytes() for name in _SYSCTLS}
+    script = "".join(
+        f'v=$(cat /proc/sys/{name}) && printf "%s\\n" "$v" > /proc/sys/{name} '
+        f"&& echo WROTE {name}\n"
+        for name in _SYSCTLS
+    )
+    script += "echo done\n"
+    r = run_in(in_sandbox, network, script, world=egress_world, log=tmp_path / "n.jsonl")
+    assert r.stdout.endswith("done\n"), r
+    assert "WROTE" not in r.stdout, r.stdout
+    assert {name: Path("/proc/sys", name).read_bytes() for name in _SYSCTLS} == before
+
+
+# --------------------------------------------------------------------------- host secrets
+
+
+def _host_key_serials() -> set[str]:
+    try:
+        return {line.split()[0] for line in Path("/proc/keys").read_text().splitlines()}
+    except OSError:
+        return set()
+
+
+@pytest.mark.parametrize("network", ["none", "full"])
+def test_the_hosts_secrets_and_keyrings_are_not_readable(
+    in_sandbox: InSandbox, network: str, egress_world: EgressWorld
+) -> None:
+    """/etc/shadow is either unreadable or the sandbox image's own file (another inode on
+    another device), and no key of the host's keyrings shows in /proc/keys."""
+    host = os.stat("/etc/shadow")
+    serials = _host_key_serials()
+    r = run_in(
+        in_sandbox,
+        network,
+        "stat -L -c '%d:%i' /etc/shadow; cat /etc/shadow > /dev/null 2>&1 && echo READABLE; "
+        "echo '--keys--'; cat /proc/keys 2>&1; echo done",
+        world=egress_world,
+    )
+    assert r.stdout.endswith("done\n"), r
+    inside_shadow, keys = r.stdout.split("--keys--", 1)
+    dev, ino = inside_shadow.split()[0].split(":")
+    if "READABLE" in inside_shadow:
+        assert (int(dev), int(ino)) != (host.st_dev, host.st_ino), "the host's own shadow"
+    inside_serials = {line.split()[0] for line in keys.splitlines()[:-1] if line.split()}
+    assert not (inside_serials & serials), keys
+
+
+def test_the_hosts_paths_are_not_in_mountinfo(
+    in_sandbox: InSandbox, backend_case: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """With a capped disk (as reproduction and checks run), the workspace is a file system of
+    its own: /proc/self/mountinfo names no folder of the host's where the sandbox's files
+    are. (Without a disk cap the local backend's bind mounts name their host folder: a
+    documented gap, SECURITY.md.)"""
+    if backend_case.id == "docker":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="known gap: Docker's own mounts name /var/lib/docker/... (its overlay "
+                "layers, the container's hosts files), by Docker's design",
+            )
+        )
+    seen: dict[str, str] = {}
+
+    async def body(sb: Sandbox) -> None:
+        r = await sb.exec("cat /proc/self/mountinfo", timeout=30)
+        seen["mountinfo"] = r.stdout
+        seen["workspace"] = str(getattr(sb, "workspace", "/var/lib/docker"))
+
+    in_sandbox(body, limits={"disk_mb": 64})
+    assert seen["workspace"] not in seen["mountinfo"]
+    assert str(tmp_path) not in seen["mountinfo"]
+
+
+# --------------------------------------------------------------------------- host services
+
+
+@pytest.mark.parametrize("network", NETWORKS)
+def test_no_service_of_the_host_is_reachable_directly(
+    in_sandbox: InSandbox,
+    network: str,
+    host_service: HostService,
+    egress_world: EgressWorld,
+    tmp_path: Path,
+) -> None:
+    """Plain TCP to every address of the host (loopback, its interfaces, the sandbox's
+    gateway), to slirp's alias of the host loopback and to the metadata address: nothing
+    connects, and the host's service sees no one, in any network mode."""
+    port = host_service.port
+    targets = [f"{a}:{port}" for a in host_addresses()]
+    targets += [f"10.0.2.2:{port}", "169.254.169.254:80"]
+    before = len(host_service.seen)
+    r = run_in(
+        in_sandbox,
+        network,
+        "python3 probe.py connect " + " ".join(targets),
+        world=egress_world,
+        log=tmp_path / "n.jsonl",
+    )
+    out = probe_output(r)
+    assert all(v.startswith("refused") for v in out.values()), out
+    assert len(host_service.seen) == before
+
+
+def test_no_service_of_the_host_is_reachable_through_the_proxy(
+    in_sandbox: InSandbox, host_service: HostService, egress_world: EgressWorld, tmp_path: Path
+) -> None:
+    """Under ``filtered`` the proxy is the way out: it refuses every address of the host's
+    (by address, whatever its range), ``localhost``, and link-local/metadata addresses."""
+    port = host_service.port
+    urls = [f"http://{a}:{port}/" for a in host_addresses()]
+    urls += [f"http://localhost:{port}/", "http://169.254.169.254/latest/meta-data/"]
+    before = len(host_service.seen)
+    log = tmp_path / "n.jsonl"
+    r = run_in(
+        in_sandbox,
+        "filtered",
+        "env -u NO_PROXY -u no_proxy python3 probe.py get " + " ".join(urls),
+        world=egress_world,
+        log=log,
+    )
+    out = probe_output(r)
+    assert all(v == "403" for v in out.values()), out
+    assert len(host_service.seen) == before
+    reasons = {e.url: e.reason for e in read_network_log(log)}
+    assert all(reasons.get(u) in {"host address", "private address"} for u in urls), reasons
+
+
+@pytest.mark.parametrize("network", ["full"])
+def test_full_reaches_the_internet_but_not_the_host(
+    in_sandbox: InSandbox,
+    network: str,
+    internet_host: InternetHost,
+    host_service: HostService,
+    egress_world: EgressWorld,
+) -> None:
+    """``full`` is still a network: a host beyond this machine answers (here a test host in a
+    network namespace of its own), while the host itself stays closed."""
+    targets = [f"{internet_host.address}:{internet_host.port}", f"127.0.0.1:{host_service.port}"]
+    r = run_in(in_sandbox, network, "python3 probe.py connect " + " ".join(targets))
+    out = probe_output(r)
+    assert out[targets[0]] == "connected: hello from the internet", out
+    assert out[targets[1]].startswith("refused"), out
+
+
+# --------------------------------------------------------------------------- blacklist
+
+
+def test_blacklist_spellings_are_refused_by_the_proxy(
+    in_sandbox: InSandbox, egress_world: EgressWorld, tmp_path: Path
+) -> None:
+    """The spellings that once passed the proxy, asked from inside a sandbox: every one gets
+    403 and the repository's server sees none of them."""
+    gh = egress_world.servers.github.port
+    urls = [
+        f"http://github.com.:{gh}/Owner/Repo/archive/main.zip",
+        f"https://github.com:{gh}/Owner/Repo;x/archive/main.zip",
+        f"https://github.com:{gh}/Owner/Repo%3Bx",
+        f"https://github.com:{gh}/Owner/Repo%00",
+        f"https://github.com:{gh}/Owner/Repo.git./info/refs",
+        f"https://api.github.com:{gh}/repos/Owner/Repo/zipball/main",
+        f"https://api.github.com:{gh}/repositories/123456/zipball",
+        f"https://codeload.github.com:{gh}/Owner/Repo/zip/refs/heads/main",
+        f"https://raw.githubusercontent.com:{gh}/Owner/Repo/main/README.md",
+        f"http://example.org.:{egress_world.servers.plain.port}/code/x",
+    ]
+    before = list(egress_world.servers.github.seen)
+    r = run_in(
+        in_sandbox,
+        "filtered",
+        "env -u NO_PROXY -u no_proxy python3 probe.py get " + " ".join(f"'{u}'" for u in urls),
+        world=egress_world,
+        log=tmp_path / "n.jsonl",
+    )
+    out = probe_output(r)
+    assert all(v == "403" for v in out.values()), out
+    assert egress_world.servers.github.seen == before
