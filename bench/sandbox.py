@@ -1,13 +1,20 @@
-"""Docker sandbox speed: paperbench's backend vs the docker CLI, measured in the same run.
+"""Sandbox speed: paperbench's Docker backend vs the docker CLI, and its local backend vs a
+plain subprocess, measured in the same run.
 
-    .venv/bin/python bench/sandbox.py [--quick]
+    .venv/bin/python bench/sandbox.py [--quick] [--local-only]
 
 Rows: container start → first exec (ours on both paths and the CLI's ``docker run -d`` +
 ``docker exec``, interleaved round by round after one warm-up round); exec round trip
 (``true``) on the fast path (the in-container exec server, the default) and on the per-exec
 path (one ``docker exec`` per command, the fallback); snapshot of a 500 MB folder (ours:
 ``Sandbox.snapshot`` → tar.gz; CLI: ``docker cp ... - | gzip -1``). Medians. The CLI is used
-only as the comparison. Needs a Docker engine and the images (built if missing).
+only as the comparison. Needs a Docker engine and the images (built if missing). One more
+row: start → first exec with ``network=full`` (a bridge network of its own, closed to the
+host by firewall rules) against the CLI on Docker's default bridge.
+
+Second table, the local backend (bubblewrap): start → first exec and the exec round trip with
+network ``none`` and ``full``, against a plain ``subprocess`` running the same command (no
+sandbox: the floor). Run it at two commits to see what a change to the isolation costs.
 """
 
 from __future__ import annotations
@@ -61,7 +68,56 @@ def timed_sync(fn: Callable[[], object], n: int) -> list[float]:
     return out
 
 
-async def main(quick: bool) -> None:
+async def local_table(quick: bool) -> None:
+    """The local backend against a plain subprocess running the same command."""
+    from paperbench.sandbox import LocalBackend
+
+    n_start, n_exec = (3, 20) if quick else (7, 50)
+    rows: list[tuple[str, float, float, str]] = []
+
+    def plain() -> None:
+        subprocess.run(["true"], check=True)
+
+    floor = median_ms(timed_sync(plain, n_exec))
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = LocalBackend(Path(tmp), isolation="bwrap")
+        for network in ("none", "full"):
+            spec = SandboxSpec(image="host", network=network, workdir="/home/submission")
+
+            async def start_first(spec: SandboxSpec = spec) -> None:
+                sb = await backend.start(spec)
+                try:
+                    r = await sb.exec(["true"], timeout=30)
+                    assert r.exit_code == 0, r
+                finally:
+                    await sb.stop()
+
+            await start_first()  # warm-up
+            start = median_ms(await timed(start_first, n_start))
+            rows.append((f"start → first exec, network={network}", start, floor, f"n={n_start}"))
+            box = await backend.start(spec)
+            try:
+                await box.exec(["true"], timeout=30)
+                ours = await timed(lambda b=box: b.exec(["true"], timeout=30), n_exec)
+            finally:
+                await box.stop()
+            name = f"exec round trip (true), network={network}"
+            rows.append((name, median_ms(ours), floor, f"n={n_exec}"))
+    table = Table(title="Local sandbox (bubblewrap): paperbench vs a plain subprocess (medians)")
+    table.add_column("measure")
+    table.add_column("paperbench (ms)", justify="right")
+    table.add_column("subprocess (ms)", justify="right")
+    table.add_column("ours / plain", justify="right")
+    table.add_column("notes")
+    for name, a, b, note in rows:
+        table.add_row(name, f"{a:.1f}", f"{b:.1f}", f"{a / b:.1f}", note)
+    Console(width=max(Console().width, 120)).print(table)
+
+
+async def main(quick: bool, local_only: bool) -> None:
+    await local_table(quick)
+    if local_only:
+        return
     n_start, n_exec, n_snap = (3, 20, 1) if quick else (7, 50, 3)
     image = ensure_images(("paperbench-reproducer",))["paperbench-reproducer"]
     client = connect()
@@ -123,6 +179,36 @@ async def main(quick: bool) -> None:
         )
     )
     rows.append(("start → first exec, per-exec", median_ms(slow_ms[1:]), start_cli, ""))
+
+    # network=full: ours on a bridge of its own behind host firewall rules, the CLI on the
+    # default bridge
+    full_spec = spec.model_copy(update={"network": "full"})
+
+    async def ours_full() -> None:
+        sb = await backend.start(full_spec)
+        try:
+            await sb.exec(["true"], timeout=30)
+        finally:
+            await sb.stop()
+
+    def cli_full() -> None:
+        cid = cli("run", "-d", *CLI_LABEL, "--entrypoint", "sleep", image, "infinity").strip()
+        try:
+            cli("exec", cid, "true")
+        finally:
+            cli("rm", "-f", cid)
+
+    await ours_full()  # warm-up
+    full_ms = await timed(ours_full, n_start)
+    cli_full_ms = timed_sync(cli_full, n_start)
+    rows.append(
+        (
+            "start → first exec → stop, network=full",
+            median_ms(full_ms),
+            median_ms(cli_full_ms),
+            "CLI: default bridge, run + exec + rm",
+        )
+    )
 
     # exec round trip
     sb = await backend.start(spec)
@@ -236,4 +322,6 @@ async def main(quick: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument("--local-only", action="store_true", help="only the local backend")
+    args = parser.parse_args()
+    asyncio.run(main(args.quick, args.local_only))
