@@ -164,6 +164,7 @@ class UserModeNetwork:
         self.folder = folder
         self.netns_fd: int | None = None
         self.userns_fd: int | None = None
+        self._exit_w: int | None = None
         self.keeper: asyncio.subprocess.Process | None = None
         self.slirp: asyncio.subprocess.Process | None = None
         self.resolv_conf = folder / "resolv.conf"
@@ -256,14 +257,17 @@ class UserModeNetwork:
 
     async def _start_slirp(self) -> None:
         ready_r, ready_w = os.pipe()
+        # slirp4netns ends when this pipe closes: with the sandbox, or with paperbench if it
+        # is killed (the tap it holds would keep the namespace, and itself, alive).
+        exit_r, self._exit_w = os.pipe2(os.O_CLOEXEC)
         assert self.netns_fd is not None and self.userns_fd is not None
-        fds = (ready_w, self.netns_fd, self.userns_fd)
+        fds = (ready_w, exit_r, self.netns_fd, self.userns_fd)
         stderr_path = self.folder / "slirp4netns.stderr"
         try:
             with stderr_path.open("wb") as stderr:
                 self.slirp = await asyncio.create_subprocess_exec(
                     "slirp4netns", "--configure", "--mtu=65520", "--disable-host-loopback",
-                    "--enable-seccomp", f"--ready-fd={ready_w}",
+                    "--enable-seccomp", f"--ready-fd={ready_w}", f"--exit-fd={exit_r}",
                     f"--userns-path=/proc/self/fd/{self.userns_fd}", "--netns-type=path",
                     f"/proc/self/fd/{self.netns_fd}", "tap0",
                     stdin=subprocess.DEVNULL,
@@ -278,6 +282,7 @@ class UserModeNetwork:
             raise SandboxError(f"cannot start slirp4netns: {exc}") from exc
         finally:
             os.close(ready_w)
+            os.close(exit_r)
         try:
             ready = await asyncio.wait_for(asyncio.to_thread(os.read, ready_r, 1), _START_TIMEOUT_S)
         except TimeoutError:
@@ -316,7 +321,7 @@ class UserModeNetwork:
                 kill_process(proc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(proc.wait(), 10)
-        for attr in ("netns_fd", "userns_fd"):
+        for attr in ("netns_fd", "userns_fd", "_exit_w"):
             fd = getattr(self, attr)
             setattr(self, attr, None)
             if fd is not None:
