@@ -89,6 +89,7 @@ SYSTEM_TOPS = frozenset(
 """Top folders that are the host's, read-only; never part of a workspace."""
 _RO_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt")
 _FORBIDDEN_TOPS = frozenset({"run", "boot", "var", "proc", "sys", "dev"})
+_RO_SYSCTLS = ("abi", "crypto", "debug", "dev", "fs", "kernel", "net", "vm")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOME = "/root"
 _HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -440,6 +441,10 @@ class LocalSandbox(Sandbox):
             else:
                 argv += ["--ro-bind-try", f"/{top}", f"/{top}"]
         argv += ["--proc", "/proc", "--dev", "/dev"]
+        # Kernel settings read-only whoever asks (bwrap leaves /proc/sys as it is). Not
+        # user/: those limits belong to the user namespace, and --disable-userns sets one.
+        for part in _RO_SYSCTLS:
+            argv += ["--ro-bind-try", f"/proc/sys/{part}", f"/proc/sys/{part}"]
         return argv
 
     def _ro_bind_args(self) -> list[str]:
