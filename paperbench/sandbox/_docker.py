@@ -300,36 +300,28 @@ class DockerBackend(SandboxBackend):
         api = sb.api
         base_labels = {**spec.labels, L.SANDBOX: sb.id}
         network_mode = "none"
-        if spec.network is NetworkPolicy.FULL:
-            # A routed bridge of its own, closed to the host (HostFirewall): Docker's default
-            # bridge would let the container reach every service of the host's.
+        if spec.network is not NetworkPolicy.NONE:
+            # A bridge of its own, closed to the host (HostFirewall): on Docker's default
+            # bridge a container reaches every service of the host's. Filtered: internal, its
+            # only way out the egress proxy on the gateway.
+            filtered = spec.network is NetworkPolicy.FILTERED
+            network_mode = f"{sb.id}-net"
             net = await asyncio.to_thread(
                 api.create_network,
-                f"{sb.id}-net",
+                network_mode,
                 driver="bridge",
-                internal=False,
+                internal=filtered,
                 labels=L.labels("network", base_labels),
             )
             sb.networks.append(net["Id"])
-            network_mode = f"{sb.id}-net"
-            sb.firewall = HostFirewall(network_mode, net["Id"], None)
-            await sb.firewall.ainstall()
-        elif spec.network is NetworkPolicy.FILTERED:
-            if self.egress is None:
-                self.egress = _default_gateway(api)
-            net = await asyncio.to_thread(
-                api.create_network,
-                f"{sb.id}-net",
-                driver="bridge",
-                internal=True,
-                labels=L.labels("network", base_labels),
-            )
-            sb.networks.append(net["Id"])
-            network_mode = f"{sb.id}-net"
-            sb.egress = await self.egress.attach(network_mode, spec)
-            port = urlparse(sb.egress.proxy_url).port
-            if port is None:
-                raise SandboxError(f"egress proxy URL without a port: {sb.egress.proxy_url}")
+            port: int | None = None
+            if filtered:
+                if self.egress is None:
+                    self.egress = _default_gateway(api)
+                sb.egress = await self.egress.attach(network_mode, spec)
+                port = urlparse(sb.egress.proxy_url).port
+                if port is None:
+                    raise SandboxError(f"egress proxy URL without a port: {sb.egress.proxy_url}")
             sb.firewall = HostFirewall(network_mode, net["Id"], port)
             await sb.firewall.ainstall()
 

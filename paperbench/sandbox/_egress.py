@@ -2,9 +2,10 @@
 
 A sandbox under ``filtered`` has no route out except this proxy: mitmproxy with a small addon
 (``_egress_addon.py``) that intercepts TLS with a per-proxy CA, refuses blacklisted URLs with
-403 before any upstream connection, refuses the host's own networks (loopback, private,
-link-local), and appends every request with its verdict to the network log (JSON lines, read
-back with ``read_network_log``) for the monitor.
+403 before any upstream connection, refuses every address of the host's own interfaces
+(asked of the kernel at each connection) and the loopback, private and link-local ranges, and
+appends every request with its verdict to the network log (JSON lines, read back with
+``read_network_log``) for the monitor.
 
 The proxy runs in its own process, started with an interpreter that has mitmproxy. mitmproxy
 pins its dependencies tightly (11.x wants ``h11<=0.14``, which conflicts with httpx's), so

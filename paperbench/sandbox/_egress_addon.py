@@ -71,14 +71,22 @@ def _load_sibling(name: str) -> ModuleType:
     return module
 
 
-def is_private_address(address: str) -> bool:
-    """Loopback, private, link-local, multicast or unspecified: the host's own networks."""
+def _parse_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``address`` as an IP address (an IPv4-mapped IPv6 one as IPv4; a zone dropped)."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
-        return False
+        return None
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+        return ip.ipv4_mapped
+    return ip
+
+
+def is_private_address(address: str) -> bool:
+    """Loopback, private, link-local, multicast or unspecified: the host's own networks."""
+    ip = _parse_ip(address)
+    if ip is None:
+        return False
     return any(ip in net for net in _PRIVATE_NETS if net.version == ip.version)
 
 
@@ -89,12 +97,9 @@ def is_host_address(address: str) -> bool:
     Asked of the kernel at every check, so an interface that appears after the proxy started
     is covered too.
     """
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
+    ip = _parse_ip(address)
+    if ip is None:
         return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
     if ip.is_unspecified or ip.is_loopback:
         return True
     family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from paperbench.sandbox import LocalBackend, Sandbox, SandboxBackend, SandboxSpec
+from paperbench.sandbox._egress import ensure_egress_python
 from paperbench.sandbox._local_egress import LocalEgressGateway
+from tests.sandbox.egress_helpers import RESOLVE, Servers, make_pki, serve
 
 FAKE_KEY_NAME = "PAPERBENCH_TEST_FAKE_OPENAI_API_KEY"
 FAKE_KEY_VALUE = "sk-fake-host-secret-0123456789"
@@ -183,3 +185,22 @@ def loopback_server() -> Iterator[int]:
     stop.set()
     thread.join(timeout=2)
     srv.close()
+
+
+@dataclass
+class EgressWorld:
+    """Offline stand-ins for the internet and what a backend's egress proxy needs to reach
+    them."""
+
+    servers: Servers
+    options: EgressOptions
+
+
+@pytest.fixture(scope="module")
+def egress_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EgressWorld]:
+    """HTTPS servers on 127.0.0.1 standing in for allowed.test and github.com, and the options
+    that make a backend's egress proxy reach them (the first run creates the egress venv)."""
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
+    python = asyncio.run(ensure_egress_python())
+    with serve(pki) as servers:
+        yield EgressWorld(servers, EgressOptions(pki.ca, RESOLVE, python))

@@ -10,18 +10,16 @@ from __future__ import annotations
 import asyncio
 import tarfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from paperbench.errors import SandboxError
 from paperbench.sandbox import Sandbox
-from paperbench.sandbox._egress import ensure_egress_python, read_network_log
+from paperbench.sandbox._egress import read_network_log
 
-from .conftest import FAKE_KEY_NAME, FAKE_KEY_VALUE, BackendCase, EgressOptions, InSandbox
-from .egress_helpers import BLACKLIST, RESOLVE, Servers, make_pki, serve
+from .conftest import FAKE_KEY_NAME, FAKE_KEY_VALUE, BackendCase, EgressWorld, InSandbox
+from .egress_helpers import BLACKLIST
 
 # Gap name → (kind, reason). "run": the test runs as xfail(strict), so closing the gap shows;
 # "skip": the test would touch the host on that backend, so it never runs there; "doc": a
@@ -336,22 +334,6 @@ def test_fork_bomb_is_contained(in_sandbox: InSandbox, backend_case: BackendCase
 
 
 # --------------------------------------------------------------------------- network=filtered
-
-
-@dataclass
-class EgressWorld:
-    servers: Servers
-    options: EgressOptions
-
-
-@pytest.fixture(scope="module")
-def egress_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EgressWorld]:
-    """HTTPS servers on 127.0.0.1 standing in for allowed.test and github.com, and the options
-    that make a backend's egress proxy reach them (the first run creates the egress venv)."""
-    pki = make_pki(tmp_path_factory.mktemp("pki"))
-    python = asyncio.run(ensure_egress_python())
-    with serve(pki) as servers:
-        yield EgressWorld(servers, EgressOptions(pki.ca, RESOLVE, python))
 
 
 _FETCH = b"""\

@@ -22,7 +22,6 @@ makes (``internet_host``), never anything beyond; every loop is bounded.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -38,10 +37,10 @@ from typing import Any
 import pytest
 
 from paperbench.sandbox import ExecResult, Sandbox
-from paperbench.sandbox._egress import ensure_egress_python, read_network_log
+from paperbench.sandbox._egress import read_network_log
 
-from .conftest import BACKEND_PARAMS, EgressOptions, InSandbox
-from .egress_helpers import BLACKLIST, RESOLVE, Servers, make_pki, serve
+from .conftest import BACKEND_PARAMS, EgressWorld, InSandbox
+from .egress_helpers import BLACKLIST
 
 ISOLATING = [p for p in BACKEND_PARAMS if p.id in {"local-bwrap", "docker"}]
 pytestmark = pytest.mark.parametrize("backend_case", ISOLATING, indirect=True)
@@ -150,20 +149,6 @@ def internet_host() -> Iterator[InternetHost]:
             server.wait(timeout=10)
         subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=30)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-
-
-@dataclass
-class EgressWorld:
-    servers: Servers
-    options: EgressOptions
-
-
-@pytest.fixture(scope="module")
-def egress_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EgressWorld]:
-    pki = make_pki(tmp_path_factory.mktemp("pki"))
-    python = asyncio.run(ensure_egress_python())
-    with serve(pki) as servers:
-        yield EgressWorld(servers, EgressOptions(pki.ca, RESOLVE, python))
 
 
 def run_in(
