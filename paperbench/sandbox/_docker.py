@@ -6,6 +6,10 @@ Isolation and limits:
 
 - the container's init is a bash loop (PID 1 cannot be killed from inside, and it reaps
   orphans); commands run through ``docker exec``;
+- privileges: ``no-new-privileges`` (no setuid binary, no file capability raises them) and
+  only the capabilities in ``CAPABILITIES`` (every other one dropped: no ``SYS_PTRACE``, no
+  ``NET_RAW``, ``MKNOD``, ``AUDIT_WRITE``, ``SETFCAP``, ``SETPCAP``, ``SYS_CHROOT`` or
+  ``NET_BIND_SERVICE``);
 - ``cpus`` → ``nano_cpus``; ``memory_mb`` → ``mem_limit`` = ``memswap_limit`` (no swap);
   ``pids`` → ``pids_limit``; ``gpu`` → ``device_requests``;
 - ``disk_mb``: overlay2 ``storage_opt`` size where the engine supports it (xfs with pquota);
@@ -93,6 +97,12 @@ log = logging.getLogger("paperbench.sandbox")
 INIT_SCRIPT = 'trap "exit 0" TERM; while :; do sleep 2147483647 & wait $!; done'
 """PID 1: survives ``kill -9 -1`` from inside (the kernel protects a namespace's init)."""
 
+CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
+"""All a sandbox's root keeps: what package managers need as root (apt and dpkg chown files and
+drop to ``_apt`` with setuid/setgid; pip writes where root's files are) and what the exec
+server needs (starting commands as another user, killing their processes). A test installs
+with apt and pip under exactly this set."""
+
 CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")
 FAST_EXEC_ENV = "PAPERBENCH_DOCKER_FAST_EXEC"
 API_VERSION = "1.41"
@@ -177,6 +187,8 @@ def host_config_args(
         "tmpfs": tmpfs,
         "device_requests": device_requests(spec.gpu),
         "init": False,
+        "cap_drop": ["ALL"],
+        "cap_add": list(CAPABILITIES),
     }
     if read_only:
         args["read_only"] = True
