@@ -9,7 +9,8 @@ Isolation and limits:
 - privileges: ``no-new-privileges`` (no setuid binary, no file capability raises them) and
   only the capabilities in ``CAPABILITIES`` (every other one dropped: no ``SYS_PTRACE``, no
   ``NET_RAW``, ``MKNOD``, ``AUDIT_WRITE``, ``SETFCAP``, ``SETPCAP``, ``SYS_CHROOT`` or
-  ``NET_BIND_SERVICE``);
+  ``NET_BIND_SERVICE``); with ``spec.user == "sandbox"`` commands run as uid 1000, set up
+  right after the start (``_docker_user``), while PID 1 and the backend's own work stay root;
 - ``cpus`` → ``nano_cpus``; ``memory_mb`` → ``mem_limit`` = ``memswap_limit`` (no swap);
   ``pids`` → ``pids_limit``; ``gpu`` → ``device_requests``;
 - ``disk_mb``: overlay2 ``storage_opt`` size where the engine supports it (xfs with pquota);
@@ -86,6 +87,7 @@ from paperbench.sandbox._docker_files import (
 )
 from paperbench.sandbox._docker_firewall import HostFirewall
 from paperbench.sandbox._docker_run import DockerRun
+from paperbench.sandbox._docker_user import SandboxUser
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
 
 WRITABLE_DIRS = ("/submission", "/home", "/root", "/tmp", "/var", "/etc", "/usr/local")
@@ -287,6 +289,8 @@ class DockerBackend(SandboxBackend):
         sandbox = DockerSandbox(spec, client, "pb-" + secrets.token_hex(6))
         try:
             await self._create(sandbox)
+            if spec.user == "sandbox":
+                await sandbox.set_up_user()
         except BaseException:
             await asyncio.shield(sandbox.stop())
             raise
@@ -527,6 +531,7 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
         self._stopped = False
         self._dead: str | None = None
         self.execd: ExecServerClient | None = None
+        self.user: SandboxUser | None = None
         self.fast_exec_error: str | None = None
         """Why commands take the per-exec path, when the fast path was asked for."""
         self.firewall: HostFirewall | None = None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from paperbench.errors import SandboxError
-from paperbench.sandbox._base import DEFAULT_OUTPUT_LIMIT, ExecResult
+from paperbench.sandbox._base import DEFAULT_OUTPUT_LIMIT, ExecResult, SandboxSpec
 from paperbench.sandbox._capture import HeadTail
 from paperbench.sandbox._docker_exec import (
     KILL_SCRIPT,
@@ -28,9 +28,12 @@ from paperbench.sandbox._docker_exec import (
 )
 from paperbench.sandbox._docker_fastexec import ExecServerClient, NotStarted
 from paperbench.sandbox._docker_files import docker_error
+from paperbench.sandbox._docker_user import SandboxUser, parse_setup, setup_argv
 
 _GRACE_S = 3.0
+_KILLER_TRIES = 3
 _SERVER_GRACE_S = 3.0
+_KILLER_TRIES = 3
 """How long past the timeout the host waits for the exec server's reply before killing itself."""
 
 
@@ -39,6 +42,10 @@ class DockerRun:
 
     api: Any
     id: str
+    spec: SandboxSpec
+    user: SandboxUser | None
+    """Who runs the commands: None for root, else the spec's unprivileged user once made."""
+    owner: tuple[int, int]
     container_id: str | None
     init_pid: int | None
     procs: Path | None
@@ -76,22 +83,54 @@ class DockerRun:
         env: dict[str, str] | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> ExecResult:
-        cid = self._cid()
         argv = ["bash", "-lc", cmd] if isinstance(cmd, str) else list(cmd)
+        return await self.run_as(
+            self.user, argv, timeout=timeout, workdir=workdir, env=env, output_limit=output_limit
+        )
+
+    async def set_up_user(self) -> None:
+        """Set up the spec's unprivileged user (``_docker_user``): commands, uploads and
+        written files are its own from now on.
+
+        Raises:
+            SandboxError: the set-up failed.
+        """
+        r = await self.run_as(None, setup_argv(self.spec.writable_dirs), timeout=120)
+        if r.exit_code != 0:
+            said = (r.stdout + r.stderr)[-300:].strip()
+            raise SandboxError(f"sandbox {self.id}: cannot set up its user: {said}")
+        self.user = parse_setup(r.stdout)
+        self.owner = (self.user.uid, self.user.gid)
+
+    async def run_as(
+        self,
+        user: SandboxUser | None,
+        argv: list[str],
+        *,
+        timeout: float,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> ExecResult:
+        """``exec`` of ``argv`` as ``user`` (None: root), whoever runs the spec's commands."""
+        cid = self._cid()
         if not argv:
             raise SandboxError("empty command")
         marker = secrets.token_hex(8)
-        full_env = {**(env or {}), MARKER_ENV: marker}
+        full_env = {**(user.env if user else {}), **(env or {}), MARKER_ENV: marker}
         execd = self.execd
         if execd is not None and execd.dead is None and execd.loop is asyncio.get_running_loop():
             try:
-                return await self._fast_exec(execd, argv, full_env, workdir, timeout, output_limit)
+                return await self._fast_exec(
+                    execd, argv, full_env, workdir, timeout, output_limit, user
+                )
             except NotStarted:
                 pass  # nothing ran: the per-exec path below
         state = ExecState(out=HeadTail(output_limit), err=HeadTail(output_limit))
         started = time.monotonic()
+        as_user = user.docker if user else ""
         task = asyncio.ensure_future(
-            asyncio.to_thread(pump, self.api, cid, argv, full_env, workdir, state)
+            asyncio.to_thread(pump, self.api, cid, argv, full_env, workdir, state, as_user)
         )
         timed_out = False
         note = ""
@@ -99,9 +138,9 @@ class DockerRun:
             await asyncio.wait_for(asyncio.shield(task), timeout)
         except TimeoutError:
             timed_out = True
-            note = await self._kill_exec(marker, state, task)
+            note = await self._kill_exec(marker, state, task, user)
         except asyncio.CancelledError:
-            await asyncio.shield(self._kill_exec(marker, state, task))
+            await asyncio.shield(self._kill_exec(marker, state, task, user))
             raise
         except Exception as exc:
             state.stop.set()
@@ -129,6 +168,7 @@ class DockerRun:
         workdir: str | None,
         timeout: float,
         output_limit: int,
+        user: SandboxUser | None,
     ) -> ExecResult:
         """One command through the exec server.
 
@@ -139,7 +179,12 @@ class DockerRun:
         marker = env[MARKER_ENV]
         started = time.monotonic()
         rid, future = await execd.submit(
-            argv, env=env, workdir=workdir, timeout=timeout, output_limit=output_limit
+            argv,
+            env=env,
+            workdir=workdir,
+            timeout=timeout,
+            output_limit=output_limit,
+            user=(user.uid, user.gid) if user else None,
         )
         note = ""
         try:
@@ -147,7 +192,7 @@ class DockerRun:
                 reply = await asyncio.wait_for(asyncio.shield(future), timeout + _SERVER_GRACE_S)
             except TimeoutError:  # the server did not kill it in time: the host does
                 execd.kill(rid)
-                note = await asyncio.to_thread(self._kill_tree, marker)
+                note = await asyncio.to_thread(self._kill_tree, marker, user)
                 try:
                     reply = await asyncio.wait_for(asyncio.shield(future), _GRACE_S)
                 except TimeoutError:
@@ -155,7 +200,7 @@ class DockerRun:
                 reply["timed_out"] = True
         except asyncio.CancelledError:
             execd.kill(rid)
-            await asyncio.shield(asyncio.to_thread(self._kill_tree, marker))
+            await asyncio.shield(asyncio.to_thread(self._kill_tree, marker, user))
             raise
         except SandboxError as exc:
             if not await self._alive():
@@ -168,7 +213,7 @@ class DockerRun:
         if timed_out:
             server_note = str(reply.get("note") or "")
             if not note and server_note != "process tree killed":
-                note = await asyncio.to_thread(self._kill_tree, marker)
+                note = await asyncio.to_thread(self._kill_tree, marker, user)
             stderr += f"\n[paperbench: timed out after {timeout:g}s; {note or server_note}]\n"
         return ExecResult(
             exit_code=None if timed_out else reply.get("exit_code"),
@@ -193,10 +238,16 @@ class DockerRun:
             return False
         return bool(info["State"].get("Running"))
 
-    async def _kill_exec(self, marker: str, state: ExecState, task: asyncio.Future[None]) -> str:
+    async def _kill_exec(
+        self,
+        marker: str,
+        state: ExecState,
+        task: asyncio.Future[None],
+        user: SandboxUser | None,
+    ) -> str:
         """Kill the exec's process tree; return what was done, for the result."""
         state.stop.set()
-        how = await asyncio.to_thread(self._kill_tree, marker)
+        how = await asyncio.to_thread(self._kill_tree, marker, user)
         done, _ = await asyncio.wait({task}, timeout=_GRACE_S)
         if not done:
             state.close_stream()
@@ -205,17 +256,33 @@ class DockerRun:
             task.exception()  # retrieved: the stream was closed on purpose
         return how
 
-    def _kill_tree(self, marker: str) -> str:
+    def _exit_code(self, exec_id: str) -> int | None:
+        """An exec's exit code once the engine has it (its output can end a moment before)."""
+        deadline = time.monotonic() + _GRACE_S
+        while True:
+            info = self.api.exec_inspect(exec_id)
+            if not info.get("Running") or time.monotonic() > deadline:
+                code = info.get("ExitCode")
+                return code if isinstance(code, int) else None
+            time.sleep(0.01)
+
+    def _kill_tree(self, marker: str, user: SandboxUser | None) -> str:
+        """Kill the marked tree: from the host when the container's cgroup is visible here,
+        else with a killer run in the container as the command's user (root without
+        ``CAP_SYS_PTRACE`` cannot read another user's environments), else the container."""
         keep = {self.init_pid} if self.init_pid else set()
         if self.procs is not None and kill_tree_from_host(self.procs, marker, keep):
             return "process tree killed"
         try:
-            created = self.api.exec_create(
-                self.container_id, ["bash", "-c", KILL_SCRIPT, "k", marker]
-            )
-            self.api.exec_start(created["Id"])
-            if self.api.exec_inspect(created["Id"]).get("ExitCode") == 0:
-                return "process tree killed"
+            for _ in range(_KILLER_TRIES):  # a try ends with processes still dying: again
+                created = self.api.exec_create(
+                    self.container_id,
+                    ["bash", "-c", KILL_SCRIPT, "k", marker],
+                    user=user.docker if user else "",
+                )
+                self.api.exec_start(created["Id"])
+                if self._exit_code(created["Id"]) == 0:
+                    return "process tree killed"
         except Exception:
             pass
         # Neither way worked (e.g. no pid left for a killer): the container has to go.
