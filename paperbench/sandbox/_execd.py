@@ -43,13 +43,13 @@ run as root or as an unprivileged user; no sandbox has ``CAP_SYS_PTRACE``):
 Why MAC the replies when nothing in the container can write PID 1's stdout: the relay. Its
 stdout is a ``docker exec`` pipe, and until the relay is non-dumpable (its first milliseconds)
 a root process watching ``/proc`` can open that pipe and keep it; over the relay the MAC is what
-refuses forged and replayed frames. Over the attach it costs one HMAC per frame (microseconds;
-about 2 ms per MB of output).
+refuses forged and replayed frames. Over the attach it costs one HMAC per frame (a few
+microseconds; under 1 ms per MB of output).
 
-Replies go to the channel the last valid ``hello`` came on. A dropped attach can leave half a
-frame in stdin, and a new attach can start in the middle of a reply: the host starts each
-connection with a newline and a ``hello`` carrying a fresh nonce, the server skips lines that do
-not verify on stdin, and the host skips everything before the ``hello`` reply with its nonce.
+A dropped attach can leave half a frame in stdin, and a new attach can start in the middle of a
+reply: the host starts each connection with a newline and a ``hello`` carrying a fresh nonce,
+the server skips lines that do not verify on stdin, and the host skips everything before the
+``hello`` reply with its nonce.
 
 - host → server: ``{"op": "hello", "nonce", "conn", "proof", "resume": [ids], "key"}`` on
   connect, as plain JSON (``resume``: the ids still waiting for a reply; ``key`` only until the
@@ -227,18 +227,6 @@ def _ids(pid: int) -> tuple[int, int] | None:
         return None
 
 
-def _owner(pid: int) -> tuple[int, int] | None:
-    """The real uid and gid of ``pid``."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            status = f.read()
-        uid = int(status.split(b"\nUid:", 1)[1].split()[0])
-        gid = int(status.split(b"\nGid:", 1)[1].split()[0])
-    except (OSError, IndexError, ValueError):
-        return None
-    return uid, gid
-
-
 def _environ(pid: int) -> bytes | None:
     """``/proc/<pid>/environ`` (empty when the process is gone); None when refused."""
     try:
@@ -248,12 +236,15 @@ def _environ(pid: int) -> bytes | None:
         pass
     except OSError:
         return b""
-    ids = _owner(pid)
     lib = _FS_IDS
-    if lib is None or ids is None or ids[0] == 0:
+    try:
+        owner = os.stat(f"/proc/{pid}")  # its uid and gid (a dumpable process's)
+    except OSError:
+        return b""
+    if lib is None or owner.st_uid == 0:
         return None
-    lib.setfsgid(ids[1])
-    lib.setfsuid(ids[0])
+    lib.setfsgid(owner.st_gid)
+    lib.setfsuid(owner.st_uid)
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             return f.read()
