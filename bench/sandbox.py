@@ -3,8 +3,9 @@ plain subprocess, measured in the same run.
 
     .venv/bin/python bench/sandbox.py [--quick] [--local-only]
 
-Rows: container start → first exec (ours on both paths and the CLI's ``docker run -d`` +
-``docker exec``, interleaved round by round after one warm-up round); exec round trip
+Rows: container start → first exec (ours on both paths, ours on the fast path with commands run
+as the unprivileged user, and the CLI's ``docker run -d`` + ``docker exec``, interleaved round
+by round after one warm-up round); exec round trip
 (``true``) on the fast path (the in-container exec server, the default) and on the per-exec
 path (one ``docker exec`` per command, the fallback); snapshot of a 500 MB folder (ours:
 ``Sandbox.snapshot`` → tar.gz; CLI: ``docker cp ... - | gzip -1``). Medians. The CLI is used
@@ -147,14 +148,16 @@ async def main(quick: bool, local_only: bool) -> None:
         cli("exec", cid, "true")
         pending_rm.append(cid)
 
-    async def ours_start(b: DockerBackend) -> None:
-        sb = await b.start(spec)
+    async def ours_start(b: DockerBackend, s: SandboxSpec = spec) -> None:
+        sb = await b.start(s)
         await sb.exec(["true"], timeout=30)
         pending_stop.append(sb)
         if b is backend and not sb.fast_exec_active:
             raise SystemExit(f"the fast exec path is off: {sb.fast_exec_error}")
 
+    as_user = spec.model_copy(update={"user": "sandbox"})
     fast_ms: list[float] = []
+    user_ms: list[float] = []
     slow_ms: list[float] = []
     cli_start_ms: list[float] = []
     pending_rm: list[str] = []
@@ -163,6 +166,7 @@ async def main(quick: bool, local_only: bool) -> None:
         fast_ms += await timed(lambda: ours_start(backend), 1)
         cli_start_ms += timed_sync(cli_start, 1)
         slow_ms += await timed(lambda: ours_start(per_exec), 1)
+        user_ms += await timed(lambda: ours_start(backend, as_user), 1)
         for sb in pending_stop:
             await sb.stop()
         for cid in pending_rm:
@@ -179,6 +183,14 @@ async def main(quick: bool, local_only: bool) -> None:
         )
     )
     rows.append(("start → first exec, per-exec", median_ms(slow_ms[1:]), start_cli, ""))
+    rows.append(
+        (
+            "start → first exec, fast path, user: sandbox",
+            median_ms(user_ms[1:]),
+            start_cli,
+            "uid 1000 set up after the start",
+        )
+    )
 
     # network=full: ours on a bridge of its own behind host firewall rules, the CLI on the
     # default bridge

@@ -12,7 +12,9 @@ disk (:data:`CHECK_LIMITS`):
 2. the check's ``files`` (sandbox path → path relative to the rubric file's folder) are
    written in; a source outside that folder, or missing, is refused with one line naming the
    leaf's JSON path before any sandbox starts;
-3. ``command`` runs under ``bash -lc`` in ``/submission`` with the check's timeout.
+3. ``command`` runs under ``bash -lc`` in ``/submission`` with the check's timeout, as
+   :data:`CHECK_USER` (``SandboxSpec.user``: an unprivileged user who owns ``/submission`` and
+   the check's files, where the backend maps one; the Docker backend does).
 
 Exit 0 scores 1, anything else 0 (a crash, a missing import, a timeout): a valid grade with
 ``source: "check"`` whose explanation gives the command, the exit code, whether it timed out,
@@ -36,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from paperbench._io import json_path
 from paperbench.errors import InputError, SandboxError
@@ -60,6 +63,8 @@ OUTPUT_LIMIT_BYTES = 64 * 1024
 TAIL_CHARS = 2000
 """Characters of each stream's end quoted in the explanation."""
 CHECK_STAGE_LABEL = {"paperbench.stage": "check"}
+CHECK_USER: Final = "sandbox"
+"""Who runs a check's command (``SandboxSpec.user``): a check needs no root."""
 
 CheckRunner = Callable[[TaskNode, NodePath], Awaitable[LeafGrade]]
 """What the grading engine calls for a leaf with ``check``: ``(leaf, path) -> LeafGrade``,
@@ -293,6 +298,7 @@ async def run_checks(
         limits=limits,
         network=NetworkPolicy.NONE,
         workdir=SUBMISSION_PATH,
+        user=CHECK_USER,
         labels={**(labels or {}), **CHECK_STAGE_LABEL},
         writable_dirs=tuple(
             sorted({posixpath.dirname(posixpath.normpath(t)) for i in items for t in i.files})

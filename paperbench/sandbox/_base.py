@@ -65,6 +65,10 @@ class SandboxLimits(BaseModel):
     """Run without a disk cap when ``disk_mb`` cannot be enforced (said and recorded)."""
 
 
+SandboxUserKind = Literal["root", "sandbox"]
+"""Who runs a sandbox's commands (``SandboxSpec.user``)."""
+
+
 class SandboxSpec(BaseModel):
     """Everything needed to start one sandbox: plain data, buildable in another process."""
 
@@ -93,6 +97,12 @@ class SandboxSpec(BaseModel):
     proxy_env: dict[str, str] = Field(default_factory=dict, repr=False)
     """Standard proxy variables (HTTPS_PROXY, ...) passed in only when asked for. Left out of
     the repr: a proxy URL may hold a password."""
+    user: SandboxUserKind = "root"
+    """Who runs the commands (``exec``): ``root``, the sandbox's own superuser, or
+    ``sandbox``, an unprivileged user who owns ``/submission``, ``/home/submission``, its home
+    and the ``writable_dirs`` the sandbox makes for it, and what is uploaded or written in
+    after the start. The backend's own machinery stays privileged either way. How a backend
+    makes that user is its own (the Docker backend: uid 1000)."""
 
 
 class ExecResult(BaseModel):

@@ -6,6 +6,11 @@ Isolation and limits:
 
 - the container's init is a bash loop (PID 1 cannot be killed from inside, and it reaps
   orphans); commands run through ``docker exec``;
+- privileges: ``no-new-privileges`` (no setuid binary, no file capability raises them) and
+  only the capabilities in ``CAPABILITIES`` (every other one dropped: no ``SYS_PTRACE``, no
+  ``NET_RAW``, ``MKNOD``, ``AUDIT_WRITE``, ``SETFCAP``, ``SETPCAP``, ``SYS_CHROOT`` or
+  ``NET_BIND_SERVICE``); with ``spec.user == "sandbox"`` commands run as uid 1000, set up
+  right after the start (``_docker_user``), while PID 1 and the backend's own work stay root;
 - ``cpus`` → ``nano_cpus``; ``memory_mb`` → ``mem_limit`` = ``memswap_limit`` (no swap);
   ``pids`` → ``pids_limit``; ``gpu`` → ``device_requests``;
 - ``disk_mb``: overlay2 ``storage_opt`` size where the engine supports it (xfs with pquota);
@@ -47,7 +52,6 @@ import os
 import posixpath
 import secrets
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,10 +60,8 @@ from urllib.parse import urlparse
 from paperbench.errors import SandboxError, SandboxUnavailableError
 from paperbench.sandbox import _docker_labels as L
 from paperbench.sandbox._base import (
-    DEFAULT_OUTPUT_LIMIT,
     DiskCapKind,
     DiskUsage,
-    ExecResult,
     GpuRequest,
     IsolationKind,
     NetworkPolicy,
@@ -67,23 +69,14 @@ from paperbench.sandbox._base import (
     SandboxBackend,
     SandboxSpec,
 )
-from paperbench.sandbox._capture import HeadTail
 from paperbench.sandbox._disk import (
     UNCAPPED_HINT,
     DiskCap,
     DiskCapUnavailableError,
 )
-from paperbench.sandbox._docker_exec import (
-    KILL_SCRIPT,
-    MARKER_ENV,
-    ExecState,
-    cgroup_procs_path,
-    kill_tree_from_host,
-    pump,
-)
+from paperbench.sandbox._docker_exec import cgroup_procs_path
 from paperbench.sandbox._docker_fastexec import (
     ExecServerClient,
-    NotStarted,
     execd_archive,
     execd_mount,
     launch_script,
@@ -94,6 +87,8 @@ from paperbench.sandbox._docker_files import (
     docker_error,
 )
 from paperbench.sandbox._docker_firewall import HostFirewall
+from paperbench.sandbox._docker_run import DockerRun
+from paperbench.sandbox._docker_user import SandboxUser
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
 
 WRITABLE_DIRS = ("/submission", "/home", "/root", "/tmp", "/var", "/etc", "/usr/local")
@@ -105,10 +100,13 @@ log = logging.getLogger("paperbench.sandbox")
 INIT_SCRIPT = 'trap "exit 0" TERM; while :; do sleep 2147483647 & wait $!; done'
 """PID 1: survives ``kill -9 -1`` from inside (the kernel protects a namespace's init)."""
 
+CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
+"""All a sandbox's root keeps: what package managers need as root (apt and dpkg chown files and
+drop to ``_apt`` with setuid/setgid; pip writes where root's files are) and what the exec
+server needs (starting commands as another user, killing their processes). A test installs
+with apt and pip under exactly this set."""
+
 CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")
-_GRACE_S = 3.0
-_SERVER_GRACE_S = 3.0
-"""How long past the timeout the host waits for the exec server's reply before killing itself."""
 FAST_EXEC_ENV = "PAPERBENCH_DOCKER_FAST_EXEC"
 API_VERSION = "1.41"
 _IMAGE_HINT = "build it with `paperbench images build`"
@@ -192,6 +190,8 @@ def host_config_args(
         "tmpfs": tmpfs,
         "device_requests": device_requests(spec.gpu),
         "init": False,
+        "cap_drop": ["ALL"],
+        "cap_add": list(CAPABILITIES),
     }
     if read_only:
         args["read_only"] = True
@@ -290,6 +290,8 @@ class DockerBackend(SandboxBackend):
         sandbox = DockerSandbox(spec, client, "pb-" + secrets.token_hex(6))
         try:
             await self._create(sandbox)
+            if spec.user == "sandbox":
+                await sandbox.set_up_user()
         except BaseException:
             await asyncio.shield(sandbox.stop())
             raise
@@ -517,7 +519,7 @@ class DockerBackend(SandboxBackend):
         return docker_error(exc, f"cannot create a sandbox from image {spec.image}")
 
 
-class DockerSandbox(DockerFiles, Sandbox):
+class DockerSandbox(DockerRun, DockerFiles, Sandbox):
     """One container. Paths are container paths."""
 
     def __init__(self, spec: SandboxSpec, client: Any, sandbox_id: str) -> None:
@@ -534,6 +536,7 @@ class DockerSandbox(DockerFiles, Sandbox):
         self._stopped = False
         self._dead: str | None = None
         self.execd: ExecServerClient | None = None
+        self.user: SandboxUser | None = None
         self.fast_exec_error: str | None = None
         """Why commands take the per-exec path, when the fast path was asked for."""
         self.firewall: HostFirewall | None = None
@@ -556,182 +559,6 @@ class DockerSandbox(DockerFiles, Sandbox):
         if self._dead:
             raise SandboxError(f"sandbox {self.id} is gone: {self._dead}")
         return self.container_id
-
-    # ------------------------------------------------------------------ exec
-
-    async def start_exec_server(self, client: ExecServerClient) -> None:
-        """Connect to the exec server (PID 1); on failure note why and keep the per-exec path."""
-        try:
-            await client.connect()
-        except SandboxError as exc:
-            self.fast_exec_error = str(exc)
-            return
-        if self._stopped:
-            await client.close()
-            return
-        self.execd = client
-
-    @property
-    def fast_exec_active(self) -> bool:
-        execd = self.execd
-        return execd is not None and execd.dead is None
-
-    async def exec(
-        self,
-        cmd: str | list[str],
-        *,
-        timeout: float,
-        workdir: str | None = None,
-        env: dict[str, str] | None = None,
-        output_limit: int = DEFAULT_OUTPUT_LIMIT,
-    ) -> ExecResult:
-        cid = self._cid()
-        argv = ["bash", "-lc", cmd] if isinstance(cmd, str) else list(cmd)
-        if not argv:
-            raise SandboxError("empty command")
-        marker = secrets.token_hex(8)
-        full_env = {**(env or {}), MARKER_ENV: marker}
-        execd = self.execd
-        if execd is not None and execd.dead is None and execd.loop is asyncio.get_running_loop():
-            try:
-                return await self._fast_exec(execd, argv, full_env, workdir, timeout, output_limit)
-            except NotStarted:
-                pass  # nothing ran: the per-exec path below
-        state = ExecState(out=HeadTail(output_limit), err=HeadTail(output_limit))
-        started = time.monotonic()
-        task = asyncio.ensure_future(
-            asyncio.to_thread(pump, self.api, cid, argv, full_env, workdir, state)
-        )
-        timed_out = False
-        note = ""
-        try:
-            await asyncio.wait_for(asyncio.shield(task), timeout)
-        except TimeoutError:
-            timed_out = True
-            note = await self._kill_exec(marker, state, task)
-        except asyncio.CancelledError:
-            await asyncio.shield(self._kill_exec(marker, state, task))
-            raise
-        except Exception as exc:
-            state.stop.set()
-            state.close_stream()
-            raise await self._exec_error(exc) from exc
-        stdout, out_cut = state.out.text()
-        stderr, err_cut = state.err.text()
-        if timed_out:
-            stderr += f"\n[paperbench: timed out after {timeout:g}s; {note}]\n"
-        return ExecResult(
-            exit_code=None if timed_out else state.exit_code,
-            stdout=stdout,
-            stderr=stderr,
-            timed_out=timed_out,
-            stdout_truncated=out_cut,
-            stderr_truncated=err_cut,
-            duration_s=time.monotonic() - started,
-        )
-
-    async def _fast_exec(
-        self,
-        execd: ExecServerClient,
-        argv: list[str],
-        env: dict[str, str],
-        workdir: str | None,
-        timeout: float,
-        output_limit: int,
-    ) -> ExecResult:
-        """One command through the exec server.
-
-        Raises:
-            NotStarted: the command did not run (the caller runs it per exec).
-            SandboxError: the result was lost or the sandbox is gone.
-        """
-        marker = env[MARKER_ENV]
-        started = time.monotonic()
-        rid, future = await execd.submit(
-            argv, env=env, workdir=workdir, timeout=timeout, output_limit=output_limit
-        )
-        note = ""
-        try:
-            try:
-                reply = await asyncio.wait_for(asyncio.shield(future), timeout + _SERVER_GRACE_S)
-            except TimeoutError:  # the server did not kill it in time: the host does
-                execd.kill(rid)
-                note = await asyncio.to_thread(self._kill_tree, marker)
-                try:
-                    reply = await asyncio.wait_for(asyncio.shield(future), _GRACE_S)
-                except TimeoutError:
-                    reply = {"stdout": "", "stderr": "[paperbench: the exec server never answered]"}
-                reply["timed_out"] = True
-        except asyncio.CancelledError:
-            execd.kill(rid)
-            await asyncio.shield(asyncio.to_thread(self._kill_tree, marker))
-            raise
-        except SandboxError as exc:
-            if not await self._alive():
-                raise SandboxError(f"sandbox {self.id} is gone (its container stopped)") from exc
-            raise
-        finally:
-            execd.forget(rid)
-        timed_out = bool(reply.get("timed_out"))
-        stderr = str(reply.get("stderr", ""))
-        if timed_out:
-            server_note = str(reply.get("note") or "")
-            if not note and server_note != "process tree killed":
-                note = await asyncio.to_thread(self._kill_tree, marker)
-            stderr += f"\n[paperbench: timed out after {timeout:g}s; {note or server_note}]\n"
-        return ExecResult(
-            exit_code=None if timed_out else reply.get("exit_code"),
-            stdout=str(reply.get("stdout", "")),
-            stderr=stderr,
-            timed_out=timed_out,
-            stdout_truncated=bool(reply.get("stdout_truncated")),
-            stderr_truncated=bool(reply.get("stderr_truncated")),
-            duration_s=time.monotonic() - started,
-        )
-
-    async def _exec_error(self, exc: Exception) -> SandboxError:
-        alive = await self._alive()
-        if not alive:
-            return SandboxError(f"sandbox {self.id} is gone (its container stopped)")
-        return docker_error(exc, f"cannot run a command in sandbox {self.id}")
-
-    async def _alive(self) -> bool:
-        try:
-            info = await asyncio.to_thread(self.api.inspect_container, self.container_id)
-        except Exception:
-            return False
-        return bool(info["State"].get("Running"))
-
-    async def _kill_exec(self, marker: str, state: ExecState, task: asyncio.Future[None]) -> str:
-        """Kill the exec's process tree; return what was done, for the result."""
-        state.stop.set()
-        how = await asyncio.to_thread(self._kill_tree, marker)
-        done, _ = await asyncio.wait({task}, timeout=_GRACE_S)
-        if not done:
-            state.close_stream()
-            await asyncio.wait({task}, timeout=_GRACE_S)
-        if task.done() and not task.cancelled():
-            task.exception()  # retrieved: the stream was closed on purpose
-        return how
-
-    def _kill_tree(self, marker: str) -> str:
-        keep = {self.init_pid} if self.init_pid else set()
-        if self.procs is not None and kill_tree_from_host(self.procs, marker, keep):
-            return "process tree killed"
-        try:
-            created = self.api.exec_create(
-                self.container_id, ["bash", "-c", KILL_SCRIPT, "k", marker]
-            )
-            self.api.exec_start(created["Id"])
-            if self.api.exec_inspect(created["Id"]).get("ExitCode") == 0:
-                return "process tree killed"
-        except Exception:
-            pass
-        # Neither way worked (e.g. no pid left for a killer): the container has to go.
-        with contextlib.suppress(Exception):
-            self.api.kill(self.container_id)
-        self._dead = "killed: the timed-out command's processes could not be killed otherwise"
-        return "could not kill the process tree: the sandbox container was killed"
 
     # ------------------------------------------------------------------ stop
 

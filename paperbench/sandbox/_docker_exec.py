@@ -103,13 +103,15 @@ def pump(
     env: dict[str, str],
     workdir: str | None,
     state: ExecState,
+    user: str = "",
 ) -> None:
-    """Create and start the exec, read its output to the end, then wait for its exit code.
+    """Create and start the exec (as ``user``, ``uid:gid``; root when empty), read its output
+    to the end, then wait for its exit code.
 
     Runs in a worker thread. Returns early when ``state.stop`` is set.
     """
     created = api.exec_create(
-        container_id, argv, stdout=True, stderr=True, environment=env, workdir=workdir
+        container_id, argv, stdout=True, stderr=True, environment=env, workdir=workdir, user=user
     )
     state.exec_id = created["Id"]
     state.stream = api.exec_start(state.exec_id, stream=True, demux=True)

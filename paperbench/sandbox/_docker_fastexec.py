@@ -2,12 +2,17 @@
 
 ``_execd.py`` runs as the container's PID 1; the host talks to it over the container's own
 stdin/stdout through ``docker attach`` (the container is created with stdin open and attached
-before it starts), one line of JSON per frame both ways (see ``_execd``). The attach stream is
+before it starts), one line per frame both ways (see ``_execd``). The attach stream is
 hijacked straight from the engine's unix socket and read by one task that hands each reply to
 the future waiting for it, so a command costs one round trip on a socket, not a ``docker exec``
 (runc alone takes ~60 ms per exec). No process in the container carries the attach, so
 ``kill -9 -1`` in a command cannot break it. When attaching fails, one ``docker exec`` of
 ``execd.py relay`` (a pump to the server's unix socket) carries the same frames instead.
+
+The channel is authenticated (see ``_execd``): the client makes a fresh 32-byte key, hands it
+to the server in its first ``hello`` (before any command), signs every frame it sends with it
+and takes only replies signed with it for the current connection, in sequence; a reply that
+does not verify breaks the connection like a cut frame.
 
 When the connection breaks (the engine drops the attach, or ``kill -9 -1`` kills the relay),
 the reader connects again once and asks the server for the replies it still owes: the server
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from paperbench.errors import SandboxError
+from paperbench.sandbox._execd import VERSION, hello_proof, sign, unsign
 
 EXECD_PATH = "/opt/paperbench/execd.py"
 EXECD_SOURCE = Path(__file__).with_name("_execd.py")
@@ -40,6 +46,7 @@ _CONNECT_TIMEOUT_S = 15.0
 _MAX_BREAKS = 3
 """Consecutive broken connections (no reply in between) before the fast path is given up."""
 NO_SERVER = "no Python 3.8+ in the image to run the exec server"
+RELAY_ARGV = ["python3", "-I", "-S", EXECD_PATH, "relay"]
 
 
 def launch_script(init_script: str) -> str:
@@ -82,10 +89,6 @@ def execd_archive() -> bytes:
     return buf.getvalue()
 
 
-def frame(msg: dict[str, Any]) -> bytes:
-    return json.dumps(msg).encode() + b"\n"
-
-
 class NotStarted(Exception):
     """The command did not run on the fast path (nothing ran): run it the per-exec way."""
 
@@ -93,7 +96,7 @@ class NotStarted(Exception):
 @dataclass
 class _Pending:
     future: asyncio.Future[dict[str, Any]]
-    frame: bytes
+    request: dict[str, Any]
     resent: bool = False
 
 
@@ -106,6 +109,12 @@ class _Conn:
     buf: bytearray = field(default_factory=bytearray)
     scanned: int = 0
     stderr: bytearray = field(default_factory=bytearray)
+    nonce: str = ""
+    """The nonce of this connection's hello: every frame on it is signed for it."""
+    tx: int = 0
+    """The sequence number of the next frame sent."""
+    rx: int = 0
+    """The sequence number of the next reply."""
 
 
 class NoServer(SandboxError):
@@ -120,6 +129,10 @@ class ExecServerClient:
         self.container_id = container_id
         self.sandbox_id = sandbox_id
         self.loop = asyncio.get_running_loop()
+        self.key = secrets.token_bytes(32)
+        self._keyed = False
+        """The server proved it holds the key: it is never sent again."""
+        self._conns = 0
         self.pending: dict[int, _Pending] = {}
         self.dead: str | None = None
         self.reconnects = 0
@@ -222,7 +235,7 @@ class ExecServerClient:
             created = await asyncio.to_thread(
                 self.api.exec_create,
                 self.container_id,
-                ["python3", "-I", "-S", EXECD_PATH, "relay"],
+                RELAY_ARGV,
                 stdin=True,
                 stdout=True,
                 stderr=True,
@@ -241,21 +254,36 @@ class ExecServerClient:
             NoServer: the container says it runs no exec server.
             SandboxError: no answer.
         """
-        nonce = secrets.token_hex(8)
+        self._conns += 1
+        conn.nonce = nonce = secrets.token_hex(8)
+        hello: dict[str, Any] = {
+            "op": "hello",
+            "nonce": nonce,
+            "conn": self._conns,
+            "proof": hello_proof(self.key, nonce, self._conns),
+            "resume": resume,
+        }
+        if not self._keyed:
+            hello["key"] = self.key.hex()
         try:
-            conn.writer.write(b"\n" + frame({"op": "hello", "nonce": nonce, "resume": resume}))
+            conn.writer.write(b"\n" + json.dumps(hello).encode() + b"\n")
             async with asyncio.timeout(_CONNECT_TIMEOUT_S):
                 while True:
-                    try:
-                        msg = await self._read_msg(conn)
-                    except ValueError:
-                        continue  # the tail of a frame sent before this connection
-                    if "fatal" in msg:
-                        raise NoServer(str(msg["fatal"]))
-                    if msg.get("nonce") == nonce:
+                    line = await self._read_line(conn)
+                    if line.startswith(b"{"):  # the bash init (or a server with no host yet)
+                        with contextlib.suppress(ValueError):
+                            said = json.loads(line)
+                            if isinstance(said, dict) and "fatal" in said:
+                                raise NoServer(str(said["fatal"]))
+                        continue
+                    body = unsign(self.key, "s", nonce, 0, line)
+                    if body is not None:  # else a frame of an earlier connection
                         break
-            if msg.get("hello") != 1:
+            msg = json.loads(body)
+            if not isinstance(msg, dict) or msg.get("hello") != VERSION:
                 raise SandboxError(f"unexpected greeting from the exec server: {msg!r}")
+            conn.rx = 1
+            self._keyed = True
         except BaseException as exc:
             await self._close(conn)
             if isinstance(exc, asyncio.CancelledError | NoServer):
@@ -269,23 +297,33 @@ class ExecServerClient:
         return conn
 
     async def _read_msg(self, conn: _Conn) -> dict[str, Any]:
-        """The next frame on stdout, read through Docker's 8-byte stream headers.
+        """The next reply on ``conn``, verified.
 
         Raises:
-            ValueError: a line that is not a JSON object (a broken frame).
+            ValueError: a line that is not the next frame signed by the server (a broken,
+                forged or replayed frame).
         """
+        line = await self._read_line(conn)
+        body = unsign(self.key, "s", conn.nonce, conn.rx, line)
+        if body is None:
+            raise ValueError("a frame that is not the exec server's next reply")
+        conn.rx += 1
+        msg = json.loads(body)
+        if not isinstance(msg, dict):
+            raise ValueError("a frame that is not a JSON object")
+        return msg
+
+    async def _read_line(self, conn: _Conn) -> bytes:
+        """The next non-empty line on stdout, read through Docker's 8-byte stream headers."""
         while True:
             end = conn.buf.find(b"\n", conn.scanned)
             if end >= 0:
                 line = bytes(conn.buf[:end])
                 del conn.buf[: end + 1]
                 conn.scanned = 0
-                if not line.strip():
-                    continue
-                msg = json.loads(line)
-                if not isinstance(msg, dict):
-                    raise ValueError("a frame that is not a JSON object")
-                return msg
+                if line.strip():
+                    return line
+                continue
             conn.scanned = len(conn.buf)
             head = await conn.reader.readexactly(8)
             payload = await conn.reader.readexactly(int.from_bytes(head[4:8], "big"))
@@ -316,7 +354,7 @@ class ExecServerClient:
         if msg.get("unknown"):
             if pending is not None and not pending.resent and not pending.future.done():
                 pending.resent = True  # the server never got it: it never ran
-                self._write(pending.frame)
+                self._send(pending.request)
             elif pending is not None and not pending.future.done():
                 pending.future.set_exception(NotStarted("the exec server lost the request"))
             return
@@ -334,7 +372,7 @@ class ExecServerClient:
             if pending is not None and not pending.future.done():
                 pending.future.set_exception(NotStarted(str(msg["error"])))
             return
-        self._write(frame({"op": "ack", "id": rid}))
+        self._send({"op": "ack", "id": rid})
         if pending is not None and not pending.future.done():
             pending.future.set_result(msg)
 
@@ -371,10 +409,12 @@ class ExecServerClient:
             if not pending.future.done():
                 pending.future.set_exception(exc)
 
-    def _write(self, data: bytes) -> None:
+    def _send(self, msg: dict[str, Any]) -> None:
         conn = self._conn
         if conn is None or conn.writer.is_closing():
             return  # the reader reconnects and resumes
+        data = sign(self.key, "h", conn.nonce, conn.tx, json.dumps(msg).encode())
+        conn.tx += 1
         with contextlib.suppress(Exception):
             conn.writer.write(data)
 
@@ -399,8 +439,10 @@ class ExecServerClient:
         workdir: str | None,
         timeout: float,
         output_limit: int,
+        user: tuple[int, int] | None = None,
     ) -> tuple[int, asyncio.Future[dict[str, Any]]]:
-        """Send one command; its id and the future of its reply.
+        """Send one command (run as ``user``, a uid and gid, or root); its id and the future
+        of its reply.
 
         Raises:
             NotStarted: the fast path is not available (nothing was sent).
@@ -416,20 +458,19 @@ class ExecServerClient:
                 raise NotStarted(self.dead or "closed")
         self._next += 1
         rid = self._next
-        data = frame(
-            {
-                "op": "exec",
-                "id": rid,
-                "argv": argv,
-                "env": env,
-                "workdir": workdir,
-                "timeout": timeout,
-                "output_limit": output_limit,
-            }
-        )
+        request = {
+            "op": "exec",
+            "id": rid,
+            "argv": argv,
+            "env": env,
+            "workdir": workdir,
+            "timeout": timeout,
+            "output_limit": output_limit,
+            "user": list(user) if user is not None else None,
+        }
         future: asyncio.Future[dict[str, Any]] = self.loop.create_future()
-        self.pending[rid] = _Pending(future, data)
-        self._write(data)
+        self.pending[rid] = _Pending(future, request)
+        self._send(request)
         conn = self._conn
         if conn is not None and not conn.writer.is_closing():
             with contextlib.suppress(Exception):
@@ -437,7 +478,7 @@ class ExecServerClient:
         return rid, future
 
     def kill(self, rid: int) -> None:
-        self._write(frame({"op": "kill", "id": rid}))
+        self._send({"op": "kill", "id": rid})
 
     def forget(self, rid: int) -> None:
         pending = self.pending.pop(rid, None)

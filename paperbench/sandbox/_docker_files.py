@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -43,6 +43,8 @@ class DockerFiles:
     """The root filesystem is read-only: archives go into a writable folder (a volume)."""
     writable_dirs: tuple[str, ...] = ()
     """The folders that stay writable under a read-only root."""
+    owner: tuple[int, int] = (0, 0)
+    """The uid and gid of what is uploaded or written (root, or the user commands run as)."""
 
     def _put_at(self, target: str) -> tuple[str, str]:
         """Where to extract an archive holding ``target``, and the member name in it."""
@@ -70,7 +72,7 @@ class DockerFiles:
         def put() -> None:
             with tempfile.TemporaryFile() as buf:
                 with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                    tar.add(str(src), arcname=arcname, filter=root_owned)
+                    tar.add(str(src), arcname=arcname, filter=owned_by(*self.owner))
                 buf.seek(0)
                 self.api.put_archive(cid, at, buf)
 
@@ -89,7 +91,7 @@ class DockerFiles:
             info.size = len(data)
             info.mode = 0o644
             info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(data))
+            tar.addfile(owned_by(*self.owner)(info), io.BytesIO(data))
         try:
             await asyncio.to_thread(self.api.put_archive, cid, at, buf.getvalue())
         except Exception as exc:
@@ -246,10 +248,15 @@ def sandbox_path(path: str) -> str:
     return norm
 
 
-def root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 0
-    info.uname = info.gname = "root"
-    return info
+def owned_by(uid: int, gid: int) -> Callable[[tarfile.TarInfo], tarfile.TarInfo]:
+    """A tar filter giving each member to ``uid`` and ``gid`` (by number)."""
+
+    def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid, info.gid = uid, gid
+        info.uname = info.gname = "root" if (uid, gid) == (0, 0) else ""
+        return info
+
+    return own
 
 
 def move_into_place(got: Path, dest: Path) -> None:

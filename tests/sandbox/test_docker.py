@@ -26,6 +26,7 @@ from paperbench.errors import SandboxError, SandboxUnavailableError
 from paperbench.sandbox import _docker_labels as L
 from paperbench.sandbox._base import GpuRequest, NetworkPolicy, SandboxLimits, SandboxSpec
 from paperbench.sandbox._docker import (
+    CAPABILITIES,
     DockerBackend,
     connect,
     device_requests,
@@ -40,6 +41,71 @@ from .docker_fixtures import *  # noqa: F403  (the fixtures)
 from .docker_fixtures import SESSION_ID, SESSION_LABEL, TEST_LABELS, sweep
 
 HOSTILE = SandboxLimits(memory_mb=256, pids=64, cpus=1.0, disk_mb=64)
+CAP_BITS = {
+    "CHOWN": 0,
+    "DAC_OVERRIDE": 1,
+    "FOWNER": 3,
+    "FSETID": 4,
+    "KILL": 5,
+    "SETGID": 6,
+    "SETUID": 7,
+}
+"""The capabilities a sandbox keeps, and their bits in /proc/<pid>/status."""
+
+PRIVILEGED_ACTS = r"""
+import errno, json, os, socket, stat
+out = {}
+def act(name, fn):
+    try:
+        fn()
+        out[name] = "ok"
+    except OSError as exc:
+        out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+act("raw socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+act("mknod", lambda: os.mknod("/tmp/null2", 0o600 | stat.S_IFCHR, os.makedev(1, 3)))
+act("chroot", lambda: os.chroot("/tmp"))
+print(json.dumps(out))
+"""
+
+# A package from a local apt repository (apt's fetchers drop to _apt: setuid/setgid) and a
+# wheel with pip, offline, as root under the sandbox's capabilities.
+APT_AND_PIP = r"""
+set -e
+mkdir -p /tmp/repo/pbtest/DEBIAN /tmp/repo/pbtest/usr/local/share/pbtest && cd /tmp/repo
+printf 'Package: pbtest\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@example.org>\n' \
+  > pbtest/DEBIAN/control
+echo 'Description: t' >> pbtest/DEBIAN/control
+echo from-apt > pbtest/usr/local/share/pbtest/hi
+dpkg-deb --root-owner-group --build pbtest pbtest_1.0_all.deb >/dev/null
+{ cat pbtest/DEBIAN/control; echo "Filename: ./pbtest_1.0_all.deb"
+  echo "Size: $(stat -c %s pbtest_1.0_all.deb)"
+  echo "SHA256: $(sha256sum pbtest_1.0_all.deb | cut -d' ' -f1)"; } > Packages
+chmod -R a+rX /tmp/repo
+echo 'deb [trusted=yes] file:/tmp/repo ./' > /tmp/pbtest.list
+O="-o Dir::Etc::SourceList=/tmp/pbtest.list -o Dir::Etc::SourceParts=/nonexistent"
+apt-get $O update 2>&1
+apt-get $O install -y --no-install-recommends pbtest 2>&1
+cat /usr/local/share/pbtest/hi
+python3 - <<'PY'
+import base64, hashlib, zipfile
+files = {
+    "pbw/__init__.py": b"X = 'from-pip'\n",
+    "pbw-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: pbw\nVersion: 1.0\n",
+    "pbw-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\n"
+    b"Tag: py3-none-any\n",
+}
+record = [
+    f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},"
+    f"{len(d)}" for n, d in files.items()
+] + ["pbw-1.0.dist-info/RECORD,,"]
+with zipfile.ZipFile("/tmp/pbw-1.0-py3-none-any.whl", "w") as z:
+    for n, d in files.items():
+        z.writestr(n, d)
+    z.writestr("pbw-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+PY
+pip install --no-index /tmp/pbw-1.0-py3-none-any.whl 2>&1
+cd / && python3 -c 'import pbw; print(pbw.X)'
+"""
 
 # --------------------------------------------------------------------------- no engine needed
 
@@ -89,6 +155,15 @@ def test_limits_and_env_arguments() -> None:
     assert args["pids_limit"] == 100
     assert args["privileged"] is False and "storage_opt" not in args
     assert sandbox_env(spec) == {"A": "1", "HTTPS_PROXY": "http://127.0.0.1:3128"}
+
+
+def test_privilege_arguments() -> None:
+    args = host_config_args(
+        SandboxSpec(image="x"), network_mode="none", disk_mounts=[], tmpfs={}, storage_size_mb=None
+    )
+    assert args["security_opt"] == ["no-new-privileges"] and args["privileged"] is False
+    assert args["cap_drop"] == ["ALL"]
+    assert sorted(args["cap_add"]) == sorted(CAP_BITS) == sorted(CAPABILITIES)
 
 
 def test_debian_mirror_from_apt_sources(tmp_path: Path) -> None:
@@ -339,6 +414,35 @@ def test_ca_bundle_is_added_when_asked(start_sandbox: Any, run: Any, tmp_path: P
     )
     first, total = r.stdout.split()
     assert first == "1" and int(total) > 10  # appended to the image's own bundle
+
+
+@pytest.mark.docker
+def test_capabilities_are_dropped(start_sandbox: Any, run: Any) -> None:
+    """Commands and the exec server hold exactly the kept capabilities; what needs another is
+    refused."""
+    sb = start_sandbox(limits=HOSTILE)
+    want = sum(1 << bit for bit in CAP_BITS.values())
+    r = run(sb.exec("grep -H '^Cap' /proc/self/status /proc/1/status", timeout=10))
+    caps = dict(line.rsplit(":", 1) for line in r.stdout.splitlines())
+    for who in ("/proc/self/status", "/proc/1/status"):
+        for kind in ("CapEff", "CapPrm", "CapBnd"):
+            assert int(caps[f"{who}:{kind}"], 16) == want, (who, kind, caps)
+        assert int(caps[f"{who}:CapAmb"], 16) == 0
+    r = run(sb.exec(["python3", "-c", PRIVILEGED_ACTS], timeout=30))
+    assert json.loads(r.stdout) == dict.fromkeys(["raw socket", "mknod", "chroot"], "EPERM"), r
+
+
+@pytest.mark.docker
+def test_apt_and_pip_install_as_root_with_the_kept_capabilities(
+    start_sandbox: Any, run: Any
+) -> None:
+    sb = start_sandbox(limits=SandboxLimits(memory_mb=512, pids=128, disk_mb=256))
+    r = run(sb.exec(APT_AND_PIP, timeout=120))
+    assert r.exit_code == 0, r
+    assert r.stdout.rstrip().endswith("from-pip"), r.stdout
+    assert "from-apt\n" in r.stdout, r.stdout
+    for failed in ("seteuid", "setresuid", "unsandboxed", "Operation not permitted"):
+        assert failed not in r.stdout + r.stderr, r
 
 
 # --------------------------------------------------------------------------- hostile code

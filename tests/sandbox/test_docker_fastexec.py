@@ -280,3 +280,19 @@ def test_spawn_failure_runs_per_exec(start_sandbox: Any, run: Any) -> None:
     r = run(sb.exec(["no-such-program-here"], timeout=10))
     assert r.exit_code in (126, 127) and "no-such-program-here" in r.stdout + r.stderr
     assert sb.fast_exec_active
+
+
+@pytest.mark.docker
+def test_process_hidden_from_the_server_is_killed_from_the_host(
+    start_sandbox: Any, run: Any
+) -> None:
+    """A child that leaves the session and makes itself non-dumpable: the server (root without
+    CAP_SYS_PTRACE) cannot read its environment, says its kill is incomplete, and the host
+    kills it from outside."""
+    sb = start_sandbox(limits=HOSTILE)
+    assert sb.procs is not None
+    hide = "import ctypes, time; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); time.sleep(1300)"
+    r = run(sb.exec(f"setsid python3 -c '{hide}' & echo up; sleep 1200", timeout=1.5))
+    assert r.timed_out and r.stdout == "up\n" and "process tree killed" in r.stderr, r
+    ps = run(sb.exec("ps -eo args", timeout=10)).stdout
+    assert "sleep(1300)" not in ps and "sleep 1200" not in ps, ps
