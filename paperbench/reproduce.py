@@ -51,6 +51,7 @@ from paperbench.sandbox import (
     SandboxConfig,
     SandboxLimits,
     SandboxSpec,
+    SandboxUserKind,
     SkippedMember,
     make_tar_gz,
     safe_extract,
@@ -113,6 +114,10 @@ class ReproduceConfig(BaseModel):
     """Resources of the reproducer sandbox; the disk is capped by default."""
     network: NetworkPolicy = NetworkPolicy.FULL
     gpu: GpuRequest | None = None
+    user: SandboxUserKind = "root"
+    """Who runs reproduce.sh: ``root`` (the sandbox's own superuser, as PaperBench runs it, so
+    that a submission may install system packages) or ``sandbox``, an unprivileged user who
+    owns the submission."""
     env: dict[str, str] = Field(default_factory=dict)
     """Environment for reproduce.sh (nothing from the host is passed otherwise)."""
     labels: dict[str, str] = Field(default_factory=dict)
@@ -176,6 +181,8 @@ class ReproductionMetadata(BaseModel):
     """How reproduce.sh was kept from the host: docker, bubblewrap or none."""
     isolation_reason: str | None = None
     """Why that isolation: asked for, or the fallback that was taken (and allowed)."""
+    user: SandboxUserKind | None = None
+    """Who ran reproduce.sh (``ReproduceConfig.user``)."""
     disk_cap_mb: int | None = None
     disk_cap: DiskCapKind | None = None
     """How the disk cap was enforced: storage_opt, loop-ext4, rlimit-fsize (per file only)
@@ -390,6 +397,7 @@ class _Run:
             self.meta.sandbox_backend = backend.name
             self.meta.isolation = backend.isolation_kind
             self.meta.isolation_reason = backend.isolation_reason
+            self.meta.user = self.config.user
             try:
                 image = await resolve_image(backend, self.config.image)
             except SandboxError as exc:
@@ -401,6 +409,7 @@ class _Run:
                 limits=self.config.limits,
                 network=self.config.network,
                 gpu=self.config.gpu,
+                user=self.config.user,
                 env=self.config.env,
                 workdir=SUBMISSION_PATH,
                 labels={**self.config.labels, "paperbench.stage": "reproduce"},

@@ -22,7 +22,7 @@ from paperbench.reproduce import (
     default_out_dir,
     reproduce_submission,
 )
-from paperbench.sandbox import GpuRequest, NetworkPolicy, SandboxConfig
+from paperbench.sandbox import GpuRequest, NetworkPolicy, SandboxConfig, SandboxUserKind
 
 _DEFAULTS = ReproduceConfig()
 _DEFAULT_DISK_MB = _DEFAULTS.limits.disk_mb or DEFAULT_DISK_MB
@@ -159,6 +159,13 @@ def reproduce(
             help="Network of the sandbox: full, none, or filtered (only through the egress proxy)."
         ),
     ] = _DEFAULTS.network,
+    sandbox_user: Annotated[
+        SandboxUserKind,
+        typer.Option(
+            help="Who runs reproduce.sh: root (the sandbox's own superuser, as PaperBench runs "
+            "it) or sandbox (an unprivileged user who owns the submission)."
+        ),
+    ] = _DEFAULTS.user,
     as_json: Annotated[bool, typer.Option("--json", help="Print metadata.json.")] = False,
 ) -> None:
     """Run a submission's reproduce.sh in a fresh sandbox; write reproduce.log, executed.tar.gz
@@ -182,6 +189,7 @@ def reproduce(
         ),
         gpu=_gpu_request(gpus),
         network=network,
+        user=sandbox_user,
     )
     with err_console.status(f"reproducing {submission} ..."):
         meta = asyncio.run(reproduce_submission(submission, out_dir, config))

@@ -409,6 +409,10 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
         "reproduce --sandbox bogus": BadCall(
             ["reproduce", str(not_archive), "--out", out, "--sandbox", "bogus"], "--sandbox"
         ),
+        "reproduce --sandbox-user bogus": BadCall(
+            ["reproduce", str(not_archive), "--out", out, "--sandbox-user", "bogus"],
+            "--sandbox-user",
+        ),
         "reproduce a missing submission": BadCall(
             ["reproduce", str(tmp_path / "gone"), "--out", out],
             f"{tmp_path / 'gone'}: not found",

@@ -50,6 +50,10 @@ class _Common(BaseModel):
     model: str | None = Field(default=None, pattern=r"^[^/\s]+/\S+$")
     """``provider/model`` the agent calls; None for agents without a model."""
     limits: AgentLimits = Field(default_factory=AgentLimits)
+    sandbox_user: Literal["root", "sandbox"] = "sandbox"
+    """Who runs the agent's commands: ``sandbox``, an unprivileged user who owns the
+    submission (the default), or ``root``, the sandbox's own superuser, for agents that
+    install system packages (PaperBench's agents are root in their container)."""
 
 
 class ToolSettings(BaseModel):

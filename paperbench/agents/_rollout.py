@@ -79,6 +79,7 @@ from paperbench.sandbox import (
     SandboxConfig,
     SandboxLimits,
     SandboxSpec,
+    SandboxUserKind,
     safe_extract,
     stage_image,
 )
@@ -272,6 +273,7 @@ async def rollout(
         status = RolloutStatus.model_validate(read_json(status_file))
         return RolloutResult(status=status, out_dir=out, already_finished=True)
 
+    sandbox_user: SandboxUserKind = "root"
     if isinstance(agent, Agent):
         agent_name, agent_config, built = agent.name, {}, agent
         agent_limits = limits or AgentLimits()
@@ -283,6 +285,7 @@ async def rollout(
         if isinstance(identity, BaseModel):
             agent_config["identity"] = identity.model_dump(mode="json")
         agent_limits = limits or cfg.limits
+        sandbox_user = getattr(cfg, "sandbox_user", "root")
         built = None
         if model_config is None and getattr(cfg, "model", None):
             model_config = ModelConfig(model=cfg.model)
@@ -355,6 +358,7 @@ async def rollout(
             blacklist=config.blacklist,
             network_log=(out / "network.jsonl") if network == NetworkPolicy.FILTERED else None,
             workdir=SUBMISSION_DIR,
+            user=sandbox_user,
             labels={
                 **(labels or {}),
                 "paperbench.stage": "rollout",

@@ -28,6 +28,7 @@ from paperbench.sandbox._base import (
     SandboxBackend,
     SandboxLimits,
     SandboxSpec,
+    SandboxUserKind,
     cap_output,
 )
 from paperbench.sandbox._blacklist import Blacklist, BlacklistHit, read_blacklist
@@ -79,6 +80,7 @@ __all__ = [
     "SandboxConfig",
     "SandboxLimits",
     "SandboxSpec",
+    "SandboxUserKind",
     "SkippedMember",
     "cap_output",
     "docker_engine_answers",

@@ -76,7 +76,12 @@ from paperbench.sandbox._disk import DiskCap, DiskCapUnavailableError
 from paperbench.sandbox._local_egress import LocalEgress, LocalEgressGateway
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
 from paperbench.sandbox._local_net import UserModeNetwork
-from paperbench.sandbox._local_user import OUTER_CAPS, SandboxUser, check_tools
+from paperbench.sandbox._local_user import (
+    INNER_SANDBOX_UID,
+    OUTER_CAPS,
+    SandboxUser,
+    check_tools,
+)
 from paperbench.sandbox._seccomp import seccomp_fd, seccomp_program
 
 log = logging.getLogger("paperbench.sandbox")
@@ -471,11 +476,13 @@ class LocalSandbox(Sandbox):
             argv += self._egress.exec_binds
         if self._net is not None:
             argv += self._net.exec_binds
+        inner = INNER_SANDBOX_UID if self.spec.user == "sandbox" else 0
         if self.user is not None:
             argv += [*OUTER_CAPS, "--chdir", workdir, "--"]
-            return argv + self.user.drop_argv(workdir=workdir, seccomp_fd=seccomp)
-        # paperbench is not root: one unprivileged bubblewrap, its uid root inside
-        argv += ["--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns"]
+            return argv + self.user.drop_argv(workdir=workdir, seccomp_fd=seccomp, inner_uid=inner)
+        # paperbench is not root: one unprivileged bubblewrap, its uid root (or the sandbox
+        # user) inside
+        argv += ["--unshare-user", "--uid", str(inner), "--gid", str(inner), "--disable-userns"]
         argv += ["--seccomp", str(seccomp), "--chdir", workdir, "--"]
         return argv
 

@@ -68,19 +68,25 @@ class SandboxUser:
                 os.lchown(parent, self.uid, self.gid)
                 parent = parent.parent
 
-    def drop_argv(self, *, workdir: str, seccomp_fd: int) -> list[str]:
+    def drop_argv(self, *, workdir: str, seccomp_fd: int, inner_uid: int = 0) -> list[str]:
         """What the outer bubblewrap runs: setpriv to this user, then the inner bubblewrap,
-        up to its ``--`` (the command follows)."""
+        up to its ``--`` (the command follows). ``inner_uid``: who the command is inside its
+        user namespace (0, or ``INNER_SANDBOX_UID`` for ``SandboxSpec.user == "sandbox"``)."""
         setpriv = [
             "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all", "--",
         ]  # fmt: skip
         inner = [
-            "bwrap", "--unshare-user", "--uid", "0", "--gid", "0", "--disable-userns",
+            "bwrap", "--unshare-user", "--uid", str(inner_uid), "--gid", str(inner_uid),
+            "--disable-userns",
             "--dev-bind", "/", "/", "--seccomp", str(seccomp_fd), "--chdir", workdir, "--",
         ]  # fmt: skip
         return [*setpriv, *inner]
 
+
+INNER_SANDBOX_UID = 1000
+"""Who a command of a ``user="sandbox"`` sandbox is inside its user namespace: not root even
+there (the same uid as the Docker backend's unprivileged user)."""
 
 OUTER_CAPS = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
 """The outer bubblewrap keeps only what setpriv needs to switch users."""

@@ -116,6 +116,9 @@ def test_every_catalog_config_loads() -> None:
     for name in names:
         loaded = load_agent(name)
         assert loaded.config.name == name and len(loaded.identity.sha256) == 64
+    # root only where the agent installs system packages, as PaperBench's do
+    roots = {n for n in names if load_agent(n).config.sandbox_user == "root"}
+    assert roots == {"basic", "iterative"}
     assert "reproduce.sh" in instructions_text(False)
     assert "Code-Dev" in instructions_text(True)
 
@@ -130,6 +133,7 @@ def test_every_catalog_config_loads() -> None:
         ("model: openai/gpt-4o\n", "$.type", "missing"),
         ("type: basic\nprompts: {system: nope.md}\n", "$.prompts.system", "cannot be read"),
         ("- a list\n", "$", "expected a mapping"),
+        ("type: dummy\nsandbox_user: admin\n", "$.sandbox_user", "Input should be"),
     ],
 )
 def test_config_errors_are_one_line_naming_file_and_key(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import pickle
 import shutil
 import subprocess
@@ -166,6 +167,41 @@ def test_disk_cap_refused_when_it_cannot_be_made_unless_allowed(
     with caplog.at_level(logging.WARNING, logger="paperbench.sandbox"):
         asyncio.run(main())
     assert any("NOT capped" in r.getMessage() for r in caplog.records)
+
+
+def test_commands_run_as_a_uid_of_the_sandbox_and_the_sandbox_user_is_not_root_inside(
+    tmp_path: Path,
+) -> None:
+    """Root inside a user namespace by default; ``user="sandbox"`` is uid 1000 there too. On
+    the host each sandbox's commands are a non-root uid of its own, which owns the files they
+    write and those paperbench writes in for them."""
+    if os.geteuid() != 0:
+        pytest.skip("the per-sandbox uid is set up by a root paperbench")
+
+    async def main() -> None:
+        root_sb = await _start(tmp_path / "ws")
+        user_sb = await _start(tmp_path / "ws2", user="sandbox")
+        try:
+            assert root_sb.user is not None and user_sb.user is not None
+            assert root_sb.user.uid != user_sb.user.uid and root_sb.user.uid >= 1_000_000
+            await root_sb.write_file("/home/submission/given.txt", b"x")
+            r = await root_sb.exec(
+                "id -u; echo more >> given.txt && touch made.txt && echo ok; "
+                "grep CapEff /proc/self/status",
+                timeout=30,
+            )
+            assert r.stdout.splitlines()[:2] == ["0", "ok"], r
+            assert r.stdout.split()[-1] == "0000000000000000"
+            made = root_sb.fs / "home" / "submission" / "made.txt"
+            given = root_sb.fs / "home" / "submission" / "given.txt"
+            assert made.stat().st_uid == root_sb.user.uid == given.stat().st_uid
+            r = await user_sb.exec("id -u; touch /home/submission/x && echo ok", timeout=30)
+            assert r.stdout.split() == ["1000", "ok"], r
+        finally:
+            await root_sb.stop()
+            await user_sb.stop()
+
+    asyncio.run(main())
 
 
 def test_extra_ca_bundle_is_trusted_inside(tmp_path: Path) -> None:
