@@ -45,7 +45,7 @@ KNOWN_GAPS: dict[str, dict[str, tuple[str, str]]] = {
         "host_etc_visible": (
             "doc",
             "the host's /etc, /usr, /opt are visible read-only, as a non-root uid sees them "
-            "(root-only files such as /etc/shadow refuse it)",
+            "(what only root may read in /etc and /opt, such as /etc/shadow, is empty)",
         ),
         "network_full_root": (
             "doc",
