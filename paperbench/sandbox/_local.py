@@ -96,6 +96,7 @@ SYSTEM_TOPS = frozenset(
 """Top folders that are the host's, read-only; never part of a workspace."""
 _RO_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt")
 _FORBIDDEN_TOPS = frozenset({"run", "boot", "var", "proc", "sys", "dev"})
+_BIND_DIR = ".paperbench"
 _RO_SYSCTLS = ("abi", "crypto", "debug", "dev", "fs", "kernel", "net", "vm")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOME = "/root"
@@ -266,7 +267,9 @@ class LocalBackend(SandboxBackend):
         if spec.network == NetworkPolicy.FULL and self.isolation == "bwrap":
             try:
                 sb._net = await UserModeNetwork.start(
-                    workspace / "net", keeper_argv=sb._bwrap_base(unshare_net=False)
+                    workspace / "net",
+                    keeper_argv=sb._bwrap_base(unshare_net=False),
+                    bind_dir=sb.bind_dir,
                 )
             except BaseException:
                 await sb.stop()
@@ -280,6 +283,7 @@ class LocalBackend(SandboxBackend):
                     isolation=self.isolation,
                     keeper_argv=[*sb._bwrap_base(unshare_net=True), *sb._ro_bind_args()],
                     keeper_env={"PATH": sb._path, "LANG": "C.UTF-8"},
+                    bind_dir=sb.bind_dir,
                 )
             except BaseException:
                 await sb.stop()
@@ -382,11 +386,23 @@ class LocalSandbox(Sandbox):
             for made in missing:
                 os.lchown(made, self.user.uid, self.user.gid)
 
+    @property
+    def bind_dir(self) -> Path:
+        """Where the files paperbench binds into every exec live (a CA bundle, resolv.conf):
+        on the capped disk when there is one, so that /proc/self/mountinfo names no host
+        folder; never bound as a folder itself."""
+        return self.fs / _BIND_DIR
+
     def _tops(self) -> list[str]:
-        return sorted(p.name for p in self.fs.iterdir() if p.is_dir() and not p.is_symlink())
+        return sorted(
+            p.name
+            for p in self.fs.iterdir()
+            if p.is_dir() and not p.is_symlink() and p.name not in (_BIND_DIR, "lost+found")
+        )
 
     def _prepare(self) -> None:
         self.fs.mkdir(exist_ok=True)  # the capped disk's mount point already exists
+        self.bind_dir.mkdir(mode=0o755, exist_ok=True)
         for top in ("tmp", HOME.lstrip("/")):
             (self.fs / top).mkdir(exist_ok=True)
         (self.fs / "tmp").chmod(0o1777)
@@ -411,7 +427,7 @@ class LocalSandbox(Sandbox):
         if self.spec.ca_bundle is not None:
             parts = [_HOST_CA_BUNDLE.read_bytes()] if _HOST_CA_BUNDLE.exists() else []
             parts.append(Path(self.spec.ca_bundle).read_bytes())
-            self._ca_file = self.workspace / "ca-bundle.pem"
+            self._ca_file = self.bind_dir / "ca-bundle.pem"
             self._ca_file.write_bytes(b"\n".join(parts))
 
     # ------------------------------------------------------------------ exec
@@ -463,7 +479,7 @@ class LocalSandbox(Sandbox):
         # filtered and full: the exec joins the sandbox's network namespace in _preexec.
         joined = any(n is not None and n.netns_fd is not None for n in (self._egress, self._net))
         argv = self._bwrap_base(unshare_net=not joined)
-        argv += _mask_private(self.fs / ".paperbench-empty")  # on the capped disk, if any
+        argv += _mask_private(self.bind_dir / "empty")
         if self.spec.gpu is not None:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 argv += ["--dev-bind-try", str(dev), str(dev)]

@@ -196,9 +196,12 @@ class LocalEgressGateway:
         isolation: Literal["bwrap", "none"],
         keeper_argv: list[str],
         keeper_env: dict[str, str],
+        bind_dir: Path | None = None,
     ) -> LocalEgress:
         """Start the proxy for a sandbox (and, under bwrap, the keeper: ``keeper_argv`` is the
-        sandbox's bwrap command up to its ``--``, with ``--unshare-net``).
+        sandbox's bwrap command up to its ``--``, with ``--unshare-net``). ``bind_dir``: where
+        the CA bundle bound into each exec is written (the sandbox's own, on its capped disk,
+        so that no host folder shows in its mountinfo); default the egress folder.
 
         Raises:
             SandboxError: not root under bwrap, a bad blacklist, or the proxy or the bridge
@@ -230,7 +233,7 @@ class LocalEgressGateway:
             _remove_socket_dir(sock_dir, folder)
             raise
         try:
-            bundle = folder / "ca-bundle.pem"
+            bundle = (bind_dir or folder) / "egress-ca.pem"
             _write_bundle(bundle, endpoint.ca_cert_path)
             if isolation == "none":
                 _warn_plain_once()

@@ -160,14 +160,14 @@ def _slirp_preexec() -> Callable[[], None]:
 class UserModeNetwork:
     """The network namespace of one ``full`` local sandbox and its slirp4netns."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, bind_dir: Path | None = None) -> None:
         self.folder = folder
         self.netns_fd: int | None = None
         self.userns_fd: int | None = None
         self._exit_w: int | None = None
         self.keeper: asyncio.subprocess.Process | None = None
         self.slirp: asyncio.subprocess.Process | None = None
-        self.resolv_conf = folder / "resolv.conf"
+        self.resolv_conf = (bind_dir or folder) / "resolv.conf"
 
     @property
     def exec_binds(self) -> list[str]:
@@ -178,9 +178,12 @@ class UserModeNetwork:
         return ["--ro-bind", str(self.resolv_conf), dest]
 
     @classmethod
-    async def start(cls, folder: Path, keeper_argv: list[str]) -> UserModeNetwork:
+    async def start(
+        cls, folder: Path, keeper_argv: list[str], bind_dir: Path | None = None
+    ) -> UserModeNetwork:
         """Start the keeper (``keeper_argv``: a bwrap command up to its ``--``, without user
-        or network namespaces of its own) and slirp4netns.
+        or network namespaces of its own) and slirp4netns. ``bind_dir``: where the resolv.conf
+        bound into each exec is written (default ``folder``).
 
         Raises:
             SandboxUnavailableError: no root, slirp4netns or iptables.
@@ -194,7 +197,7 @@ class UserModeNetwork:
             )
         await asyncio.to_thread(install_host_rules)
         folder.mkdir(mode=0o755, exist_ok=True)
-        net = cls(folder)
+        net = cls(folder, bind_dir)
         net.resolv_conf.write_text(RESOLV_CONF)
         net.resolv_conf.chmod(0o644)
         try:

@@ -260,9 +260,9 @@ def _host_key_serials() -> set[str]:
         return set()
 
 
-@pytest.mark.parametrize("network", ["none", "full"])
+@pytest.mark.parametrize("network", NETWORKS)
 def test_the_hosts_secrets_and_keyrings_are_not_readable(
-    in_sandbox: InSandbox, network: str, egress_world: EgressWorld
+    in_sandbox: InSandbox, network: str, egress_world: EgressWorld, tmp_path: Path
 ) -> None:
     """/etc/shadow is either unreadable or the sandbox image's own file (another inode on
     another device), and no key of the host's keyrings shows in /proc/keys."""
@@ -274,6 +274,7 @@ def test_the_hosts_secrets_and_keyrings_are_not_readable(
         "stat -L -c '%d:%i' /etc/shadow; cat /etc/shadow > /dev/null 2>&1 && echo READABLE; "
         "echo '--keys--'; cat /proc/keys 2>&1; echo done",
         world=egress_world,
+        log=tmp_path / "n.jsonl",
     )
     assert r.stdout.endswith("done\n"), r
     inside_shadow, keys = r.stdout.split("--keys--", 1)
@@ -284,8 +285,14 @@ def test_the_hosts_secrets_and_keyrings_are_not_readable(
     assert not (inside_serials & serials), keys
 
 
+@pytest.mark.parametrize("network", NETWORKS)
 def test_the_hosts_paths_are_not_in_mountinfo(
-    in_sandbox: InSandbox, backend_case: Any, tmp_path: Path, request: pytest.FixtureRequest
+    in_sandbox: InSandbox,
+    network: str,
+    backend_case: Any,
+    egress_world: EgressWorld,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     """With a capped disk (as reproduction and checks run), the workspace is a file system of
     its own: /proc/self/mountinfo names no folder of the host's where the sandbox's files
@@ -306,7 +313,11 @@ def test_the_hosts_paths_are_not_in_mountinfo(
         seen["mountinfo"] = r.stdout
         seen["workspace"] = str(getattr(sb, "workspace", "/var/lib/docker"))
 
-    in_sandbox(body, limits={"disk_mb": 64})
+    spec: dict[str, Any] = {"network": network, "limits": {"disk_mb": 64}}
+    if network == "filtered":
+        spec |= {"blacklist": BLACKLIST, "egress": egress_world.options}
+        spec["network_log"] = tmp_path / "n.jsonl"
+    in_sandbox(body, **spec)
     assert seen["workspace"] not in seen["mountinfo"]
     assert str(tmp_path) not in seen["mountinfo"]
 
