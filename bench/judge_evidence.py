@@ -96,17 +96,28 @@ def _leaves(n: int, rng: random.Random) -> list[Leaf]:
     return out
 
 
-def _code(leaf: Leaf, rng: random.Random, marker: bool) -> str:
-    a, b, c = leaf.words
+def _code(words: list[str], rng: random.Random, marker: str | None, others: list[Leaf]) -> str:
+    """A module built on ``words``; it also calls into the modules of ``others`` (so their
+    words compete in a lexical ranking, as a real code base's do)."""
+    a, b, c = words
     lines = [f'"""Helpers for {a} and {b}."""', "", "import numpy as np", ""]
+    lines += [f"from .{o.words[0]}_{o.words[1]} import {o.words[0]}_{o.words[1]}_0" for o in others]
     if marker:
-        lines.append(f"# {leaf.marker}")
-    for j in range(rng.randint(25, 45)):
+        lines.append(f"# {marker}")
+    for j in range(rng.randint(5, 9)):
         lines += [
             f"def {a}_{b}_{j}(x, {c}=0.5):",
             f"    # apply the {b} update to the {a} state, scaled by {c}",
             f"    y = np.asarray(x) * {c} + {j}",
             "    return y - y.mean() if y.size else y",
+            "",
+        ]
+    for o in others:
+        x, y, z = o.words
+        lines += [
+            f"def use_{x}_{y}(state, {z}=1.0):",
+            f"    # the {x} {y} step of the other stage, with {z}",
+            f"    return {x}_{y}_0(state, {z})",
             "",
         ]
     return "\n".join(lines)
@@ -162,12 +173,13 @@ def _build(root: Path, leaves: list[Leaf], rng: random.Random) -> tuple[Path, Pa
     for leaf in leaves:  # one evidence file per CD leaf; a distractor for every other leaf
         name = f"src/{'_'.join(leaf.words[:2])}.py"
         is_cd = leaf.category == "Code Development"
-        (sub / name).write_text(_code(leaf, rng, marker=is_cd))
+        others = rng.sample([lf for lf in leaves if lf is not leaf], 3)
+        (sub / name).write_text(_code(leaf.words, rng, leaf.marker if is_cd else None, others))
         if is_cd:
             leaf.evidence_file = name
-    for k in range(60):  # distractors with fresh words
-        other = Leaf(10_000 + k, "Code Development", [_word(rng), _word(rng), _word(rng)])
-        (sub / f"src/util_{k}.py").write_text(_code(other, rng, marker=False))
+    for k in range(140):  # distractors: words of their own, calls into the leaves' modules
+        fresh = [_word(rng), _word(rng), _word(rng)]
+        (sub / f"src/util_{k}.py").write_text(_code(fresh, rng, None, rng.sample(leaves, 4)))
     old = time.time() - 3600
     for k in range(20):  # pre-existing tables: older than the reproduction
         path = sub / f"results/old_{k}.csv"
