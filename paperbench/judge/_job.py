@@ -86,6 +86,8 @@ class Job:
     check_runner: CheckRunner | None = None
     sandbox: Any = None
     memo: dict[str, int] = field(default_factory=dict)
+    evidence: dict[str, str | None] = field(default_factory=dict)
+    """Each leaf's own most relevant file, by model and leaf (``simple``'s guarantee)."""
     shared: list[Message] | None = None
     """The rendered prefix every grading call of this paper shares."""
     _indexes: dict[str, SubmissionIndex] = field(default_factory=dict)

@@ -1,14 +1,18 @@
 """The default mode: files by the BM25 index, verdict and score in one structured call.
 
 Several sibling leaves of one category share a call (``batch_leaves``), each with its own
-verdict; the context is chosen for the batch by BM25 over the batch's requirement texts.
-The messages are the system prompt and the paper (the same for every call of a paper, marked
+verdict; the context is chosen for the batch by BM25 over the batch's requirement texts, and
+a batch whose context would leave out any leaf's own most relevant file is split until none
+does (down to a leaf alone with the whole budget). The criteria's order is shuffled between
+samples and each verdict records its position. The messages are the system prompt and the paper (the same for every call of a paper, marked
 as the end of the cacheable prefix), then the batch's material and criteria. A verdict
 missing from the answer is asked again for that leaf alone, once; then the leaf is invalid.
 """
 
 from __future__ import annotations
 
+import hashlib
+import random
 import time
 from collections import Counter
 
@@ -172,8 +176,43 @@ async def _ask(
     return found, costs
 
 
+def _own_evidence(job: Job, leaf: Leaf, model: str) -> str | None:
+    """The file a leaf's own context ranks first (None: it has no file to show)."""
+    key = f"own-evidence:{model}:{leaf.path}"
+    if key not in job.evidence:
+        alone = batch_context(job, [leaf], model)
+        job.evidence[key] = alone.files[0].path if alone.files else None
+    return job.evidence[key]
+
+
+def missing_evidence(job: Job, leaves: list[Leaf], context: LeafContext, model: str) -> list[Leaf]:
+    """The leaves whose own most relevant file is not in the batch's context."""
+    shown = {f.path for f in context.files}
+    return [
+        leaf
+        for leaf in leaves
+        if (own := _own_evidence(job, leaf, model)) is not None and own not in shown
+    ]
+
+
+def _order(leaves: list[Leaf], sample: int) -> list[int]:
+    """The criteria's order in a sample's prompt: as in the rubric for the first sample,
+    shuffled (seeded by the batch and the sample, so a rerun asks the same) for the others."""
+    order = list(range(len(leaves)))
+    if sample > 0 and len(leaves) > 1:
+        seed = "|".join(str(leaf.path) for leaf in leaves) + f"|{sample}"
+        random.Random(hashlib.sha256(seed.encode()).digest()).shuffle(order)
+    return order
+
+
 async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
-    """Grade sibling leaves of one category (all samples); one LeafGrade per leaf, in order."""
+    """Grade sibling leaves of one category (all samples); one LeafGrade per leaf, in order.
+
+    Every leaf is graded on a context that holds its own most relevant file: when the batch's
+    context, built for all the batch's criteria within one budget, leaves a leaf's top file
+    out, the batch is split in two and each half is graded on its own, down to a leaf alone
+    with the whole budget.
+    """
     started = time.perf_counter()
     config = job.judge.config
     assert isinstance(config, SimpleConfig)
@@ -181,12 +220,18 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
     context = batch_context(job, leaves, name)
     if context.shortcut is not None:
         return [_shortcut(leaf, context) for leaf in leaves]
+    if len(leaves) > 1 and missing_evidence(job, leaves, context, name):
+        half = len(leaves) // 2
+        return [*await grade_batch(job, leaves[:half]), *await grade_batch(job, leaves[half:])]
     samples: list[list[SampleGrade]] = [[] for _ in leaves]
     costs = [CallCost() for _ in leaves]
     for sample in range(job.options.samples):
-        found, shares = await _ask(job, leaves, context, sample)
-        for i, share in shares.items():
-            costs[i] = sum_cost(costs[i], share)
+        order = _order(leaves, sample)
+        asked = [leaves[i] for i in order]
+        got, shares = await _ask(job, asked, context, sample)
+        found = {order[k]: grade for k, grade in got.items()}
+        for k, share in shares.items():
+            costs[order[k]] = sum_cost(costs[order[k]], share)
         for i, leaf in enumerate(leaves):
             if i not in found and len(leaves) > 1:
                 alone = batch_context(job, [leaf], name)
@@ -194,15 +239,13 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
                 costs[i] = sum_cost(costs[i], more[0])
                 if 0 in again:
                     found[i] = again[0]
-            samples[i].append(
-                found.get(i)
-                or SampleGrade(
-                    score=0.0,
-                    valid=False,
-                    explanation="the answer had no verdict for this criterion",
-                    reason="unparseable",
-                )
+            grade = found.get(i) or SampleGrade(
+                score=0.0,
+                valid=False,
+                explanation="the answer had no verdict for this criterion",
+                reason="unparseable",
             )
+            samples[i].append(grade.model_copy(update={"position": order.index(i) + 1}))
     elapsed = (time.perf_counter() - started) / len(leaves)
     files = [f.path for f in context.files]
     return [

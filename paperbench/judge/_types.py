@@ -48,6 +48,9 @@ class SampleGrade(_Record):
     """Set when ``valid`` is false."""
     judge: str | None = None
     """The judge config's name, when several configs grade the same leaf."""
+    position: int | None = None
+    """Where the criterion stood among the batch's criteria in this sample's prompt (1 is
+    first): the order is shuffled between samples, so position bias shows in the interval."""
 
 
 class CallCost(_Record):

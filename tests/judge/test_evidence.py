@@ -1,0 +1,139 @@
+"""The default mode never grades a leaf on a context that lacks its evidence, and shuffles the
+criteria's order between samples: checked on what the model was shown (the requests the fake
+server received), through the real grading path and the real openai SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from paperbench.judge import LeafGrade, build_view, load_judge_config
+from paperbench.judge._grader import GradeResult, grade_submission
+from paperbench.judge._job import GradeOptions, ModelSettings
+from paperbench.papers import Paper, PaperSource
+from paperbench.rubric import TaskNode
+from paperbench.testing import FakeLLMServer
+
+from .scripted import ScriptedJudge, batch_criteria, last_user_text
+
+WORDS = ["quokka", "wombat", "dingo", "numbat", "bilby", "possum"]
+
+
+def _rubric() -> TaskNode:
+    leaves = [
+        {
+            "id": f"l{i}",
+            "requirements": f"The {word} estimator is implemented as the paper describes.",
+            "weight": 1,
+            "sub_tasks": [],
+            "task_category": "Code Development",
+            "finegrained_task_category": None,
+        }
+        for i, word in enumerate(WORDS)
+    ]
+    return TaskNode.model_validate(
+        {
+            "id": "root",
+            "requirements": "Replicate the paper",
+            "weight": 1,
+            "sub_tasks": [{"id": "m", "requirements": "Method", "weight": 1, "sub_tasks": leaves}],
+        }
+    )
+
+
+def _submission(root: Path) -> Path:
+    """One file per leaf, each ~700 tokens of its own word."""
+    for word in WORDS:
+        body = "".join(
+            f"def {word}_step_{j}(x):\n    # the {word} estimator update\n    return x + {j}\n"
+            for j in range(40)
+        )
+        path = root / "src" / f"{word}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+    (root / "README.md").write_text("# Replication\n")
+    return root
+
+
+def _judge(tmp_path: Path, **budgets: Any) -> Any:
+    """The catalog's simple judge with some budgets changed (its prompts beside it)."""
+    from paperbench.judge import catalog_dir
+
+    folder = tmp_path / "judges"
+    shutil.copytree(catalog_dir(), folder, dirs_exist_ok=True)
+    config = yaml.safe_load((folder / "simple.yaml").read_text())
+    config["budgets"].update(budgets)
+    path = folder / "evidence.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return load_judge_config(path)
+
+
+def _grade(server: FakeLLMServer, tmp_path: Path, judge: Any, samples: int = 1) -> GradeResult:
+    paper: Paper = PaperSource.resolve(None).load("calibration-binning")
+    view = build_view(_submission(tmp_path / "submission"))
+    return asyncio.run(
+        grade_submission(
+            view,
+            paper,
+            judge,
+            out_dir=tmp_path / "out",
+            rubric=_rubric(),
+            options=GradeOptions(samples=samples),
+            settings=ModelSettings(base_url=server.openai_url, model="openai/gpt-4o"),
+        )
+    )
+
+
+def test_a_batch_over_budget_is_split_until_every_leaf_sees_its_evidence(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """Six sibling leaves whose files cannot all fit one call's budget: no leaf is graded
+    without its own file, so the batch is split (more than one call), and every call that
+    grades a leaf shows that leaf's file."""
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    result = _grade(fake_llm, tmp_path, _judge(tmp_path, submission_tokens=600))
+    assert result.coverage == 1 and result.invalid_leaves == 0
+    grading = [r for r in fake_llm.requests if batch_criteria(r)]
+    assert len(grading) > 1  # the one batch of six did not fit: it was split
+    graded_words = set()
+    for request in grading:
+        text = last_user_text(request)
+        for _, requirements in batch_criteria(request):
+            i = next(i for i, w in enumerate(WORDS) if w in requirements)
+            assert f"src/{WORDS[i]}.py" in text, f"{WORDS[i]} graded without its file"
+            graded_words.add(WORDS[i])
+    assert graded_words == set(WORDS)
+
+
+def test_one_call_when_the_budget_holds_every_leafs_evidence(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    _grade(fake_llm, tmp_path, _judge(tmp_path, submission_tokens=20000))
+    grading = [r for r in fake_llm.requests if batch_criteria(r)]
+    assert len(grading) == 1 and len(batch_criteria(grading[0])) == len(WORDS)
+
+
+def test_the_criteria_order_is_shuffled_between_samples_and_recorded(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    _grade(fake_llm, tmp_path, _judge(tmp_path, submission_tokens=20000), samples=3)
+    grading = [r for r in fake_llm.requests if batch_criteria(r)]
+    orders = [[req for _, req in batch_criteria(r)] for r in grading]
+    assert len(orders) == 3
+    assert orders[1] != orders[0] or orders[2] != orders[0]
+    assert all(sorted(order) == sorted(orders[0]) for order in orders)  # same criteria
+    lines = (tmp_path / "out" / "grading" / "leaves.jsonl").read_text().splitlines()
+    leaves = [LeafGrade.model_validate_json(line) for line in lines]
+    assert len(leaves) == len(WORDS)
+    # each recorded position is where that leaf's criterion stood in that sample's prompt
+    for leaf in leaves:
+        word = WORDS[int(leaf.leaf_id[1:])]
+        assert [s.position for s in leaf.samples] == [
+            next(k for k, text in enumerate(order, start=1) if word in text) for order in orders
+        ]
