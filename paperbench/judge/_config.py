@@ -61,6 +61,14 @@ class Budgets(BaseModel):
     """The grading model's window in tokens (nothing is sent that it cannot hold)."""
     answer_tokens: int = Field(default=10_000, ge=256)
     """Room kept for the answer (reasoning included)."""
+    answer_tokens_per_criterion: int = Field(default=1_500, ge=0)
+    """The default mode's answer room grows by this much for every criterion of a batch past
+    the first (each has a verdict of its own); the context's budget shrinks to match."""
+
+    def answer_room(self, criteria: int) -> int:
+        """Room for the answer of a call that grades ``criteria`` criteria."""
+        return self.answer_tokens + self.answer_tokens_per_criterion * max(criteria - 1, 0)
+
     submission_tokens: int | None = Field(default=None, ge=0)
     """Cap on the submission content (files, script, log) of one call; None: what the window
     leaves. The default mode's savings come from a small cap."""

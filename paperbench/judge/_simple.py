@@ -3,10 +3,13 @@
 Several sibling leaves of one category share a call (``batch_leaves``), each with its own
 verdict; the context is chosen for the batch by BM25 over the batch's requirement texts, and
 a batch whose context would leave out any leaf's own most relevant file is split until none
-does (down to a leaf alone with the whole budget). The criteria's order is shuffled between
-samples and each verdict records its position. The messages are the system prompt and the paper (the same for every call of a paper, marked
-as the end of the cacheable prefix), then the batch's material and criteria. A verdict
-missing from the answer is asked again for that leaf alone, once; then the leaf is invalid.
+does (down to a leaf alone with the whole budget). The answer's room grows with the batch
+(``answer_tokens_per_criterion``); an answer cut off at it splits the batch, and a leaf alone
+is asked once more with twice the room before it is invalid. The criteria's order is
+shuffled between samples and each verdict records its position. The messages are the system
+prompt and the paper (the same for every call of a paper, marked as the end of the cacheable
+prefix), then the batch's material and criteria. A verdict missing from the answer is asked
+again for that leaf alone, once; then the leaf is invalid.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections import Counter
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from paperbench.errors import ModelError
+from paperbench.errors import IncompleteAnswerError, ModelError
 from paperbench.judge._config import SimpleConfig
 from paperbench.judge._context import LeafContext, select_context
 from paperbench.judge._job import Job, Leaf, add_cost, reason_of, sum_cost, vote
@@ -102,6 +105,7 @@ def batch_context(job: Job, leaves: list[Leaf], model: str) -> LeafContext:
         count_tokens(leaf.node.requirements, model) for leaf in leaves
     )
     fixed += sum(count_tokens(line, model) for line in leaves[0].prior)
+    fixed += budgets.answer_room(len(leaves)) - budgets.answer_tokens  # the batch's extra room
     return select_context(
         job.view,
         leaves[0].category,
@@ -135,22 +139,35 @@ def _shortcut(leaf: Leaf, context: LeafContext) -> LeafGrade:
     )
 
 
+class _CutOff(Exception):
+    """The answer was cut off at its room: the batch is split, or a lone leaf asked again."""
+
+
 async def _ask(
-    job: Job, leaves: list[Leaf], context: LeafContext, sample: int
+    job: Job, leaves: list[Leaf], context: LeafContext, sample: int, *, more_room: bool = False
 ) -> tuple[dict[int, SampleGrade], dict[int, CallCost]]:
     """One call for ``leaves``; the samples by position, and each leaf's share of the cost.
-    A leaf without a usable verdict is absent from the first mapping."""
+    A leaf without a usable verdict is absent from the first mapping.
+
+    Raises:
+        _CutOff: the answer was cut off at its room (``max_tokens``), and the caller can
+            still give it more (a batch to split, or a lone leaf not yet asked with more).
+    """
     config = job.judge.config
     assert isinstance(config, SimpleConfig)
     model = job.model(config.roles.grading, sample)
     messages = [*shared_messages(job), UserMessage(content=_batch_text(job, leaves, context))]
-    max_tokens = config.roles.grading.max_output_tokens or config.budgets.answer_tokens
+    room = config.budgets.answer_room(len(leaves)) * (2 if more_room else 1)
+    max_tokens = config.roles.grading.max_output_tokens or room
     costs: dict[int, CallCost] = {i: CallCost() for i in range(len(leaves))}
     try:
         out = await model.generate(
             messages, output=Verdicts, label="judge_grading", max_tokens=max_tokens
         )
     except ModelError as exc:
+        cut = isinstance(exc, IncompleteAnswerError) and exc.stop_reason == "max_tokens"
+        if cut and (len(leaves) > 1 or not more_room):
+            raise _CutOff from exc
         failed = SampleGrade(score=0.0, valid=False, explanation=str(exc), reason=reason_of(exc))
         return {i: failed for i in range(len(leaves))}, costs
     for i in range(len(leaves)):
@@ -174,6 +191,16 @@ async def _ask(
             continue
         found[i] = SampleGrade(score=float(score), explanation=verdict.explanation)
     return found, costs
+
+
+async def _ask_alone(
+    job: Job, leaf: Leaf, context: LeafContext, sample: int
+) -> tuple[dict[int, SampleGrade], dict[int, CallCost]]:
+    """One leaf's call; cut off, it is asked once more with twice the room."""
+    try:
+        return await _ask(job, [leaf], context, sample)
+    except _CutOff:
+        return await _ask(job, [leaf], context, sample, more_room=True)
 
 
 def _own_evidence(job: Job, leaf: Leaf, model: str) -> str | None:
@@ -228,14 +255,21 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
     for sample in range(job.options.samples):
         order = _order(leaves, sample)
         asked = [leaves[i] for i in order]
-        got, shares = await _ask(job, asked, context, sample)
+        try:
+            got, shares = await _ask(job, asked, context, sample)
+        except _CutOff:
+            if len(leaves) > 1:  # the verdicts do not fit one answer: fewer per call
+                half = len(leaves) // 2
+                first = await grade_batch(job, leaves[:half])
+                return [*first, *await grade_batch(job, leaves[half:])]
+            got, shares = await _ask(job, asked, context, sample, more_room=True)
         found = {order[k]: grade for k, grade in got.items()}
         for k, share in shares.items():
             costs[order[k]] = sum_cost(costs[order[k]], share)
         for i, leaf in enumerate(leaves):
             if i not in found and len(leaves) > 1:
                 alone = batch_context(job, [leaf], name)
-                again, more = await _ask(job, [leaf], alone, sample)
+                again, more = await _ask_alone(job, leaf, alone, sample)
                 costs[i] = sum_cost(costs[i], more[0])
                 if 0 in again:
                     found[i] = again[0]

@@ -16,7 +16,7 @@ from paperbench.judge._grader import GradeResult, grade_submission
 from paperbench.judge._job import GradeOptions, ModelSettings
 from paperbench.papers import Paper, PaperSource
 from paperbench.rubric import TaskNode
-from paperbench.testing import FakeLLMServer
+from paperbench.testing import FakeLLMServer, FakeReply
 
 from .scripted import ScriptedJudge, batch_criteria, last_user_text
 
@@ -137,3 +137,31 @@ def test_the_criteria_order_is_shuffled_between_samples_and_recorded(
         assert [s.position for s in leaf.samples] == [
             next(k for k, text in enumerate(order, start=1) if word in text) for order in orders
         ]
+
+
+def _room(request: Any) -> int:
+    body = request.body
+    return int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
+
+
+def test_the_answer_room_grows_with_the_batch_and_a_cut_off_answer_splits_it(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """An answer cut off at its room never makes its leaves invalid while a smaller call can
+    still be tried: the batch is split, and a leaf alone is asked once with twice the room."""
+    judge = ScriptedJudge(lambda _: 1.0)
+
+    def handler(request: Any) -> Any:
+        criteria = batch_criteria(request)
+        wombat = any("wombat" in text for _, text in criteria)
+        if len(criteria) > 2 or (wombat and (len(criteria) > 1 or _room(request) < 20_000)):
+            return FakeReply(json={"verdicts": []}, stop="max_tokens")
+        return judge(request)
+
+    fake_llm.handler = handler
+    result = _grade(fake_llm, tmp_path, _judge(tmp_path, submission_tokens=20000))
+    assert result.invalid_leaves == 0 and result.coverage == 1
+    rooms = [(len(batch_criteria(r)), _room(r)) for r in fake_llm.requests]
+    assert rooms[0] == (6, 10_000 + 1_500 * 5)  # the catalog's answer_tokens, +1,500 each
+    assert (3, 10_000 + 1_500 * 2) in rooms  # split in halves
+    assert (1, 2 * 10_000) in rooms  # wombat alone, cut off once, asked with twice the room
