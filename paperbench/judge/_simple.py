@@ -75,11 +75,15 @@ def _render_shared(job: Job) -> list[Message]:
 
 def _batch_text(job: Job, leaves: list[Leaf], context: LeafContext) -> str:
     category = leaves[0].category
-    files_heading = (
-        "Documentation and the files the reproduce.sh run created or changed:"
-        if category == "Result Analysis"
-        else "The attempt's files most relevant to these criteria:"
-    )
+    if category != "Result Analysis":
+        files_heading = "The attempt's files most relevant to these criteria:"
+    elif job.view.changes_known:
+        files_heading = "Documentation and the files the reproduce.sh run created or changed:"
+    else:
+        files_heading = (
+            "Documentation and results files of the attempt (which of them the reproduce.sh "
+            "run created or changed is not known: some may have been there before it ran):"
+        )
     return render(
         job.judge.prompts["batch"],
         context=context,

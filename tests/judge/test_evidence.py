@@ -165,3 +165,40 @@ def test_the_answer_room_grows_with_the_batch_and_a_cut_off_answer_splits_it(
     assert rooms[0] == (6, 10_000 + 1_500 * 5)  # the catalog's answer_tokens, +1,500 each
     assert (3, 10_000 + 1_500 * 2) in rooms  # split in halves
     assert (1, 2 * 10_000) in rooms  # wombat alone, cut off once, asked with twice the room
+
+
+def test_the_model_is_told_what_was_not_shown_and_when_changes_are_unknown(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """A plain folder (no reproduction's metadata): the Result Analysis heading says which
+    files the run changed is not known, and files left out are said to be left out, not
+    absent."""
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    rubric = _rubric().to_dict()
+    rubric["sub_tasks"][0]["sub_tasks"].append(
+        {
+            "id": "r0",
+            "requirements": "The results table shows the quokka estimator ahead.",
+            "weight": 1,
+            "sub_tasks": [],
+            "task_category": "Result Analysis",
+            "finegrained_task_category": None,
+        }
+    )
+    paper: Paper = PaperSource.resolve(None).load("calibration-binning")
+    view = build_view(_submission(tmp_path / "submission"))
+    asyncio.run(
+        grade_submission(
+            view,
+            paper,
+            _judge(tmp_path, submission_tokens=600),
+            out_dir=tmp_path / "out",
+            rubric=TaskNode.model_validate(rubric),
+            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
+        )
+    )
+    texts = {batch_criteria(r)[0][1]: last_user_text(r) for r in fake_llm.requests}
+    analysis = next(t for c, t in texts.items() if "results table" in c)
+    assert "run created or changed is not known" in analysis
+    left_out = [t for t in texts.values() if "Not shown:" in t]
+    assert left_out and all("not because the attempt lacks them" in t for t in left_out)
