@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from paperbench.errors import InputError, LfsPointerError, UsageError
 from paperbench.judge import (
@@ -321,3 +323,43 @@ def test_judge_eval_refuses_a_config_given_twice() -> None:
 
     with pytest.raises(UsageError, match="--judge dummy: given twice"):
         asyncio.run(judge_eval([], [dummy, dummy], grade))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.3, 0.5, 0.7, 1.0]),
+            st.sampled_from([0.0, 0.49, 0.5, 1.0]),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_binary_metrics_match_scikit_learns_functions(
+    cases: list[tuple[float, float, bool]],
+) -> None:
+    """Accuracy and macro precision, recall and F1 over the validly graded leaves, checked
+    against scikit-learn's own functions on the same verdicts (pass: score ≥ 0.5)."""
+    from sklearn.metrics import accuracy_score, precision_recall_fscore_support
+
+    pairs = [
+        LeafPair(path=(i,), category=CD, gold=g, predicted=p, valid=v)
+        for i, (g, p, v) in enumerate(cases)
+    ]
+    got = binary_metrics(pairs)
+    graded = [(g >= 0.5, p >= 0.5) for g, p, v in cases if v]
+    assert got.invalid == len(cases) - len(graded)
+    if not graded:
+        assert got.accuracy is got.precision is got.recall is got.f1 is None
+        return
+    gold = [g for g, _ in graded]
+    predicted = [p for _, p in graded]
+    precision, recall, f1, _ = precision_recall_fscore_support(
+        gold, predicted, average="macro", zero_division=0
+    )
+    assert got.accuracy == pytest.approx(accuracy_score(gold, predicted))
+    assert got.precision == pytest.approx(precision)
+    assert got.recall == pytest.approx(recall)
+    assert got.f1 == pytest.approx(f1)
