@@ -30,7 +30,8 @@ InvalidReason = Literal[
 ]
 """Why a leaf has no valid grade: the model call failed after its retries; the answer was
 cut off, refused or empty; the answer never matched the verdict's form; a cost cap stopped
-the call; a check could not run (its sandbox failed, not its command); nothing could grade
+the call; a check could not judge the submission (it could not start: its sandbox failed or
+a check file is missing; or its command exited 126, 127 or 137, or timed out); nothing could grade
 it (e.g. an LLM leaf and no model key, when asked to go on without one)."""
 
 

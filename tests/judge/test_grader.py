@@ -583,3 +583,50 @@ def test_faithful_failures_make_the_leaf_invalid(
     result = grade(fake_llm, build_view(submission), paper, judge, tmp_path / "o")
     assert result.invalid_reasons == {reason: 1}
     assert result.score == pytest.approx((2 * 0.25 + 1) / 3)
+
+
+def test_checks_that_cannot_judge_are_invalid_check_error_in_grade_json(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    """Through the real check runner on the local backend: a missing check file and an exit
+    127 are invalid leaves (coverage, invalid count and reasons), a failing check a valid 0."""
+    from paperbench.sandbox import SandboxConfig
+
+    fake_llm.handler = ScriptedJudge(by_word(SCORES))
+    executed = write_executed(tmp_path / "executed", dict(FILES))
+    data = small_rubric().to_dict()
+    method = data["sub_tasks"][0]["sub_tasks"]
+    method[0]["check"] = {"command": "exit 1"}
+    method[1]["check"] = {
+        "command": "python3 /hidden/t.py",
+        "files": {"/hidden/t.py": "checks/no-such-check-file.py"},
+    }
+    method[2]["check"] = {"command": "no-such-command-paperbench-xyz"}
+    out = tmp_path / "o"
+    result = asyncio.run(
+        grade_submission(
+            build_view(tmp_path / "unused", executed),
+            paper,
+            load_judge_config("simple"),
+            out_dir=out,
+            rubric=TaskNode.model_validate(data),
+            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
+            sandbox=SandboxConfig(backend="local"),
+        )
+    )
+    # invalid: a2 (1/4 of A's 2/3) and a3 (2/4 of 2/3): half the rubric's weight
+    assert result.invalid_leaves == 2 and result.invalid_reasons == {"check_error": 2}
+    assert result.coverage == pytest.approx(0.5) and result.unscored and result.score is None
+    assert result.sources == {"check": 3, "shortcut": 1}  # b1: nothing changed
+    stored = json.loads((out / "grading" / "grade.json").read_text())
+    assert stored["invalid_leaves"] == 2 and stored["coverage"] == pytest.approx(0.5)
+    a1, a2, a3 = stored["graded_task_tree"]["sub_tasks"][0]["sub_tasks"]
+    assert a1["valid_score"] and a1["score"] == 0.0 and "reason" not in a1["judge_metadata"]
+    for node, says in ((a2, "cannot read check file"), (a3, "command not found (exit 127)")):
+        assert not node["valid_score"] and node["score"] == 0.0
+        assert node["judge_metadata"]["reason"] == "check_error"
+        assert says in node["judge_metadata"]["error"] and says in node["explanation"]
+    lines = (out / "grading" / "leaves.jsonl").read_text().splitlines()
+    records = {tuple(r["path"]): r for r in map(json.loads, lines)}
+    assert records[(0, 1)]["reason"] == records[(0, 2)]["reason"] == "check_error"
+    assert records[(0, 0)]["valid"] and records[(0, 0)]["reason"] is None
