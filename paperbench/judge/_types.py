@@ -51,6 +51,34 @@ class SampleGrade(_Record):
     """The judge config's name, when several configs grade the same leaf."""
 
 
+class AddressedText(_Record):
+    """Text in what a grader was shown that addresses the grader ("ignore previous
+    instructions", "note to the evaluator", ...): an attempt to game the judge, recorded
+    whether or not it worked (:mod:`paperbench.judge._addressed`)."""
+
+    file: str
+    """The submission path, or ``reproduce.sh`` or ``reproduce.log``."""
+    line: int | None = None
+    """1-based, in that file as the submission (or the reproduction) holds it."""
+    pattern: str
+    """Which kind of text it is (a name of ``PATTERNS``)."""
+    text: str
+    """The matched words, lower-cased, markdown dropped, capped."""
+
+
+class AddressedFinding(AddressedText):
+    """One :class:`AddressedText` with the leaf whose grader was shown it, as the root's
+    ``judge_metadata["addressed_to_judge"]`` in ``grade.json`` lists them."""
+
+    leaf_path: list[int]
+    leaf_id: str
+
+
+ADDRESSED_KEY = "addressed_to_judge"
+"""The ``judge_metadata`` key of the findings in ``grade.json``: a leaf's
+:class:`AddressedText` records, and on the root every leaf's as :class:`AddressedFinding`."""
+
+
 class CallCost(_Record):
     """What grading one leaf took from the model layer (its share of a shared call)."""
 
@@ -82,6 +110,8 @@ class LeafGrade(_Record):
     """The error's one line, for an invalid grade."""
     files_shown: list[str] = Field(default_factory=list)
     """Submission paths the grader saw (chunks are listed by their file)."""
+    addressed_to_judge: list[AddressedText] = Field(default_factory=list)
+    """Text addressed to the judge in what this leaf's grader was shown."""
     samples: list[SampleGrade] = Field(default_factory=list)
     """Every verdict when more than one was taken (majority vote → ``score``)."""
     interval: tuple[float, float] | None = None

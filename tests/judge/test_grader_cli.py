@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import paperbench
 from paperbench.cli import app
 from paperbench.judge import LeafGrade
 from paperbench.llm import read_cost_journal
@@ -104,7 +105,10 @@ def test_a_grading_killed_mid_way_resumes_without_repeating_a_request(
     out = tmp_path / "o"
     args = [*_args(example, out, "--base-url", fake_llm.openai_url), "--model", "openai/gpt-4o"]
     args += ["--concurrency", "1"]
-    env = {**os.environ, "COLUMNS": "100"}
+    # the child imports the paperbench under test, not whichever one is installed
+    source = str(Path(paperbench.__file__).parents[1])
+    path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "COLUMNS": "100", "PYTHONPATH": path}
     errors = tmp_path / "stderr.txt"
     with errors.open("wb") as stderr:
         process = subprocess.Popen(
