@@ -88,7 +88,11 @@ PATTERNS: dict[str, re.Pattern[str]] = {
 }
 """Name → pattern, over the normalized text (see the module docstring)."""
 
-_MARKS = re.compile(r"<!--|-->|[*_`~#>|\[\]{}\"'\\]|//|/\*|\*/|^\s*[-+]\s", re.MULTILINE)
+_MARKS = re.compile(
+    r"<!--|-->|</?[a-z][^<>\n]{0,60}>|[*_`~#>|\[\]{}\"'\\]|//|/\*|\*/|^\s*[-+]\s",
+    re.MULTILINE | re.IGNORECASE,
+)
+"""Markdown, HTML tags and comment marks: dropped before matching."""
 _INVISIBLE = re.compile("[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
 _SPACE = re.compile(r"\s+")
 
