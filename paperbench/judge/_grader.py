@@ -13,7 +13,9 @@ TaskGroup and a semaphore; the model layer's connection limit does the rest) and
 - ``grade.json``: PaperBench's wrapper shape with the graded tree, the score (``None`` when
   the validly graded share of the rubric is below the judge's ``coverage_threshold``: the
   paper is *unscored*, and its partial score is kept apart as ``partial_score``), coverage,
-  invalid leaves and scores by category;
+  invalid leaves and scores by category; a leaf's and, with every leaf's path and id, the
+  root's ``judge_metadata["addressed_to_judge"]`` list the text addressed to the judge found
+  in what the graders were shown (:mod:`._addressed`; each ``LeafGrade`` holds its own);
 - ``costs.jsonl``: every model call, one record a line, appended and flushed as it ends (a
   killed grading loses at most the record in flight; a rerun adds to it);
 - ``costs.json``: the same records with totals by label (judge_ranking, judge_grading,
