@@ -127,6 +127,17 @@ class GradeResult(BaseModel):
     def tree(self) -> GradedTaskNode:
         return GradedTaskNode.model_validate(self.graded_task_tree)
 
+    def addressed_to_judge(self) -> list[AddressedFinding]:
+        """The text addressed to the judge that the grading found (the root's
+        ``judge_metadata``).
+
+        Raises:
+            ValidationError: an entry there is not a finding.
+        """
+        metadata = self.graded_task_tree.get("judge_metadata")
+        entries = metadata.get(ADDRESSED_KEY) if isinstance(metadata, dict) else None
+        return [AddressedFinding.model_validate(e) for e in entries or []]
+
 
 def transform_rubric(rubric: TaskNode, options: GradeOptions) -> TaskNode:
     """The rubric as the options ask: resources provided, Code-Dev, then the depth limit."""
@@ -254,8 +265,8 @@ def _with_addressed(job: Job, leaf: Leaf, grade: LeafGrade) -> LeafGrade:
     """The simple-faithful mode's grade with the text addressed to the judge in what it
     showed: the files it names, and ``reproduce.sh`` and the log whole when the leaf's
     category shows them (that mode may cut them to the window)."""
-    if grade.source != "llm":
-        return grade
+    if grade.source != "llm" or not (grade.valid or grade.files_shown):
+        return grade  # nothing was shown (e.g. the ranking call failed)
     shown_log = leaf.category in _WITH_LOG and not job.options.code_dev
     found = context_findings(
         job.view,
