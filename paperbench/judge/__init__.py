@@ -5,7 +5,9 @@ This package holds the model-free half: the judge's view of a submission
 BM25 index instead of a ranking call), judge configs as data (:func:`load_judge_config`,
 ``judge/*.yaml`` in the catalog) with their identity, content fences, and the prompts
 rendered from the catalog's templates. Check leaves are graded without a model, by running
-their command in a sandbox (:func:`run_check`, :func:`run_checks`).
+their command in a sandbox (:func:`run_check`, :func:`run_checks`). Text in what a grader is
+shown that addresses the grader is found by :func:`find_addressed` and recorded with each leaf
+(:class:`AddressedText`).
 
 Votes, agreement and score intervals for judges that take several samples per leaf are in
 :func:`majority`, :func:`leaf_agreement` and :func:`bootstrap_interval`; JudgeEval (a judge
@@ -14,6 +16,8 @@ rendered from the catalog's templates; and the grading engine (:func:`grade_subm
 ``paperbench grade``) that grades every leaf with a judge config, resumably.
 """
 
+from paperbench.judge._addressed import PATTERNS as ADDRESSED_PATTERNS
+from paperbench.judge._addressed import find_addressed
 from paperbench.judge._agreement import (
     PASS_THRESHOLD,
     PairAgreement,
@@ -94,6 +98,9 @@ from paperbench.judge._prompts import (
     render,
 )
 from paperbench.judge._types import (
+    ADDRESSED_KEY,
+    AddressedFinding,
+    AddressedText,
     CallCost,
     GradeSource,
     InvalidReason,
@@ -112,10 +119,14 @@ from paperbench.judge._view import (
 )
 
 __all__ = [
+    "ADDRESSED_KEY",
+    "ADDRESSED_PATTERNS",
     "CATEGORIES",
     "CATEGORY_QUESTIONS",
     "CHECK_LIMITS",
     "PASS_THRESHOLD",
+    "AddressedFinding",
+    "AddressedText",
     "AllAgreement",
     "BinaryMetrics",
     "Budgets",
@@ -178,6 +189,7 @@ __all__ = [
     "cut_log",
     "fence",
     "file_tree",
+    "find_addressed",
     "fold_log",
     "grade_gold",
     "grade_submission",

@@ -10,17 +10,27 @@ disk (:data:`CHECK_LIMITS`):
    ``paperbench reproduce``, whose ``executed.tar.gz`` holds it under ``submission/``; or such
    an ``executed.tar.gz``; or a plain folder holding the executed submission);
 2. the check's ``files`` (sandbox path → path relative to the rubric file's folder) are
-   written in; a source outside that folder, or missing, is refused with one line naming the
-   leaf's JSON path before any sandbox starts;
+   written in; a source outside that folder, or a relative sandbox path, is refused with one
+   line naming the leaf's JSON path before any sandbox starts (a rubric error); a source that
+   is missing or unreadable makes that leaf's grade ``check_error`` (below);
 3. ``command`` runs under ``bash -lc`` in ``/submission`` with the check's timeout, as
    :data:`CHECK_USER` (``SandboxSpec.user``: an unprivileged user who owns ``/submission`` and
    the check's files, where the backend maps one; the Docker backend does).
 
-Exit 0 scores 1, anything else 0 (a crash, a missing import, a timeout): a valid grade with
-``source: "check"`` whose explanation gives the command, the exit code, whether it timed out,
-the time taken and a capped tail of its stdout and stderr. Only a failure of the sandbox
-itself (the backend does not answer, the image is missing, the copy fails, the executed
-submission is missing) makes the grade invalid, with reason ``check_error`` and the error line.
+Exit 0 scores 1; any other exit code of the command itself scores 0 (a failing assertion,
+a crash, a missing import): a valid grade with ``source: "check"`` whose explanation gives the
+command, the exit code, the time taken and a capped tail of its stdout and stderr.
+
+A check that did not get to judge the submission is no verdict: the grade is invalid with
+reason ``check_error`` (it counts 0 in the score and against coverage, as every invalid leaf),
+its error line saying why (:data:`CHECK_ERROR_EXITS`):
+
+- exit 126 (the command cannot be executed), 127 (command not found) or 137 (killed by
+  SIGKILL, e.g. the memory cap's OOM killer);
+- the check's timeout killed it;
+- it could not start: a check file missing or unreadable in the rubric's folder (no sandbox
+  is started for it), the sandbox failed (the backend does not answer, the image is missing,
+  the copy fails), or the executed submission is missing.
 
 :data:`CheckRunner` is the signature the grading engine calls for one leaf: bind the
 submission and sandbox with ``functools.partial(run_check, rubric_dir=..., executed=...,
@@ -65,12 +75,19 @@ TAIL_CHARS = 2000
 CHECK_STAGE_LABEL = {"paperbench.stage": "check"}
 CHECK_USER: Final = "sandbox"
 """Who runs a check's command (``SandboxSpec.user``): a check needs no root."""
+CHECK_ERROR_EXITS: Final[Mapping[int, str]] = {
+    126: "the command cannot be executed (exit 126)",
+    127: "command not found (exit 127)",
+    137: "the command was killed (exit 137: SIGKILL, e.g. out of memory)",
+}
+"""Exit codes that say the check could not judge the submission: ``check_error``, not 0."""
 
 CheckRunner = Callable[[TaskNode, NodePath], Awaitable[LeafGrade]]
 """What the grading engine calls for a leaf with ``check``: ``(leaf, path) -> LeafGrade``,
 e.g. ``functools.partial(run_check, rubric_dir=..., executed=..., sandbox=...)``. It never
-raises for a failing, crashing or timing-out command; a sandbox failure is an invalid grade
-with reason ``check_error``; a rubric whose check files are unusable raises ``InputError``."""
+raises for a failing, crashing or timing-out command; a check that could not judge (see the
+module docstring) is an invalid grade with reason ``check_error``; a check file outside the
+rubric's folder or a relative sandbox path raises ``InputError``."""
 
 
 @dataclass(frozen=True)
@@ -81,13 +98,18 @@ class _Prepared:
     leaf: TaskNode
     check: Check
     files: dict[str, bytes]
+    unusable: str | None = None
+    """Why the check cannot start (a check file missing or unreadable), else None."""
 
 
-def _hidden_files(leaf: TaskNode, path: NodePath, rubric_dir: Path) -> dict[str, bytes]:
-    """Sandbox path → content of every file the check needs, read from the rubric's folder.
+def _hidden_files(
+    leaf: TaskNode, path: NodePath, rubric_dir: Path
+) -> tuple[dict[str, bytes], str | None]:
+    """Sandbox path → content of every file the check needs, read from the rubric's folder,
+    and why the check cannot start when a file is missing or unreadable (else None).
 
     Raises:
-        InputError: a source outside ``rubric_dir`` or missing, or a relative sandbox path.
+        InputError: a source outside ``rubric_dir``, or a relative sandbox path.
     """
     assert leaf.check is not None
     root = rubric_dir.resolve()
@@ -95,6 +117,7 @@ def _hidden_files(leaf: TaskNode, path: NodePath, rubric_dir: Path) -> dict[str,
     for index in path:
         loc += ["sub_tasks", index]
     out: dict[str, bytes] = {}
+    unusable: str | None = None
     for target, source in leaf.check.files.items():
         where = json_path([*loc, "check", "files", target])
         if not target.startswith("/"):
@@ -111,15 +134,16 @@ def _hidden_files(leaf: TaskNode, path: NodePath, rubric_dir: Path) -> dict[str,
                 file=rubric_dir,
                 path=where,
             )
+        if unusable is not None:
+            continue
         try:
             out[target] = resolved.read_bytes()
         except OSError as exc:
-            raise InputError(
-                f"cannot read check file {source!r} ({exc.strerror}; looked for {resolved})",
-                file=rubric_dir,
-                path=where,
-            ) from None
-    return out
+            unusable = (
+                f"cannot read check file {source!r} for {target} ({exc.strerror}; "
+                f"looked for {resolved}; rubric {where})"
+            )
+    return out, unusable
 
 
 def _executed_source(executed: Path) -> tuple[Path | None, str | None]:
@@ -162,14 +186,17 @@ def _tail(text: str) -> str:
     return text if len(text) <= TAIL_CHARS else "[...]" + text[-TAIL_CHARS:]
 
 
-def _explain(check: Check, result: ExecResult) -> str:
+def _explain(check: Check, result: ExecResult, error: str | None) -> str:
     if result.timed_out:
         outcome = f"timed out after {check.timeout_s:g} s and was killed (exit code none)"
     else:
         outcome = f"exited {result.exit_code} after {result.duration_s:.1f} s"
-    verdict = "passed" if result.exit_code == 0 and not result.timed_out else "failed"
+    if error is not None:
+        head = f"check could not judge the submission (check_error: {error}):"
+    else:
+        head = "check passed:" if result.exit_code == 0 else "check failed:"
     lines = [
-        f"check {verdict}: `{check.command}` {outcome}.",
+        f"{head} `{check.command}` {outcome}.",
         f"exit_code={result.exit_code} timed_out={str(result.timed_out).lower()}",
     ]
     for name, text, cut in (
@@ -181,6 +208,13 @@ def _explain(check: Check, result: ExecResult) -> str:
             lines.append(f"--- {name} (last {TAIL_CHARS} characters{note}) ---")
             lines.append(_tail(text))
     return "\n".join(lines)
+
+
+def _error_of(check: Check, result: ExecResult) -> str | None:
+    """Why a finished command is no verdict on the submission (``check_error``), else None."""
+    if result.timed_out or result.exit_code is None:
+        return f"the check timed out after {check.timeout_s:g} s and was killed"
+    return CHECK_ERROR_EXITS.get(result.exit_code)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -195,30 +229,24 @@ def _grade(
     result: ExecResult | None = None,
     error: str | None = None,
 ) -> LeafGrade:
-    category = item.leaf.task_category
+    """A valid 1 or 0 when the command judged the submission; else ``check_error``."""
     if result is None:
-        line = error or "the check's sandbox failed"
-        return LeafGrade(
-            path=item.path,
-            leaf_id=item.leaf.id,
-            category=category.value if category is not None else "",
-            source="check",
-            score=0.0,
-            valid=False,
-            reason="check_error",
-            error=line,
-            explanation=f"the check `{item.check.command}` could not run: {line}",
-            wall_time_s=time.monotonic() - started,
-        )
-    passed = result.exit_code == 0 and not result.timed_out
+        error = error or "the check's sandbox failed"
+        explanation = f"the check `{item.check.command}` could not run: {error}"
+    else:
+        error = _error_of(item.check, result)
+        explanation = _explain(item.check, result, error)
+    category = item.leaf.task_category
     return LeafGrade(
         path=item.path,
         leaf_id=item.leaf.id,
         category=category.value if category is not None else "",
         source="check",
-        score=1.0 if passed else 0.0,
-        valid=True,
-        explanation=_explain(item.check, result),
+        score=1.0 if result is not None and error is None and result.exit_code == 0 else 0.0,
+        valid=error is None,
+        reason="check_error" if error is not None else None,
+        error=error,
+        explanation=explanation,
         wall_time_s=time.monotonic() - started,
     )
 
@@ -232,6 +260,8 @@ async def _run_one(
 ) -> LeafGrade:
     async with gate:
         started = time.monotonic()
+        if item.unusable is not None:
+            return _grade(item, started=started, error=item.unusable)
         try:
             async with await backend.start(spec) as sb:
                 await sb.upload(staged, SUBMISSION_PATH)
@@ -266,8 +296,8 @@ async def run_checks(
     host (local); ``labels`` are added to every sandbox (e.g. the run it belongs to).
 
     Raises:
-        InputError: a leaf without ``check``, a check file outside ``rubric_dir`` or missing,
-            or ``executed`` not found (nothing has run then).
+        InputError: a leaf without ``check``, a check file outside ``rubric_dir`` or a
+            relative sandbox path, or ``executed`` not found (nothing has run then).
         UnsafeArchiveError: the executed archive has members that escape its folder.
     """
     if concurrency < 1:
@@ -280,19 +310,21 @@ async def run_checks(
                 file=rubric_dir,
                 path=json_path([x for i in path for x in ("sub_tasks", i)]),
             )
-        items.append(_Prepared(path, leaf, leaf.check, _hidden_files(leaf, path, rubric_dir)))
+        files, unusable = _hidden_files(leaf, path, rubric_dir)
+        items.append(_Prepared(path, leaf, leaf.check, files, unusable))
     if not items:
         return []
     source, missing = _executed_source(Path(executed))
     if source is None:
         started = time.monotonic()
-        return [_grade(item, started=started, error=missing) for item in items]
+        return [_grade(item, started=started, error=item.unusable or missing) for item in items]
     started = time.monotonic()
     try:
         backend = await sandbox.build()
         resolved_image = await resolve_image(backend, image)
     except SandboxError as exc:
-        return [_grade(item, started=started, error=_one_line(exc)) for item in items]
+        line = _one_line(exc)
+        return [_grade(item, started=started, error=item.unusable or line) for item in items]
     spec = SandboxSpec(
         image=resolved_image,
         limits=limits,
@@ -329,8 +361,8 @@ async def run_check(
     """Grade one check leaf (see the module docstring); :data:`CheckRunner` once bound.
 
     Raises:
-        InputError: the leaf has no check, a check file is outside ``rubric_dir`` or missing,
-            or ``executed`` does not exist.
+        InputError: the leaf has no check, a check file is outside ``rubric_dir`` or a
+            sandbox path is relative, or ``executed`` does not exist.
     """
     grades = await run_checks(
         [(path, leaf)],

@@ -77,6 +77,9 @@ def _table(result: GradeResult, out: Path) -> Table:
     table.add_row(
         "invalid leaves", f"{result.invalid_leaves}" + (f" ({invalid})" if invalid else "")
     )
+    addressed = {(f.file, f.line, f.text) for f in result.addressed_to_judge()}
+    if addressed:
+        table.add_row("text addressed to the judge", f"{len(addressed)} places (see grade.json)")
     cost = "unknown (unpriced model)" if result.cost_usd is None else f"${result.cost_usd:.4f}"
     table.add_row("cost", cost)
     table.add_row("requests", str(result.requests))
@@ -236,6 +239,9 @@ def grade(
         result = results[0]
         if as_json:
             summary = result.model_dump(mode="json", exclude={"graded_task_tree"})
+            summary["addressed_to_judge"] = [
+                f.model_dump(mode="json") for f in result.addressed_to_judge()
+            ]
             console.print_json(json.dumps(summary))
         else:
             print_table(_table(result, out_dir))

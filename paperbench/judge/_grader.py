@@ -13,7 +13,9 @@ TaskGroup and a semaphore; the model layer's connection limit does the rest) and
 - ``grade.json``: PaperBench's wrapper shape with the graded tree, the score (``None`` when
   the validly graded share of the rubric is below the judge's ``coverage_threshold``: the
   paper is *unscored*, and its partial score is kept apart as ``partial_score``), coverage,
-  invalid leaves and scores by category;
+  invalid leaves and scores by category; a leaf's and, with every leaf's path and id, the
+  root's ``judge_metadata["addressed_to_judge"]`` list the text addressed to the judge found
+  in what the graders were shown (:mod:`._addressed`; each ``LeafGrade`` holds its own);
 - ``costs.jsonl``: every model call, one record a line, appended and flushed as it ends (a
   killed grading loses at most the record in flight; a rerun adds to it);
 - ``costs.json``: the same records with totals by label (judge_ranking, judge_grading,
@@ -36,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paperbench._io import atomic_write_json
 from paperbench.errors import InputError
+from paperbench.judge._addressed import context_findings
 from paperbench.judge._agreement import tree_interval
 from paperbench.judge._checks import run_check
 from paperbench.judge._config import DummyConfig, FaithfulConfig, LoadedJudge, RandomConfig
@@ -48,7 +51,7 @@ from paperbench.judge._job import (
     model_free_grade,
     prior_lines,
 )
-from paperbench.judge._types import LeafGrade
+from paperbench.judge._types import ADDRESSED_KEY, AddressedFinding, LeafGrade
 from paperbench.judge._view import SubmissionView
 from paperbench.llm import BudgetCaps, CostJournal, CostLedger
 from paperbench.papers import Paper
@@ -123,6 +126,17 @@ class GradeResult(BaseModel):
 
     def tree(self) -> GradedTaskNode:
         return GradedTaskNode.model_validate(self.graded_task_tree)
+
+    def addressed_to_judge(self) -> list[AddressedFinding]:
+        """The text addressed to the judge that the grading found (the root's
+        ``judge_metadata``).
+
+        Raises:
+            ValidationError: an entry there is not a finding.
+        """
+        metadata = self.graded_task_tree.get("judge_metadata")
+        entries = metadata.get(ADDRESSED_KEY) if isinstance(metadata, dict) else None
+        return [AddressedFinding.model_validate(e) for e in entries or []]
 
 
 def transform_rubric(rubric: TaskNode, options: GradeOptions) -> TaskNode:
@@ -236,12 +250,31 @@ async def _grade_unit(job: Job, unit: list[Leaf]) -> list[LeafGrade]:
         if isinstance(config, FaithfulConfig):
             from paperbench.judge._faithful import grade_leaf
 
-            out.extend([await grade_leaf(job, leaf) for leaf in rest])
+            out.extend([_with_addressed(job, leaf, await grade_leaf(job, leaf)) for leaf in rest])
         else:
             from paperbench.judge._simple import grade_batch
 
             out.extend(await grade_batch(job, rest))
     return out
+
+
+_WITH_LOG = frozenset({"Code Execution", "Result Analysis", "Subtree"})
+
+
+def _with_addressed(job: Job, leaf: Leaf, grade: LeafGrade) -> LeafGrade:
+    """The simple-faithful mode's grade with the text addressed to the judge in what it
+    showed: the files it names, and ``reproduce.sh`` and the log whole when the leaf's
+    category shows them (that mode may cut them to the window)."""
+    if grade.source != "llm" or not (grade.valid or grade.files_shown):
+        return grade  # nothing was shown (e.g. the ranking call failed)
+    shown_log = leaf.category in _WITH_LOG and not job.options.code_dev
+    found = context_findings(
+        job.view,
+        files=dict.fromkeys(grade.files_shown),
+        script=not job.options.code_dev,
+        log=shown_log,
+    )
+    return grade.model_copy(update={"addressed_to_judge": found}) if found else grade
 
 
 async def _run_check(job: Job, leaf: Leaf) -> LeafGrade:
@@ -301,6 +334,8 @@ def build_tree(rubric: TaskNode, grades: dict[NodePath, LeafGrade]) -> GradedTas
             metadata["error"] = grade.error
         if grade.samples:
             metadata["samples"] = [s.score if s.valid else None for s in grade.samples]
+        if grade.addressed_to_judge:
+            metadata[ADDRESSED_KEY] = [a.model_dump() for a in grade.addressed_to_judge]
         return GradedTaskNode(
             **fields,
             score=grade.score if grade.valid else 0.0,
@@ -311,7 +346,21 @@ def build_tree(rubric: TaskNode, grades: dict[NodePath, LeafGrade]) -> GradedTas
 
     tree = rebuild(rubric, step)
     assert tree is not None
-    return aggregate(tree)
+    tree = aggregate(tree)
+    found = addressed_findings(grades)
+    if not found:
+        return tree
+    metadata = {**(tree.judge_metadata or {}), ADDRESSED_KEY: [f.model_dump() for f in found]}
+    return tree.model_copy(update={"judge_metadata": metadata})
+
+
+def addressed_findings(grades: dict[NodePath, LeafGrade]) -> list[AddressedFinding]:
+    """Every leaf's text addressed to the judge, with the leaf, in rubric order."""
+    return [
+        AddressedFinding(leaf_path=list(path), leaf_id=grade.leaf_id, **found.model_dump())
+        for path, grade in sorted(grades.items())
+        for found in grade.addressed_to_judge
+    ]
 
 
 async def grade_submission(

@@ -26,7 +26,10 @@ whose score is outside 1–5, and reports the mean of the valid scores and their
   reason, never a score; with no valid sample the repository is *unscored* with a reason
   (PaperCoder divides by zero);
 - a prompt that with room for the answer does not fit the window is unscored without a
-  request ("too large for the window"), never cut to fit.
+  request ("too large for the window"), never cut to fit;
+- text in the repository's files that addresses the judge ("ignore previous instructions",
+  "note to the evaluator", ...) is listed in the record (``addressed_to_judge``, by file and
+  line, :mod:`._addressed`); it changes no score.
 """
 
 from __future__ import annotations
@@ -49,10 +52,11 @@ from paperbench.errors import (
     StructuredOutputError,
     UnknownProviderError,
 )
+from paperbench.judge._addressed import context_findings
 from paperbench.judge._config import catalog_dir
 from paperbench.judge._fence import fence
 from paperbench.judge._prompts import render
-from paperbench.judge._types import InvalidReason
+from paperbench.judge._types import AddressedText, InvalidReason
 from paperbench.judge._view import SubmissionView, ViewFile
 from paperbench.llm import CostTotal, Message, Model, UserMessage, count_message_tokens
 from paperbench.papers import Paper
@@ -181,6 +185,9 @@ class RepoScore(_Frozen):
     files_not_listed: int = 0
     """Files beyond the view's listing limit (never read, so never shown; also in the
     prompt's count of files not shown)."""
+    addressed_to_judge: list[AddressedText] = Field(default_factory=list)
+    """Text addressed to the judge in the repository's files shown (the reference is not
+    searched: it is not the submission's)."""
 
     @property
     def scored(self) -> bool:
@@ -357,6 +364,7 @@ async def papercoder_scores(
         reference_files_shown=[f.path for f in ref_files],
         reference_files_left_out=ref_left_out,
         files_not_listed=view.files_not_listed,
+        addressed_to_judge=context_findings(view, files=dict.fromkeys(f.path for f in files)),
     )
     if not files:
         return base.model_copy(
@@ -413,6 +421,10 @@ async def papercoder_scores(
     )
 
 
+SHOWN_ADDRESSED = 5
+"""Places of text addressed to the judge printed with a score (all are in the record)."""
+
+
 def render_repo_score(score: RepoScore) -> RenderableType:
     """The score for a terminal: a summary table and the critiques of the valid samples."""
     summary = Table(title=f"Repository score (PaperCoder style, {score.mode})", show_header=False)
@@ -444,6 +456,12 @@ def render_repo_score(score: RepoScore) -> RenderableType:
     if score.unpriced_calls:
         cost += f" (+{score.unpriced_calls} calls without a price)"
     summary.add_row("cost", cost)
+    if score.addressed_to_judge:
+        places = "; ".join(
+            f'{a.file}:{a.line} "{a.text}"' for a in score.addressed_to_judge[:SHOWN_ADDRESSED]
+        )
+        more = len(score.addressed_to_judge) - SHOWN_ADDRESSED
+        summary.add_row("addressed to the judge", places + (f"; +{more} more" if more > 0 else ""))
     critiques = Table(title="Critiques")
     for column in ("sample", "severity", "file", "function", "critique"):
         critiques.add_column(column, overflow="fold")

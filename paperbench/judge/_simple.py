@@ -22,6 +22,7 @@ from collections import Counter
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.errors import IncompleteAnswerError, ModelError
+from paperbench.judge._addressed import context_findings
 from paperbench.judge._config import SimpleConfig
 from paperbench.judge._context import LeafContext, select_context
 from paperbench.judge._job import Job, Leaf, add_cost, reason_of, sum_cost, vote
@@ -286,7 +287,20 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
             samples[i].append(grade.model_copy(update={"position": order.index(i) + 1}))
     elapsed = (time.perf_counter() - started) / len(leaves)
     files = [f.path for f in context.files]
+    addressed = context_findings(
+        job.view,
+        files={f.path: f.text if f.cut else None for f in context.files},
+        script=context.reproduce_sh,
+        log=context.log.text if context.log is not None else None,
+    )
     return [
-        vote(leaf, samples[i], cost=costs[i], files_shown=files, wall_time_s=elapsed)
+        vote(
+            leaf,
+            samples[i],
+            cost=costs[i],
+            files_shown=files,
+            addressed_to_judge=addressed,
+            wall_time_s=elapsed,
+        )
         for i, leaf in enumerate(leaves)
     ]

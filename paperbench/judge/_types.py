@@ -30,7 +30,8 @@ InvalidReason = Literal[
 ]
 """Why a leaf has no valid grade: the model call failed after its retries; the answer was
 cut off, refused or empty; the answer never matched the verdict's form; a cost cap stopped
-the call; a check could not run (its sandbox failed, not its command); nothing could grade
+the call; a check could not judge the submission (it could not start: its sandbox failed or
+a check file is missing; or its command exited 126, 127 or 137, or timed out); nothing could grade
 it (e.g. an LLM leaf and no model key, when asked to go on without one)."""
 
 
@@ -51,6 +52,34 @@ class SampleGrade(_Record):
     position: int | None = None
     """Where the criterion stood among the batch's criteria in this sample's prompt (1 is
     first): the order is shuffled between samples, so position bias shows in the interval."""
+
+
+class AddressedText(_Record):
+    """Text in what a grader was shown that addresses the grader ("ignore previous
+    instructions", "note to the evaluator", ...): an attempt to game the judge, recorded
+    whether or not it worked (:mod:`paperbench.judge._addressed`)."""
+
+    file: str
+    """The submission path, or ``reproduce.sh`` or ``reproduce.log``."""
+    line: int | None = None
+    """1-based, in that file as the submission (or the reproduction) holds it."""
+    pattern: str
+    """Which kind of text it is (a name of ``PATTERNS``)."""
+    text: str
+    """The matched words, lower-cased, markdown dropped, capped."""
+
+
+class AddressedFinding(AddressedText):
+    """One :class:`AddressedText` with the leaf whose grader was shown it, as the root's
+    ``judge_metadata["addressed_to_judge"]`` in ``grade.json`` lists them."""
+
+    leaf_path: list[int]
+    leaf_id: str
+
+
+ADDRESSED_KEY = "addressed_to_judge"
+"""The ``judge_metadata`` key of the findings in ``grade.json``: a leaf's
+:class:`AddressedText` records, and on the root every leaf's as :class:`AddressedFinding`."""
 
 
 class CallCost(_Record):
@@ -84,6 +113,8 @@ class LeafGrade(_Record):
     """The error's one line, for an invalid grade."""
     files_shown: list[str] = Field(default_factory=list)
     """Submission paths the grader saw (chunks are listed by their file)."""
+    addressed_to_judge: list[AddressedText] = Field(default_factory=list)
+    """Text addressed to the judge in what this leaf's grader was shown."""
     samples: list[SampleGrade] = Field(default_factory=list)
     """Every verdict when more than one was taken (majority vote → ``score``)."""
     interval: tuple[float, float] | None = None

@@ -91,6 +91,33 @@ def _not_scored(s: Summary) -> Table:
     return table
 
 
+SHOWN_FINDINGS = 3
+"""Places of text addressed to the judge listed per run in the terminal (the rest counted)."""
+
+
+def _addressed(s: Summary) -> Table:
+    runs = [r for r in s.runs if r.addressed_places]
+    total = sum(r.addressed_places for r in runs)
+    table = Table(title=f"text addressed to the judge ({total} places in {len(runs)} runs)")
+    table.add_column("run", overflow="fold")
+    table.add_column("places", justify="right", no_wrap=True)
+    table.add_column("where and what", overflow="fold")
+    for run in runs:
+        seen: dict[tuple[str, int | None, str], None] = {}
+        for f in run.addressed_to_judge:
+            seen.setdefault((f.file, f.line, f.text))
+        lines = [
+            f'{file}:{line if line is not None else "?"} "{text}"'
+            for file, line, text in list(seen)[:SHOWN_FINDINGS]
+        ]
+        if len(seen) > SHOWN_FINDINGS:
+            lines.append(f"+{len(seen) - SHOWN_FINDINGS} more (see the run's page)")
+        table.add_row(
+            Text(printable(run.label)), str(run.addressed_places), Text(printable("; ".join(lines)))
+        )
+    return table
+
+
 def _costs(s: Summary) -> Table:
     table = Table(title="costs")
     table.add_column("by", no_wrap=True)
@@ -124,6 +151,8 @@ def print_summary(s: Summary) -> None:
     print_table(_papers(s))
     if s.not_scored:
         print_table(_not_scored(s))
+    if any(r.addressed_places for r in s.runs):
+        print_table(_addressed(s))
     print_table(_costs(s))
     print_table(_hours(s))
 
@@ -144,8 +173,9 @@ def report_command(
     ] = None,
 ) -> None:
     """Metrics over a run group: a leaderboard (score ± standard error over seeds and a
-    failures-as-0 lower bound), scores per paper, runs not scored with their reason, costs
-    and hours by stage. Writes GROUP/summary.json and a static HTML report (index.html and
+    failures-as-0 lower bound), scores per paper, runs not scored with their reason, text
+    addressed to the judge that the grading found, costs and hours by stage. Writes
+    GROUP/summary.json and a static HTML report (index.html and
     one page per run) that works opened from disk. A file that cannot be read is named and
     left out (exit code 1 once everything is written)."""
     if out is not None and out.exists() and not out.is_dir():

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from paperbench._io import json_path, read_json
 from paperbench.agents import MonitorReport, RolloutStatus, TranscriptEvent
 from paperbench.errors import InputError
-from paperbench.judge import GradeResult, LeafGrade
+from paperbench.judge import ADDRESSED_KEY, AddressedFinding, GradeResult, LeafGrade
 from paperbench.llm import CostRecord
 from paperbench.reproduce import ReproductionMetadata
 from paperbench.rubric import validate_data
@@ -81,6 +81,8 @@ class RunFiles:
     grade: GradeSummary | None = None
     rollout_costs: list[CostRecord] = field(default_factory=list)
     grading_costs: list[CostRecord] = field(default_factory=list)
+    addressed_to_judge: list[AddressedFinding] = field(default_factory=list)
+    """Text addressed to the judge that the grading found (:func:`addressed_of`)."""
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -218,9 +220,10 @@ def read_run(key: RunKey, group_dir: Path) -> RunFiles:
     run.rollout = read_model(folder / STATUS_FILE, RolloutStatus, problems)
     run.monitor = read_model(folder / MONITOR_FILE, MonitorReport, problems)
     run.reproduction = read_model(folder / REPRO_METADATA_FILE, ReproductionMetadata, problems)
-    grade, _ = read_grade(folder, problems)
+    grade, leaves = read_grade(folder, problems)
     if grade is not None:
         run.grade = GradeSummary(judge=grade.judge, scores_by_category=grade.scores_by_category)
+    run.addressed_to_judge = addressed_of(grade, leaves, folder / GRADE_FILE, problems)
     # Checked here so that a bad line is reported with or without the HTML report; the run
     # page reads the events again (a group's transcripts are not all held in memory).
     read_transcript_events(folder / TRANSCRIPT_FILE, problems)
@@ -250,6 +253,37 @@ def read_grade(
     if grade is not None and check_tree:
         _check_tree(grade, folder / GRADE_FILE, problems)
     return grade, read_records(folder / LEAVES_FILE, LeafGrade, problems)
+
+
+def addressed_of(
+    grade: GradeResult | None, leaves: list[LeafGrade], path: Path, problems: list[Problem]
+) -> list[AddressedFinding]:
+    """The text addressed to the judge that a grading found: the root's
+    ``judge_metadata["addressed_to_judge"]`` of grade.json, or, before grade.json is written,
+    the records of leaves.jsonl. An entry that does not validate is a problem."""
+    if grade is None:
+        return [
+            AddressedFinding(leaf_path=list(leaf.path), leaf_id=leaf.leaf_id, **a.model_dump())
+            for leaf in leaves
+            for a in leaf.addressed_to_judge
+        ]
+    metadata = grade.graded_task_tree.get("judge_metadata")
+    entries = metadata.get(ADDRESSED_KEY) if isinstance(metadata, dict) else None
+    if not entries:
+        return []
+    where = f"$.graded_task_tree.judge_metadata.{ADDRESSED_KEY}"
+    if not isinstance(entries, list):
+        problems.append(Problem(file=str(path), message=f"{where}: not a list"))
+        return []
+    found: list[AddressedFinding] = []
+    for index, entry in enumerate(entries):
+        try:
+            found.append(AddressedFinding.model_validate(entry))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            message = f"{where}[{index}]{json_path(first['loc']).removeprefix('$')}: {first['msg']}"
+            problems.append(Problem(file=str(path), message=message))
+    return found
 
 
 def _check_tree(grade: GradeResult, path: Path, problems: list[Problem]) -> None:

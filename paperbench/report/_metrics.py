@@ -12,6 +12,9 @@ How scores are combined (all in [0, 1]):
   error (ddof=1; none with fewer than two seeds) over the seeds that have one;
 - the *failures as 0* lower bound is the same computation with every run that has no
   counted score counted as 0, so every seed is complete.
+
+Text addressed to the judge (an attempt to game it, found by the grading) is counted per run
+as distinct places (file, line, words), and per agent as places and runs; it changes no score.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from paperbench.judge import AddressedFinding
 from paperbench.llm import CostLedger, CostRecord, CostTotal
 from paperbench.report._files import GroupFiles, Problem, RunFiles
 from paperbench.runs import STAGES, GroupConfig
@@ -87,6 +91,10 @@ class RunMetrics(_Model):
     """Stage → status, from run.json."""
     hours_by_stage: dict[str, float] = Field(default_factory=dict)
     cost: CostTotal = Field(default_factory=CostTotal)
+    addressed_to_judge: list[AddressedFinding] = Field(default_factory=list)
+    """Text addressed to the judge in what its graders were shown, one entry per leaf."""
+    addressed_places: int = 0
+    """Distinct places (file, line, words) of that text: an attempt to game the judge."""
     problems: list[Problem] = Field(default_factory=list)
     page: str
     """The run's page in the HTML report, relative to its index.html."""
@@ -159,6 +167,10 @@ class AgentMetrics(_Model):
     interval: tuple[float, float] | None
     """Mean of the runs' judge-noise interval bounds, over scored runs that have one."""
     interval_runs: int = 0
+    addressed_places: int = 0
+    """Places of text addressed to the judge, summed over the agent's runs."""
+    addressed_runs: int = 0
+    """Runs with any text addressed to the judge."""
     costs: CostSummary
     hours_by_stage: dict[str, float]
 
@@ -212,6 +224,11 @@ def _hours(runs: Iterable[RunMetrics]) -> dict[str, float]:
         for stage, hours in run.hours_by_stage.items():
             out[stage] = out.get(stage, 0.0) + hours
     return out
+
+
+def addressed_places(found: Iterable[AddressedFinding]) -> int:
+    """Distinct (file, line, words): the same text shown to several leaves counts once."""
+    return len({(f.file, f.line, f.text) for f in found})
 
 
 def run_page(paper: str, agent: str, seed: int) -> str:
@@ -268,6 +285,8 @@ def run_metrics(run: RunFiles) -> RunMetrics:
         "page": run_page(key.paper, key.agent, key.seed),
         "problems": list(run.problems),
         "cost": cost_summary([*run.rollout_costs, *run.grading_costs]).total,
+        "addressed_to_judge": list(run.addressed_to_judge),
+        "addressed_places": addressed_places(run.addressed_to_judge),
     }
     if run.state is not None:
         base["stages"] = {stage: rec.status for stage, rec in run.state.stages.items()}
@@ -394,6 +413,8 @@ def agent_metrics(
             else None
         ),
         interval_runs=len(intervals),
+        addressed_places=sum(r.addressed_places for r in runs),
+        addressed_runs=sum(1 for r in runs if r.addressed_places),
         costs=cost_summary(records),
         hours_by_stage=_hours(runs),
     )

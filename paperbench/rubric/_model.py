@@ -101,9 +101,10 @@ class Check(BaseModel):
     """An executable test on a leaf (paperbench's extension, in the spirit of ResearchCodeBench).
 
     The check runs after reproduction in a reproducer sandbox on the executed submission
-    (working directory ``/submission``); exit code 0 scores 1, anything else 0. ``files`` maps a
-    sandbox path to a file relative to the folder holding the rubric file; they are copied in
-    just before the check and never shown to the agent.
+    (working directory ``/submission``); exit code 0 scores 1, any other exit code 0, except
+    126, 127, 137 and a timeout, which leave the leaf invalid (``check_error``, as a check that
+    cannot start). ``files`` maps a sandbox path to a file relative to the folder holding the
+    rubric file; they are copied in just before the check and never shown to the agent.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -35,7 +35,9 @@ _HEADERS: dict[TreeKind, dict[str, str]] = {
 _CHECK_DESCRIPTION = (
     "paperbench extension (ignored by PaperBench's tools): an executable test run after "
     "reproduction in a reproducer sandbox whose working directory is the executed submission "
-    "at /submission. Exit code 0 scores 1, anything else 0. 'files' maps a sandbox path to a "
+    "at /submission. Exit code 0 scores 1, any other exit code 0; exit 126, 127 or 137, its "
+    "timeout, or a check that cannot start leaves the leaf invalid (check_error), not 0. "
+    "'files' maps a sandbox path to a "
     "file relative to the folder holding the rubric file (it must stay inside that folder); "
     "they are copied in just before the check and never shown to the agent."
 )

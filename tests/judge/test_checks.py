@@ -166,11 +166,46 @@ def test_pass_and_hidden_file_copied_in_through_a_bound_check_runner(tiny: Path)
     assert "exit_code=0 timed_out=false" in grade.explanation
 
 
-def test_timeout_is_a_failing_valid_grade(tiny: Path) -> None:
+def test_timeout_is_check_error_not_a_valid_0(tiny: Path) -> None:
     grade = _run(_leaf(Check(command="echo started; sleep 60", timeout_s=1)), tiny)
-    assert grade.valid and grade.score == 0.0 and grade.reason is None, grade
+    assert not grade.valid and grade.score == 0.0 and grade.reason == "check_error", grade
+    assert grade.error == "the check timed out after 1 s and was killed"
     assert "timed_out=true" in grade.explanation and "timed out after 1 s" in grade.explanation
-    assert "started" in grade.explanation
+    assert "check_error" in grade.explanation and "started" in grade.explanation
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "says"),
+    [
+        ("echo trying >&2; /dev/null", 126, "cannot be executed"),
+        ("no-such-command-paperbench-xyz", 127, "command not found"),
+        ("echo about to die; kill -KILL $$", 137, "SIGKILL"),
+    ],
+)
+def test_exit_126_127_137_are_check_error(tiny: Path, command: str, code: int, says: str) -> None:
+    grade = _run(_leaf(Check(command=command, timeout_s=30)), tiny)
+    assert not grade.valid and grade.score == 0.0 and grade.reason == "check_error", grade
+    assert grade.error is not None and says in grade.error and f"exit {code}" in grade.error
+    assert f"exit_code={code}" in grade.explanation and "check_error" in grade.explanation
+
+
+def test_a_failing_check_stays_a_valid_0(tiny: Path) -> None:
+    grade = _run(_leaf(Check(command="echo wrong value; exit 1", timeout_s=30)), tiny)
+    assert grade.valid and grade.score == 0.0 and grade.reason is None and grade.error is None
+    assert grade.explanation.startswith("check failed:") and "exit_code=1" in grade.explanation
+
+
+def test_a_missing_check_file_is_check_error_without_a_sandbox(tiny: Path) -> None:
+    """The leaf is invalid, never a valid 0; no sandbox starts (the engine does not exist)."""
+    check = Check(command="python3 /hidden/c.py", files={"/hidden/c.py": "checks/missing.py"})
+    for sandbox in (NO_ENGINE, LOCAL):
+        grade = _run(_leaf(check), tiny, sandbox=sandbox)
+        assert not grade.valid and grade.score == 0.0 and grade.reason == "check_error", grade
+        assert (
+            grade.error is not None and "cannot read check file 'checks/missing.py'" in grade.error
+        )
+        assert '$.sub_tasks[0].sub_tasks[1].check.files["/hidden/c.py"]' in grade.error
+        assert "\n" not in grade.error and "no Docker engine" not in grade.error
 
 
 def test_crash_records_exit_code_and_a_capped_output_tail(tiny: Path) -> None:
@@ -228,7 +263,6 @@ def test_check_has_no_network(tiny: Path, listener: int) -> None:
     ("files", "says"),
     [
         ({"/hidden/c.py": "../secret.py"}, "outside the rubric's folder"),
-        ({"/hidden/c.py": "checks/missing.py"}, "cannot read check file"),
         ({"hidden/c.py": "checks/c.py"}, "must be absolute"),
     ],
 )
@@ -340,7 +374,8 @@ def test_timeout_and_crash_in_docker(tiny: Path, request: pytest.FixtureRequest)
         )
     finally:
         sweep(client)
-    assert slow.valid and slow.score == 0.0 and "timed_out=true" in slow.explanation, slow
+    assert not slow.valid and slow.reason == "check_error", slow
+    assert slow.score == 0.0 and "timed_out=true" in slow.explanation
     assert crash.valid and crash.score == 0.0 and "dying" in crash.explanation, crash
     assert "exit_code=0" not in crash.explanation
 

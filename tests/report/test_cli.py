@@ -190,3 +190,29 @@ def test_a_summary_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path) 
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     assert f"error: {group / 'summary.json'}: cannot write" in result.output
+
+
+def test_a_check_that_could_not_judge_shows_as_an_invalid_leaf_with_its_reason(
+    tmp_path: Path,
+) -> None:
+    group = build_group(tmp_path)
+    grading = group / "p-alpha" / "agent-a" / "seed-0" / "grading"
+    error = "command not found (exit 127)"
+    grade = json.loads((grading / "grade.json").read_text())
+    leaf = grade["graded_task_tree"]["sub_tasks"][0]["sub_tasks"][0]
+    leaf.update(score=0.0, valid_score=False, explanation=f"check_error: {error}")
+    leaf["judge_metadata"] = {"source": "check", "reason": "check_error", "error": error}
+    (grading / "grade.json").write_text(json.dumps(grade))
+    lines = (grading / "leaves.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    assert first["path"] == [0, 0]
+    first.update(score=0.0, valid=False, source="check", reason="check_error", error=error)
+    (grading / "leaves.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    assert _run(str(group)).exit_code == 0
+    page = (group / "report" / "runs" / "p-alpha--agent-a--seed-0.html").read_text()
+    assert '<div class="leaf invalid"' in page
+    assert "valid no · check · check_error" in page and error in page
+    (grading / "leaves.jsonl").unlink()  # the tree's own metadata says why
+    assert _run(str(group)).exit_code == 0
+    page = (group / "report" / "runs" / "p-alpha--agent-a--seed-0.html").read_text()
+    assert "valid no · check_error" in page
