@@ -86,6 +86,8 @@ class Job:
     check_runner: CheckRunner | None = None
     sandbox: Any = None
     memo: dict[str, int] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)
+    """What a mode computes once per job (the faithful mode: trees, file lists, the log)."""
     shared: list[Message] | None = None
     """The rendered prefix every grading call of this paper shares."""
     _indexes: dict[str, SubmissionIndex] = field(default_factory=dict)
