@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,3 +155,103 @@ def test_a_large_file_is_read_to_200_kb_and_listed(
     last_whole = kept[: kept.rindex("\n") + 1].splitlines()[-1]
     assert lines[0].strip() in shown and last_whole in shown
     assert big[200_000:].splitlines()[1] not in shown
+
+
+def _windowed(tmp_path: Path, window: int) -> Any:
+    from paperbench.judge import load_judge_config
+
+    judge = _judge(tmp_path, "simple-faithful")
+    text = judge.path.read_text().replace("context_window: 200000", f"context_window: {window}")
+    judge.path.write_text(text)
+    return load_judge_config(judge.path)
+
+
+def test_the_file_that_does_not_fit_is_cut_to_fill_the_room(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    from paperbench.llm import count_tokens
+
+    lines = [f"# row {i:05d} of the big file\n" for i in range(4000)]
+    files = {**FILES, "big.py": "".join(lines)}
+    fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["main.py", "big.py", "README.md"])
+    paper_tokens = count_tokens(paper.paper_text(), "openai/gpt-4o")
+    # room for the files (Code Development: no log): 3000 tokens
+    judge = _windowed(tmp_path, paper_tokens + 10_000 + 2000 + 3000)
+    view = build_view(_submission(tmp_path / "s", files, new=set()))
+    grade(fake_llm, view, paper, judge, tmp_path / "o")
+    shown = _request(fake_llm, "grading", "> ALPHA binning")
+    assert "MAIN_CODE" in shown
+    kept = [line.strip() for line in lines if line.strip() in shown]
+    assert 100 < len(kept) < len(lines)  # cut, not dropped
+    assert kept == [line.strip() for line in lines[: len(kept)]]  # the head, whole lines
+    assert "README_TEXT" not in shown  # nothing after the cut file
+
+
+def test_the_log_is_folded_and_its_first_half_window_kept(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    from paperbench.llm import count_tokens
+
+    log = "".join(f"step {i} loss 0.{i:04d} lr 0.001\n" for i in range(500))
+    log += "".join(f"EVAL{i:05d} seed result table row {i * 7919 % 1000}\n" for i in range(20_000))
+    log += "FINAL_LINE accuracy 0.9\n"
+    root = _submission(tmp_path / "s", FILES, new={"results.csv"})
+    (root / "reproduce.log").write_text(log)
+    fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["main.py"])
+    paper_tokens = count_tokens(paper.paper_text(), "openai/gpt-4o")
+    window = 2 * paper_tokens + 40_000
+    grade(fake_llm, build_view(root), paper, _windowed(tmp_path, window), tmp_path / "o")
+    shown = _request(fake_llm, "grading", "GAMMA")
+    # 500 lines of one template folded into the first plus a count
+    assert "step 0 loss 0.0000 lr 0.001\n  (repeated 500 times)" in shown
+    assert "step 1 loss" not in shown
+    # the head of the folded log is kept, the end is cut
+    assert "EVAL00000" in shown and "FINAL_LINE" not in shown
+    start = shown.index("step 0 loss")
+    end = shown.index("\n", shown.rindex("EVAL"))
+    assert count_tokens(shown[start:end], "openai/gpt-4o") <= window // 2
+
+
+def test_a_deep_tree_keeps_four_folders(tmp_path: Path) -> None:
+    from paperbench.judge._faithful_files import ranking_tree
+
+    root = tmp_path / "s"
+    for i in range(400):
+        path = root / "a" / "b" / "c" / "d" / "e" / f"deep_{i:03d}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("X = 1\n")
+    (root / "a" / "b" / "c" / "d" / "four.py").write_text("Y = 2\n")
+    (root / "README.md").write_text("top\n")
+    view = build_view(root)
+    paths = [f.path for f in view.files]
+    tree = ranking_tree(view, paths, 2000, "openai/gpt-4o")
+    assert "four.py" in tree and "deep_000.py" not in tree
+    assert "deep_000.py" in ranking_tree(view, paths, 100_000, "openai/gpt-4o")
+
+
+def test_twenty_thousand_files_grade_with_a_tree_that_fits(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    from paperbench.llm import count_tokens
+
+    root = tmp_path / "s"
+    for i in range(19_999):
+        path = root / f"pkg{i % 20}" / "a" / "b" / f"mod_{i:05d}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"X = {i}\n")
+    (root / "main.py").write_text("def train_alpha():\n    return 'MAIN_CODE'\n")
+    fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["main.py"])
+    paper_tokens = count_tokens(paper.paper_text(), "openai/gpt-4o")
+    window = paper_tokens + 30_000
+    view = build_view(root)
+    assert len(view.files) == 20_000
+    result = grade(fake_llm, view, paper, _windowed(tmp_path, window), tmp_path / "o")
+    assert result.invalid_leaves == 0
+    ranking = [r for r in fake_llm.requests if _kind(r) == "ranking"]
+    assert ranking
+    for request in ranking:
+        text = all_text(request)
+        # too long even four folders deep: cut at the end, and the prompt fits the window
+        assert count_tokens(text, "openai/gpt-4o") < window
+        assert "main.py" in text and "mod_00000.py" in text and "mod_19989.py" not in text
+    assert "MAIN_CODE" in _request(fake_llm, "grading", "> ALPHA binning")
