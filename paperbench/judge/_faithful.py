@@ -1,11 +1,17 @@
 """PaperBench's SimpleJudge, for comparable numbers: three calls per leaf.
 
-1. ranking (label ``judge_ranking``): the paper, the criterion and the file tree; the answer
-   is a list of paths, the first ``max_files`` that exist are shown;
-2. grading (``judge_grading``): the paper, those files (whole, the last one cut to fit the
-   window), ``reproduce.sh`` and the log by category; a free-text verdict;
+1. ranking (label ``judge_ranking``): the paper, the addenda, the criterion and the tree of
+   the files the leaf's category may see (:mod:`._faithful_files`); the answer is a list of
+   paths, and of its first ``max_files`` lines those that name such a file are shown;
+2. grading (``judge_grading``): the paper, those files (each up to 200 kB, whole while they
+   fit, the next one cut in token space to fill the room), ``reproduce.sh`` (every category;
+   not in Code-Dev) and the log folded and cut as PaperBench does (:mod:`._faithful_log`;
+   Code Execution, Result Analysis and subtrees); a free-text verdict. No ``max_tokens``
+   unless the config sets one; a verdict cut off by a limit is asked once more with twice
+   the room before the leaf is invalid;
 3. parsing (``parsing``): the verdict alone, to a structured score.
 
+A Result Analysis leaf scores 0 without a call when the reproduction changed no doc or table.
 Each role may use its own model (``roles`` in the config).
 """
 
@@ -193,21 +199,25 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
         ranked = _ranked_paths(ranking.text, _eligible(job, leaf.category), max_files)
         context = _context(job, leaf, ranked, grading_model.name)
         shown = [f.path for f in context.files]
-        verdict = await grading_model.generate(
-            grading_messages(
-                job.judge,
-                paper=job.paper,
-                addendum=job.addendum,
-                judge_addendum=job.judge_addendum,
-                context=context,
-                criterion=leaf.node.requirements,
-                prior=leaf.prior,
-                code_dev=job.options.code_dev,
-            ),
-            label="judge_grading",
-            max_tokens=roles.grading.max_output_tokens or config.budgets.answer_tokens,
+        messages = grading_messages(
+            job.judge,
+            paper=job.paper,
+            addendum=job.addendum,
+            judge_addendum=job.judge_addendum,
+            context=context,
+            criterion=leaf.node.requirements,
+            prior=leaf.prior,
+            code_dev=job.options.code_dev,
         )
+        # no max_tokens unless the config sets one (PaperBench sets none)
+        limit = roles.grading.max_output_tokens
+        verdict = await grading_model.generate(messages, label="judge_grading", max_tokens=limit)
         cost = add_cost(cost, verdict)
+        if not verdict.complete and verdict.stop_reason == "max_tokens":
+            # cut off by a limit: asked once more with twice the room
+            more = 2 * max(limit or 0, verdict.usage.output_tokens, config.budgets.answer_tokens)
+            verdict = await grading_model.generate(messages, label="judge_grading", max_tokens=more)
+            cost = add_cost(cost, verdict)
         if not verdict.complete:
             why = f"the verdict did not end normally ({verdict.stop_reason}); not used"
             return (

@@ -12,7 +12,7 @@ import pytest
 
 from paperbench.judge import build_view
 from paperbench.papers import Paper, PaperSource
-from paperbench.testing import FakeLLMServer, RecordedRequest, requested_schema
+from paperbench.testing import FakeLLMServer, FakeReply, RecordedRequest, requested_schema
 
 from .scripted import ScriptedJudge, all_text, last_user_text
 from .test_grader import SCORES, _judge, by_word, grade
@@ -255,3 +255,53 @@ def test_twenty_thousand_files_grade_with_a_tree_that_fits(
         assert count_tokens(text, "openai/gpt-4o") < window
         assert "main.py" in text and "mod_00000.py" in text and "mod_19989.py" not in text
     assert "MAIN_CODE" in _request(fake_llm, "grading", "> ALPHA binning")
+
+
+def test_a_cut_off_verdict_is_asked_again_with_more_room(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    seen: list[int] = []
+
+    def cut_once(text: str) -> FakeReply | None:
+        if "GAMMA" in text and not seen:
+            seen.append(1)
+            return FakeReply(text="Expected ... Found ... (cut", stop="max_tokens")
+        return None
+
+    from paperbench.judge import load_judge_config
+
+    fake_llm.handler = ScriptedJudge(by_word(SCORES), fault=cut_once)
+    view = build_view(_submission(tmp_path / "s", FILES, new={"results.csv"}))
+    judge = _judge(tmp_path, "simple-faithful")
+    # the grading role without a max_output_tokens (the fake server refuses max_tokens for
+    # o3-mini on a custom endpoint, so the retry is shown with gpt-4.1)
+    text = judge.path.read_text().replace(
+        "grading: {model: openai/o3-mini, reasoning_effort: high}", "grading: openai/gpt-4.1"
+    )
+    judge.path.write_text(text)
+    result = grade(fake_llm, view, paper, load_judge_config(judge.path), tmp_path / "o", model=None)
+    assert result.invalid_leaves == 0
+    grading = [r for r in fake_llm.requests if _kind(r) == "grading"]
+    # no limit on the answer unless the config sets one
+    limits = {key for r in grading for key in r.body if "max" in key and "tokens" in key}
+    gamma = [r for r in grading if "> GAMMA" in last_user_text(r)]
+    assert len(gamma) == 2
+    assert not any("tokens" in k for k in gamma[0].body if "max" in k)
+    retry = {k: v for k, v in gamma[1].body.items() if "max" in k and "tokens" in k}
+    assert retry and all(v >= 20_000 for v in retry.values())
+    assert limits == set(retry)
+    others = [r for r in grading if r not in gamma]
+    assert others and not any("max" in k and "tokens" in k for r in others for k in r.body)
+
+
+def test_a_reasoning_grader_gets_no_answer_limit(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(by_word(SCORES))
+    view = build_view(_submission(tmp_path / "s", FILES, new={"results.csv"}))
+    judge = _judge(tmp_path, "simple-faithful")
+    result = grade(fake_llm, view, paper, judge, tmp_path / "o", model=None)
+    assert result.invalid_leaves == 0
+    grading = [r for r in fake_llm.requests if _kind(r) == "grading"]
+    assert {r.model for r in grading} == {"o3-mini"} and len(grading) == 4
+    assert not any("max" in k and "tokens" in k for r in grading for k in r.body)
