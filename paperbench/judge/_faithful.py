@@ -41,6 +41,7 @@ from paperbench.judge._log import LogExcerpt
 from paperbench.judge._prompts import grading_messages, parsing_messages, ranking_messages
 from paperbench.judge._types import CallCost, LeafGrade, SampleGrade
 from paperbench.llm import count_tokens
+from paperbench.rubric import NodePath, TaskNode, prior_criteria
 
 _WITH_LOG = frozenset({"Code Execution", "Result Analysis", "Subtree"})
 
@@ -51,6 +52,21 @@ class ParsedVerdict(BaseModel):
     valid_score: bool
     score: float
     explanation: str
+
+
+MAX_PRIOR_NODES: dict[str, int] = {"pinn": 5}
+"""Papers whose preceding criteria PaperBench caps (its one huge rubric); no cap otherwise."""
+
+
+def prior_for(rubric: TaskNode, path: NodePath, paper_id: str) -> list[str]:
+    """The criteria shown before a leaf, as PaperBench lists them: the root, then at every
+    level the earlier siblings and the ancestor; the last ``MAX_PRIOR_NODES`` of them for the
+    papers that have a cap."""
+    if not path:
+        return []
+    prior = [node.requirements for _, node in prior_criteria(rubric, path)]
+    cap = MAX_PRIOR_NODES.get(paper_id)
+    return prior[-cap:] if cap is not None else prior
 
 
 def _ranked_paths(answer: str, eligible: list[str], limit: int) -> list[str]:
@@ -206,7 +222,7 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
             judge_addendum=job.judge_addendum,
             context=context,
             criterion=leaf.node.requirements,
-            prior=leaf.prior,
+            prior=prior_for(job.rubric, leaf.path, job.paper_id),
             code_dev=job.options.code_dev,
         )
         # no max_tokens unless the config sets one (PaperBench sets none)

@@ -82,6 +82,7 @@ class Job:
     paper: str
     addendum: str
     judge_addendum: str
+    paper_id: str = ""
     rubric_dir: Path | None = None
     check_runner: CheckRunner | None = None
     sandbox: Any = None

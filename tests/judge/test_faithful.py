@@ -305,3 +305,43 @@ def test_a_reasoning_grader_gets_no_answer_limit(
     grading = [r for r in fake_llm.requests if _kind(r) == "grading"]
     assert {r.model for r in grading} == {"o3-mini"} and len(grading) == 4
     assert not any("max" in k and "tokens" in k for r in grading for k in r.body)
+
+
+def _wide_rubric(n: int) -> Any:
+    from paperbench.rubric import TaskNode
+
+    leaves = [
+        {
+            "id": f"s{i}",
+            "requirements": f"SIB{i:02d} ALPHA part {i}",
+            "weight": 1,
+            "sub_tasks": [],
+            "task_category": "Code Development",
+        }
+        for i in range(n)
+    ]
+    return TaskNode.model_validate(
+        {"id": "root", "requirements": "ROOT_REQ", "weight": 1, "sub_tasks": leaves}
+    )
+
+
+def test_every_preceding_criterion_is_shown(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(by_word(SCORES))
+    view = build_view(_submission(tmp_path / "s", FILES, new=set()))
+    judge = _judge(tmp_path, "simple-faithful")
+    grade(fake_llm, view, paper, judge, tmp_path / "o", rubric=_wide_rubric(30))
+    last = _request(fake_llm, "grading", "> SIB29")
+    # no cap (the simple mode shows 20 earlier siblings at most)
+    assert all(f"SIB{i:02d}" in last for i in range(29)) and "ROOT_REQ" in last
+
+
+def test_the_paper_with_a_cap_shows_its_last_five() -> None:
+    from paperbench.judge._faithful import prior_for
+
+    rubric = _wide_rubric(30)
+    assert len(prior_for(rubric, (29,), "calibration-binning")) == 30
+    capped = prior_for(rubric, (29,), "pinn")
+    assert capped == [f"SIB{i:02d} ALPHA part {i}" for i in range(24, 29)]
+    assert prior_for(rubric, (), "pinn") == []
