@@ -4,20 +4,26 @@
 optionally, an executed submission (the output folder of ``paperbench reproduce``:
 ``metadata.json``, ``executed.tar.gz``, ``reproduce.log``) into a :class:`SubmissionView`:
 
-- every file with its size and kind (code / doc / data / binary / other), and the text of the
-  text files no bigger than ``max_file_bytes``; binary and oversized files are listed but never
-  read, so they can never reach a prompt;
+- every file with its size, kind (code / doc / data / binary / other) and mtime (an archive
+  member's own), and the text of the text files no bigger than ``max_file_bytes``; binary
+  files are listed but never read, so they can never reach a prompt; of an oversized text
+  file only the first ``max_file_bytes`` are kept, in ``head``, which only the faithful mode
+  shows (as PaperBench reads the first 200 kB of every file);
 - ``.git``, virtual environments (by name, or any folder holding ``pyvenv.cfg``), caches and
   ``node_modules`` skipped, by exact folder name (PaperBench matches substrings, so it also
   drops e.g. ``src/myvenv_tools/``; we do not);
 - ``reproduce.sh`` and ``reproduce.log`` (repeated lines folded, capped at
-  ``log_max_tokens`` with head and tail kept, the cut said);
-- the files the reproduction created or modified, from its metadata.
+  ``log_max_tokens`` with head and tail kept, the cut said; the raw log's first
+  ``max_file_bytes`` too, for the faithful mode);
+- the files the reproduction created or modified, from its metadata; and when the log was
+  created (``log_created``: ``reproduce.log.creation_time``, else the log's mtime), from
+  which the faithful mode tells changed files when there is no metadata.
 
 When an executed submission is given, the files are those of ``executed.tar.gz`` (the
 submission after ``reproduce.sh`` ran, outputs included), as PaperBench's judge sees them.
 PaperBench finds the changed files by comparing mtimes with ``reproduce.log.creation_time``;
-we take them from the reproduction's content hashes, which clock skew cannot fool.
+with a reproduction's metadata we take them from its content hashes, which clock skew cannot
+fool.
 """
 
 from __future__ import annotations
@@ -80,7 +86,8 @@ class ViewLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_file_bytes: int = Field(default=200_000, ge=1)
-    """Text files bigger than this are listed, never read (PaperBench reads the first 200 kB)."""
+    """Text files bigger than this are not read whole, only their head (PaperBench reads the
+    first 200 kB, its ``SIZE_LIMIT_BYTES``)."""
     max_files: int = Field(default=20_000, ge=1)
     """Files listed at most; the rest are counted in ``SubmissionView.files_not_listed``."""
     log_max_tokens: int = Field(default=64_000, ge=256)
