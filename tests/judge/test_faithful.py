@@ -345,3 +345,48 @@ def test_the_paper_with_a_cap_shows_its_last_five() -> None:
     capped = prior_for(rubric, (29,), "pinn")
     assert capped == [f"SIB{i:02d} ALPHA part {i}" for i in range(24, 29)]
     assert prior_for(rubric, (), "pinn") == []
+
+
+def test_judge_eval_takes_the_same_shortcut_on_a_paperbench_archive(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    import asyncio
+    from dataclasses import dataclass
+
+    from paperbench.judge._gold import grade_gold
+    from paperbench.judge._job import ModelSettings
+    from paperbench.rubric import TaskNode
+
+    from .test_grader import small_rubric
+
+    # a JudgeEval submission: the log and its creation time inside, results older than it
+    root = _submission(tmp_path / "s", FILES, new={"main.py"})
+    (root / "reproduce.log").write_text("done\n")
+    archive = tmp_path / "submission.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(root, arcname="submission")
+
+    @dataclass(frozen=True)
+    class Gold:
+        paper_id: str = "calibration-binning"
+        name: str = "calibration-binning/old-results"
+        submission: Path = archive
+        log: Path | None = None
+        data_dir: Path | None = None
+
+        def rubric(self) -> TaskNode:
+            return small_rubric()
+
+    fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=RANKED)
+    tree = asyncio.run(
+        grade_gold(
+            Gold(),
+            _judge(tmp_path, "simple-faithful"),
+            out_root=tmp_path / "eval",
+            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
+        )
+    )
+    assert not any("DELTA" in last_user_text(r) for r in fake_llm.requests)
+    assert any("GAMMA" in last_user_text(r) for r in fake_llm.requests)
+    (results,) = [n for n in tree.sub_tasks if n.id == "B"]
+    assert results.score == 0
