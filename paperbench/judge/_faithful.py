@@ -12,6 +12,7 @@
 3. parsing (``parsing``): the verdict alone, to a structured score.
 
 A Result Analysis leaf scores 0 without a call when the reproduction changed no doc or table.
+The paper is cut (from the end) only when it and the cut log still exceed the window.
 Each role may use its own model (``roles`` in the config).
 """
 
@@ -29,12 +30,13 @@ from paperbench.judge._context import JOIN_TOKENS, ContextCategory, LeafContext
 from paperbench.judge._faithful_files import (
     FILES_MARGIN,
     category_files,
+    cut_to_tokens,
     no_results,
     ranking_tree,
     readable,
     shown_files,
 )
-from paperbench.judge._faithful_log import faithful_log
+from paperbench.judge._faithful_log import PAPER_MARGIN, faithful_log
 from paperbench.judge._fence import fence
 from paperbench.judge._job import Job, Leaf, add_cost, reason_of, sum_cost, vote
 from paperbench.judge._log import LogExcerpt
@@ -120,6 +122,26 @@ def _log(job: Job, model: str) -> tuple[str, int] | None:
     return value
 
 
+def _paper(job: Job, model: str) -> tuple[str, int]:
+    """The paper as the prompts hold it and its tokens: cut (from the end) only when the
+    paper and the already cut log still exceed the window, as PaperBench does."""
+    config = job.judge.config
+    assert isinstance(config, FaithfulConfig)
+
+    def make() -> tuple[str, int]:
+        log = _log(job, model)
+        log_tokens = log[1] if log is not None else 0
+        tokens = _paper_tokens(job, model)
+        window = config.budgets.context_window
+        if tokens + log_tokens <= window:
+            return job.paper, tokens
+        text = cut_to_tokens(job.paper, window - log_tokens - PAPER_MARGIN, model)
+        return text, count_tokens(text, model)
+
+    value: tuple[str, int] = _memo(job, f"paper:{model}", make)
+    return value
+
+
 def _room(job: Job, category: ContextCategory, model: str) -> int:
     """PaperBench's room for the tree and the files: the window less the paper, the log
     (not for Code Development) and the room kept for the answer."""
@@ -129,7 +151,7 @@ def _room(job: Job, category: ContextCategory, model: str) -> int:
     log_tokens = log[1] if log is not None and category != "Code Development" else 0
     return (
         config.budgets.context_window
-        - _paper_tokens(job, model)
+        - _paper(job, model)[1]
         - log_tokens
         - config.budgets.answer_tokens
     )
@@ -199,10 +221,12 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
     max_files = config.budgets.max_files or 10
     try:
         ranking_model = job.model(roles.ranking, sample)
+        grading_model = job.model(roles.grading, sample)
+        paper = _paper(job, grading_model.name)[0]
         ranking = await ranking_model.generate(
             ranking_messages(
                 job.judge,
-                paper=job.paper,
+                paper=paper,
                 addenda=addenda,
                 criterion=leaf.node.requirements,
                 tree=_tree(job, leaf.category, ranking_model.name),
@@ -211,13 +235,12 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
             label="judge_ranking",
         )
         cost = add_cost(cost, ranking)
-        grading_model = job.model(roles.grading, sample)
         ranked = _ranked_paths(ranking.text, _eligible(job, leaf.category), max_files)
         context = _context(job, leaf, ranked, grading_model.name)
         shown = [f.path for f in context.files]
         messages = grading_messages(
             job.judge,
-            paper=job.paper,
+            paper=paper,
             addendum=job.addendum,
             judge_addendum=job.judge_addendum,
             context=context,

@@ -390,3 +390,27 @@ def test_judge_eval_takes_the_same_shortcut_on_a_paperbench_archive(
     assert any("GAMMA" in last_user_text(r) for r in fake_llm.requests)
     (results,) = [n for n in tree.sub_tasks if n.id == "B"]
     assert results.score == 0
+
+
+def test_a_paper_longer_than_the_window_is_cut_from_the_end(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    import json
+
+    from .test_grader import small_rubric
+
+    folder = tmp_path / "data" / "papers" / "toy"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("id: toy\ntitle: A toy paper\n")
+    text = "PAPER_HEAD\n" + "".join(f"Section {i}: words about binning.\n" for i in range(4000))
+    text += "PAPER_TAIL\n"
+    (folder / "paper.md").write_text(text)
+    (folder / "rubric.json").write_text(json.dumps(small_rubric().to_dict()))
+    toy = PaperSource.resolve(tmp_path / "data").load("toy")
+    fake_llm.handler = ScriptedJudge(by_word(SCORES))
+    view = build_view(_submission(tmp_path / "s", FILES, new={"results.csv"}))
+    grade(fake_llm, view, toy, _windowed(tmp_path, 20_000), tmp_path / "o")
+    shown = _request(fake_llm, "grading", "> ALPHA binning")
+    assert "PAPER_HEAD" in shown and "PAPER_TAIL" not in shown
+    ranking = _request(fake_llm, "ranking", "ALPHA binning")
+    assert "PAPER_HEAD" in ranking and "PAPER_TAIL" not in ranking
