@@ -5,11 +5,12 @@ view, category, budget and text give the same context, with no model call.
 
 PaperBench's SimpleJudge spends a model call per leaf on this: it sends the whole paper, the
 addendum, the criterion and a tree of the submission's whitelisted files, asks for the most
-relevant paths, and reads the first 10 that exist (each up to 200 kB), cutting the last one in
-token space to fit ``window - paper - log - 10k buffer - 2k``. Here a BM25 index over the
-files, cut into chunks of lines, ranks them by the leaf's requirements text instead: built
-once per submission, queried in microseconds per leaf. A file that does not fit whole shows
-its best-matching chunks, in file order, with markers for the lines left out.
+relevant paths, and reads those of the answer's first 10 lines that exist (each up to 200 kB),
+cutting the last one in token space to fit ``window - paper - log - 10k buffer - 2k``. Here a
+BM25 index over the files, cut into chunks of lines, ranks them by the leaf's requirements
+text instead: built once per submission, queried in microseconds per leaf. A file that does
+not fit whole shows its best-matching chunks, in file order, with markers for the lines left
+out.
 
 What each category sees (as in PaperBench, with the log folded and the changes from the
 reproduction's metadata rather than file mtimes):

@@ -1,37 +1,51 @@
 """PaperBench's SimpleJudge, for comparable numbers: three calls per leaf.
 
-1. ranking (label ``judge_ranking``): the paper, the criterion and the file tree; the answer
-   is a list of paths, the first ``max_files`` that exist are shown;
-2. grading (``judge_grading``): the paper, those files (whole, the last one cut to fit the
-   window), ``reproduce.sh`` and the log by category; a free-text verdict;
+1. ranking (label ``judge_ranking``): the paper, the addenda, the criterion and the tree of
+   the files the leaf's category may see (:mod:`._faithful_files`); the answer is a list of
+   paths, and of its first ``max_files`` lines those that name such a file are shown;
+2. grading (``judge_grading``): the paper, those files (each up to 200 kB, whole while they
+   fit, the next one cut in token space to fill the room), ``reproduce.sh`` (every category;
+   not in Code-Dev) and the log folded and cut as PaperBench does (:mod:`._faithful_log`;
+   Code Execution, Result Analysis and subtrees); a free-text verdict. No ``max_tokens``
+   unless the config sets one; a verdict cut off by a limit is asked once more with twice
+   the room before the leaf is invalid;
 3. parsing (``parsing``): the verdict alone, to a structured score.
 
+A Result Analysis leaf scores 0 without a call when the reproduction changed no doc or table.
+The paper is cut (from the end) only when it and the cut log still exceed the window.
 Each role may use its own model (``roles`` in the config).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from paperbench.errors import ModelError
 from paperbench.judge._config import FaithfulConfig
-from paperbench.judge._context import SEPARATE_FILES, ContextFile, LeafContext
+from paperbench.judge._context import JOIN_TOKENS, ContextCategory, LeafContext
+from paperbench.judge._faithful_files import (
+    FILES_MARGIN,
+    category_files,
+    cut_to_tokens,
+    no_results,
+    ranking_tree,
+    readable,
+    shown_files,
+)
+from paperbench.judge._faithful_log import PAPER_MARGIN, faithful_log
+from paperbench.judge._fence import fence
 from paperbench.judge._job import Job, Leaf, add_cost, reason_of, sum_cost, vote
 from paperbench.judge._log import LogExcerpt
-from paperbench.judge._prompts import (
-    file_tree,
-    grading_messages,
-    parsing_messages,
-    ranking_messages,
-)
+from paperbench.judge._prompts import grading_messages, parsing_messages, ranking_messages
 from paperbench.judge._types import CallCost, LeafGrade, SampleGrade
 from paperbench.llm import count_tokens
+from paperbench.rubric import NodePath, TaskNode, prior_criteria
 
 _WITH_LOG = frozenset({"Code Execution", "Result Analysis", "Subtree"})
-_BUFFER_TOKENS = 12_000
-"""PaperBench keeps 10k tokens free in the window and 2k more below its file budget."""
 
 
 class ParsedVerdict(BaseModel):
@@ -42,76 +56,150 @@ class ParsedVerdict(BaseModel):
     explanation: str
 
 
-def _ranked_paths(job: Job, answer: str, limit: int) -> list[str]:
-    """The answer's paths that name a readable file, in order; a bare file name counts when
-    exactly one file has it (the tree shows names indented under their folders)."""
-    readable = {f.path for f in job.view.files if f.text is not None} - SEPARATE_FILES
+MAX_PRIOR_NODES: dict[str, int] = {"pinn": 5}
+"""Papers whose preceding criteria PaperBench caps (its one huge rubric); no cap otherwise."""
+
+
+def prior_for(rubric: TaskNode, path: NodePath, paper_id: str) -> list[str]:
+    """The criteria shown before a leaf, as PaperBench lists them: the root, then at every
+    level the earlier siblings and the ancestor; the last ``MAX_PRIOR_NODES`` of them for the
+    papers that have a cap."""
+    if not path:
+        return []
+    prior = [node.requirements for _, node in prior_criteria(rubric, path)]
+    cap = MAX_PRIOR_NODES.get(paper_id)
+    return prior[-cap:] if cap is not None else prior
+
+
+def _ranked_paths(answer: str, eligible: list[str], limit: int) -> list[str]:
+    """The paths named in the answer's first ``limit`` lines that are eligible files, in
+    order (PaperBench reads those lines and skips what does not exist); a bare file name
+    counts when exactly one eligible file has it."""
+    known = set(eligible)
     by_name: dict[str, list[str]] = {}
-    for known in readable:
-        by_name.setdefault(known.rsplit("/", 1)[-1], []).append(known)
+    for path in eligible:
+        by_name.setdefault(path.rsplit("/", 1)[-1], []).append(path)
     out: list[str] = []
-    for line in answer.splitlines():
-        path = line.strip().strip("`*-• ").removeprefix("./")
-        if path not in readable and len(by_name.get(path, [])) == 1:
+    for line in answer.split("\n")[:limit]:
+        path = line.strip().strip("`*-• ").removeprefix("./").strip("/")
+        if path not in known and len(by_name.get(path, [])) == 1:
             path = by_name[path][0]
-        if path in readable and path not in out:
+        if path in known and path not in out:
             out.append(path)
-        if len(out) >= limit:
-            break
     return out
 
 
-def _context(job: Job, leaf: Leaf, paths: list[str], model: str) -> LeafContext:
+def _memo(job: Job, key: str, make: Callable[[], object]) -> Any:
+    if key not in job.cache:
+        job.cache[key] = make()
+    return job.cache[key]
+
+
+def _paper_tokens(job: Job, model: str) -> int:
+    value: int = _memo(job, f"paper-tokens:{model}", lambda: count_tokens(job.paper, model))
+    return value
+
+
+def _log(job: Job, model: str) -> tuple[str, int] | None:
+    """The folded, cut log and its fenced tokens (None: no log)."""
+    if job.view.log is None:
+        return None
     config = job.judge.config
     assert isinstance(config, FaithfulConfig)
-    budgets = config.budgets
-    index = job.index(model)
-    key = f"paper-tokens:{model}"
-    if key not in job.memo:
-        job.memo[key] = count_tokens(job.paper + job.addendum + job.judge_addendum, model)
-    window = budgets.context_window - budgets.answer_tokens
-    room = window - job.memo[key] - _BUFFER_TOKENS
+
+    def make() -> tuple[str, int]:
+        assert job.view.log is not None
+        text = faithful_log(
+            job.view.log.head,
+            paper_tokens=_paper_tokens(job, model),
+            window=config.budgets.context_window,
+            model=model,
+        )
+        block = fence(text, "reproduce.log")
+        return block, count_tokens(block, model) + JOIN_TOKENS
+
+    value: tuple[str, int] = _memo(job, f"log:{model}", make)
+    return value
+
+
+def _paper(job: Job, model: str) -> tuple[str, int]:
+    """The paper as the prompts hold it and its tokens: cut (from the end) only when the
+    paper and the already cut log still exceed the window, as PaperBench does."""
+    config = job.judge.config
+    assert isinstance(config, FaithfulConfig)
+
+    def make() -> tuple[str, int]:
+        log = _log(job, model)
+        log_tokens = log[1] if log is not None else 0
+        tokens = _paper_tokens(job, model)
+        window = config.budgets.context_window
+        if tokens + log_tokens <= window:
+            return job.paper, tokens
+        text = cut_to_tokens(job.paper, window - log_tokens - PAPER_MARGIN, model)
+        return text, count_tokens(text, model)
+
+    value: tuple[str, int] = _memo(job, f"paper:{model}", make)
+    return value
+
+
+def _room(job: Job, category: ContextCategory, model: str) -> int:
+    """PaperBench's room for the tree and the files: the window less the paper, the log
+    (not for Code Development) and the room kept for the answer."""
+    config = job.judge.config
+    assert isinstance(config, FaithfulConfig)
+    log = _log(job, model)
+    log_tokens = log[1] if log is not None and category != "Code Development" else 0
+    return (
+        config.budgets.context_window
+        - _paper(job, model)[1]
+        - log_tokens
+        - config.budgets.answer_tokens
+    )
+
+
+def _eligible(job: Job, category: ContextCategory) -> list[str]:
+    paths: list[str] = _memo(
+        job, f"files:{category}", lambda: [f.path for f in category_files(job.view, category)]
+    )
+    return paths
+
+
+def _tree(job: Job, category: ContextCategory, model: str) -> str:
+    room = _room(job, category, model)
+    tree: str = _memo(
+        job,
+        f"tree:{category}:{model}",
+        lambda: ranking_tree(job.view, _eligible(job, category), room, model),
+    )
+    return tree
+
+
+def _context(job: Job, leaf: Leaf, paths: list[str], model: str) -> LeafContext:
+    room = _room(job, leaf.category, model) - FILES_MARGIN
+    files, used = shown_files(job.view, paths, max(room, 0), model)
     script_text = script_note = None
     script_tokens = 0
+    script = job.view.file("reproduce.sh")
+    script_raw = readable(script) if script is not None else None
     if job.options.code_dev:
         script_note = "not shown: Code-Dev grades code only"
-    elif job.view.reproduce_sh is None:
+    elif script_raw is None:
         script_note = "the submission has no reproduce.sh (or it could not be read)"
     else:
-        fit = index.fit("script", max(room // 4, 0))
-        script_text, script_tokens, script_note = fit.text, fit.tokens, fit.note
+        script_text = fence(script_raw, "reproduce.sh")
+        script_tokens = count_tokens(script_text, model) + JOIN_TOKENS
     log = log_note = None
     log_tokens = 0
     if leaf.category in _WITH_LOG and not job.options.code_dev:
-        if job.view.log is None:
+        found = _log(job, model)
+        if found is None:
             log_note = "no reproduce.log"
         else:
-            fit = index.fit("log", max(min(room - script_tokens, window // 2), 0))
-            log_note = fit.note
-            if fit.text is not None:
-                log = LogExcerpt(text=fit.text, tokens=fit.tokens, lines_cut=fit.lines_cut)
-                log_tokens = fit.tokens
-    room -= script_tokens + log_tokens
-    files: list[ContextFile] = []
-    by_path = {f.path: i for i, f in enumerate(index.files)}
-    used = 0
-    for path in paths:
-        i = by_path.get(path)
-        if i is None:
-            continue
-        text, tokens = index.whole(i)
-        if used + tokens > room:
-            break
-        f = index.files[i]
-        files.append(
-            ContextFile(
-                path=path, kind=f.kind, changed=f.changed, score=0.0, text=text, tokens=tokens
-            )
-        )
-        used += tokens
+            log = LogExcerpt(text=found[0], tokens=found[1])
+            log_tokens = found[1]
     return LeafContext(
         category=leaf.category,
-        budget_tokens=max(room + script_tokens + log_tokens, 0),
+        budget_tokens=max(room, 0) + script_tokens + log_tokens,
         tokens=used + script_tokens + log_tokens,
         model=model,
         files=files,
@@ -132,38 +220,43 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
     addenda = "\n\n".join(t for t in (job.addendum, job.judge_addendum) if t)
     max_files = config.budgets.max_files or 10
     try:
-        ranking = await job.model(roles.ranking, sample).generate(
+        ranking_model = job.model(roles.ranking, sample)
+        grading_model = job.model(roles.grading, sample)
+        paper = _paper(job, grading_model.name)[0]
+        ranking = await ranking_model.generate(
             ranking_messages(
                 job.judge,
-                paper=job.paper,
+                paper=paper,
                 addenda=addenda,
                 criterion=leaf.node.requirements,
-                tree=file_tree(job.view),
+                tree=_tree(job, leaf.category, ranking_model.name),
                 max_files=max_files,
             ),
             label="judge_ranking",
         )
         cost = add_cost(cost, ranking)
-        grading_model = job.model(roles.grading, sample)
-        context = _context(
-            job, leaf, _ranked_paths(job, ranking.text, max_files), grading_model.name
-        )
+        ranked = _ranked_paths(ranking.text, _eligible(job, leaf.category), max_files)
+        context = _context(job, leaf, ranked, grading_model.name)
         shown = [f.path for f in context.files]
-        verdict = await grading_model.generate(
-            grading_messages(
-                job.judge,
-                paper=job.paper,
-                addendum=job.addendum,
-                judge_addendum=job.judge_addendum,
-                context=context,
-                criterion=leaf.node.requirements,
-                prior=leaf.prior,
-                code_dev=job.options.code_dev,
-            ),
-            label="judge_grading",
-            max_tokens=roles.grading.max_output_tokens or config.budgets.answer_tokens,
+        messages = grading_messages(
+            job.judge,
+            paper=paper,
+            addendum=job.addendum,
+            judge_addendum=job.judge_addendum,
+            context=context,
+            criterion=leaf.node.requirements,
+            prior=prior_for(job.rubric, leaf.path, job.paper_id),
+            code_dev=job.options.code_dev,
         )
+        # no max_tokens unless the config sets one (PaperBench sets none)
+        limit = roles.grading.max_output_tokens
+        verdict = await grading_model.generate(messages, label="judge_grading", max_tokens=limit)
         cost = add_cost(cost, verdict)
+        if not verdict.complete and verdict.stop_reason == "max_tokens":
+            # cut off by a limit: asked once more with twice the room
+            more = 2 * max(limit or 0, verdict.usage.output_tokens, config.budgets.answer_tokens)
+            verdict = await grading_model.generate(messages, label="judge_grading", max_tokens=more)
+            cost = add_cost(cost, verdict)
         if not verdict.complete:
             why = f"the verdict did not end normally ({verdict.stop_reason}); not used"
             return (
@@ -196,19 +289,15 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
 async def grade_leaf(job: Job, leaf: Leaf) -> LeafGrade:
     """One leaf, every sample, three calls each."""
     started = time.perf_counter()
-    if (
-        leaf.category == "Result Analysis"
-        and not job.options.code_dev
-        and job.view.changes_known
-        and not job.view.changed_files()
-    ):
+    if leaf.category == "Result Analysis" and not job.options.code_dev and no_results(job.view):
         return LeafGrade(
             path=leaf.path,
             leaf_id=leaf.node.id,
             category=leaf.category,
             score=0.0,
             valid=True,
-            explanation="the reproduction created or modified no file: nothing to analyse",
+            explanation="the reproduction created or modified no documentation or table: "
+            "nothing to analyse",
             source="shortcut",
         )
     samples: list[SampleGrade] = []

@@ -409,6 +409,7 @@ async def grade_submission(
         paper=paper.paper_text() if todo and judge.config.mode not in ("dummy", "random") else "",
         addendum=paper.addendum_text(),
         judge_addendum=paper.judge_addendum_text(),
+        paper_id=paper.id,
         rubric_dir=paper.checks_root,
         check_runner=check_runner,
         sandbox=sandbox,

@@ -82,12 +82,15 @@ class Job:
     paper: str
     addendum: str
     judge_addendum: str
+    paper_id: str = ""
     rubric_dir: Path | None = None
     check_runner: CheckRunner | None = None
     sandbox: Any = None
     memo: dict[str, int] = field(default_factory=dict)
     evidence: dict[str, str | None] = field(default_factory=dict)
     """Each leaf's own most relevant file, by model and leaf (``simple``'s guarantee)."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """What a mode computes once per job (the faithful mode: trees, file lists, the log)."""
     shared: list[Message] | None = None
     """The rendered prefix every grading call of this paper shares."""
     _indexes: dict[str, SubmissionIndex] = field(default_factory=dict)

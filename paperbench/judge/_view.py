@@ -4,20 +4,26 @@
 optionally, an executed submission (the output folder of ``paperbench reproduce``:
 ``metadata.json``, ``executed.tar.gz``, ``reproduce.log``) into a :class:`SubmissionView`:
 
-- every file with its size and kind (code / doc / data / binary / other), and the text of the
-  text files no bigger than ``max_file_bytes``; binary and oversized files are listed but never
-  read, so they can never reach a prompt;
+- every file with its size, kind (code / doc / data / binary / other) and mtime (an archive
+  member's own), and the text of the text files no bigger than ``max_file_bytes``; binary
+  files are listed but never read, so they can never reach a prompt; of an oversized text
+  file only the first ``max_file_bytes`` are kept, in ``head``, which only the faithful mode
+  shows (as PaperBench reads the first 200 kB of every file);
 - ``.git``, virtual environments (by name, or any folder holding ``pyvenv.cfg``), caches and
   ``node_modules`` skipped, by exact folder name (PaperBench matches substrings, so it also
   drops e.g. ``src/myvenv_tools/``; we do not);
 - ``reproduce.sh`` and ``reproduce.log`` (repeated lines folded, capped at
-  ``log_max_tokens`` with head and tail kept, the cut said);
-- the files the reproduction created or modified, from its metadata.
+  ``log_max_tokens`` with head and tail kept, the cut said; the raw log's first
+  ``max_file_bytes`` too, for the faithful mode);
+- the files the reproduction created or modified, from its metadata; and when the log was
+  created (``log_created``: ``reproduce.log.creation_time``, else the log's mtime), from
+  which the faithful mode tells changed files when there is no metadata.
 
 When an executed submission is given, the files are those of ``executed.tar.gz`` (the
 submission after ``reproduce.sh`` ran, outputs included), as PaperBench's judge sees them.
 PaperBench finds the changed files by comparing mtimes with ``reproduce.log.creation_time``;
-we take them from the reproduction's content hashes, which clock skew cannot fool.
+with a reproduction's metadata we take them from its content hashes, which clock skew cannot
+fool.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -79,7 +86,8 @@ class ViewLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_file_bytes: int = Field(default=200_000, ge=1)
-    """Text files bigger than this are listed, never read (PaperBench reads the first 200 kB)."""
+    """Text files bigger than this are not read whole, only their head (PaperBench reads the
+    first 200 kB, its ``SIZE_LIMIT_BYTES``)."""
     max_files: int = Field(default=20_000, ge=1)
     """Files listed at most; the rest are counted in ``SubmissionView.files_not_listed``."""
     log_max_tokens: int = Field(default=64_000, ge=256)
@@ -101,6 +109,11 @@ class ViewFile(BaseModel):
     """Why ``text`` is None: ``binary``, ``oversized``, ``symlink``, ``unreadable``."""
     changed: Literal["created", "modified"] | None = None
     """Whether the reproduction created or modified this file (None: neither, or unknown)."""
+    mtime: float | None = None
+    """Last modification (POSIX seconds), as the folder or the archive member records it."""
+    head: str | None = None
+    """For an oversized text file: its first ``max_file_bytes``, decoded (``text`` stays None;
+    only the faithful mode shows it, as PaperBench reads the first 200 kB of every file)."""
 
 
 class ReproductionSummary(BaseModel):
@@ -124,6 +137,8 @@ class LogView(BaseModel):
 
     source: str
     """Where the log was read from."""
+    head: str = ""
+    """The raw log's first ``max_file_bytes``, decoded (what the faithful mode folds)."""
     text: str
     """Folded, and cut to ``ViewLimits.log_max_tokens`` when longer (the marker says so)."""
     raw_bytes: int
@@ -146,6 +161,10 @@ class SubmissionView(BaseModel):
     reproduce_sh: str | None = None
     """The top-level ``reproduce.sh`` (None: the submission has none)."""
     log: LogView | None = None
+    log_created: float | None = None
+    """When reproduce.log was created (POSIX seconds), as PaperBench reads it: the integer in
+    the submission's ``reproduce.log.creation_time``, else the log file's mtime; None when
+    neither exists."""
     reproduction: ReproductionSummary | None = None
     notes: list[str] = Field(default_factory=list)
     """Anything the view did differently from the usual, in one line each."""
@@ -194,7 +213,9 @@ def _read_text(path: Path) -> str:
     return path.read_bytes().decode("utf-8", errors="replace")
 
 
-def _scan(root: Path, limits: ViewLimits) -> tuple[list[ViewFile], int, list[str]]:
+def _scan(
+    root: Path, limits: ViewLimits, mtimes: dict[str, float] | None = None
+) -> tuple[list[ViewFile], int, list[str]]:
     files: list[ViewFile] = []
     not_listed = 0
     skipped: list[str] = []
@@ -215,33 +236,46 @@ def _scan(root: Path, limits: ViewLimits) -> tuple[list[ViewFile], int, list[str
             if len(files) >= limits.max_files:
                 not_listed += 1
                 continue
-            files.append(_view_file(full, rel, limits))
+            got = _view_file(full, rel, limits)
+            if mtimes is not None:
+                got = got.model_copy(update={"mtime": mtimes.get(rel)})
+            files.append(got)
     files.sort(key=lambda f: f.path)
     return files, not_listed, sorted(skipped)
 
 
 def _view_file(full: Path, rel: str, limits: ViewLimits) -> ViewFile:
     st = os.lstat(full)
+    mtime = st.st_mtime
     if stat.S_ISLNK(st.st_mode):
-        return ViewFile(path=rel, size=st.st_size, kind="other", unread="symlink")
+        return ViewFile(path=rel, size=st.st_size, kind="other", unread="symlink", mtime=mtime)
     if not stat.S_ISREG(st.st_mode):
-        return ViewFile(path=rel, size=st.st_size, kind="other", unread="unreadable")
+        return ViewFile(path=rel, size=st.st_size, kind="other", unread="unreadable", mtime=mtime)
     try:
         with open(full, "rb") as handle:
             head = handle.read(_SNIFF_BYTES)
     except OSError:
-        return ViewFile(path=rel, size=st.st_size, kind=classify(rel, None), unread="unreadable")
+        return ViewFile(
+            path=rel, size=st.st_size, kind=classify(rel, None), unread="unreadable", mtime=mtime
+        )
     kind = classify(rel, head)
     if kind == "binary":
-        return ViewFile(path=rel, size=st.st_size, kind=kind, unread="binary")
-    if st.st_size > limits.max_file_bytes:
-        return ViewFile(path=rel, size=st.st_size, kind=kind, unread="oversized")
-    text = _read_text(full)
+        return ViewFile(path=rel, size=st.st_size, kind=kind, unread="binary", mtime=mtime)
+    oversized = st.st_size > limits.max_file_bytes
+    if oversized:
+        with open(full, "rb") as handle:
+            text = handle.read(limits.max_file_bytes).decode("utf-8", errors="replace")
+    else:
+        text = _read_text(full)
     if _looks_binary(text.encode("utf-8", errors="replace")[: 4 * _SNIFF_BYTES]) or (
         text.count("\ufffd") > max(1, len(text) // 100)
     ):
-        return ViewFile(path=rel, size=st.st_size, kind="binary", unread="binary")
-    return ViewFile(path=rel, size=st.st_size, kind=kind, text=text)
+        return ViewFile(path=rel, size=st.st_size, kind="binary", unread="binary", mtime=mtime)
+    if oversized:
+        return ViewFile(
+            path=rel, size=st.st_size, kind=kind, unread="oversized", mtime=mtime, head=text
+        )
+    return ViewFile(path=rel, size=st.st_size, kind=kind, text=text, mtime=mtime)
 
 
 def _read_metadata(executed: Path) -> ReproductionSummary:
@@ -288,6 +322,49 @@ def _single_top(folder: Path) -> Path:
     return folder
 
 
+def _member_mtimes(archive: Path, stripped: str | None) -> dict[str, float]:
+    """The mtime of every regular member of a tar archive, by its path in the view (the
+    extracted copies carry the time of extraction, not the archive's)."""
+    out: dict[str, float] = {}
+    prefix = f"{stripped.strip('/')}/" if stripped else ""
+    try:
+        with tarfile.open(archive, mode="r:*") as tar:
+            for member in tar:
+                name = member.name.removeprefix("./")
+                if prefix:
+                    if not name.startswith(prefix):
+                        continue
+                    name = name[len(prefix) :]
+                out[name] = float(member.mtime)
+    except (tarfile.TarError, OSError, EOFError):
+        return {}
+    return out
+
+
+CREATION_TIME_FILE = "reproduce.log.creation_time"
+"""PaperBench's record of when reproduce.log was created: an integer, POSIX seconds."""
+
+
+def _log_created(root: Path, files: list[ViewFile], log_source: Path | None) -> float | None:
+    """PaperBench's reading: ``int(reproduce.log.creation_time)``, else the log's mtime."""
+    stamp = next((f for f in files if f.path == CREATION_TIME_FILE), None)
+    if stamp is not None and stamp.text is not None:
+        try:
+            return float(int(stamp.text.strip()))
+        except ValueError:
+            pass
+    if log_source is None:
+        return None
+    if log_source.is_relative_to(root):
+        logged = next((f for f in files if f.path == log_source.relative_to(root).as_posix()), None)
+        if logged is not None and logged.mtime is not None:
+            return logged.mtime
+    try:
+        return log_source.stat().st_mtime
+    except OSError:
+        return None
+
+
 def _log_view(source: Path, limits: ViewLimits) -> LogView:
     raw = source.read_bytes()
     text = raw.decode("utf-8", errors="replace")
@@ -295,6 +372,7 @@ def _log_view(source: Path, limits: ViewLimits) -> LogView:
     excerpt = cut_log(folded, limits.log_max_tokens, limits.token_model)
     return LogView(
         source=str(source),
+        head=raw[: limits.max_file_bytes].decode("utf-8", errors="replace"),
         text=excerpt.text,
         raw_bytes=len(raw),
         raw_lines=text.count("\n") + (0 if text.endswith("\n") or not text else 1),
@@ -337,6 +415,7 @@ def build_view(
                     f"{reproduction.status if reproduction else '?'}): "
                     "the files shown are the submission as submitted"
                 )
+        mtimes: dict[str, float] | None = None
         if source.is_dir():
             # read in place (nothing is followed through links); venvs are never copied
             root = _single_top(source)
@@ -345,7 +424,8 @@ def build_view(
             report = safe_extract(source, root)
             for member in report.skipped:
                 notes.append(f"left out of the view: {member.name}: {member.reason}")
-        files, not_listed, skipped = _scan(root, limits)
+            mtimes = _member_mtimes(source, report.stripped_prefix)
+        files, not_listed, skipped = _scan(root, limits, mtimes)
         if not_listed:
             notes.append(f"{not_listed} files over the limit of {limits.max_files} not listed")
         log_source = log
@@ -357,6 +437,7 @@ def build_view(
         if log is not None and not log.is_file():
             raise InputError("no such log file", file=log)
         log_view = _log_view(log_source, limits) if log_source is not None else None
+        log_created = _log_created(root, files, log_source)
         if log_view is not None and log_source is not None and log_source.is_relative_to(root):
             log_view = log_view.model_copy(update={"source": "reproduce.log (in the submission)"})
     if reproduction is not None:
@@ -382,6 +463,7 @@ def build_view(
         skipped_dirs=skipped,
         reproduce_sh=script.text if script is not None else None,
         log=log_view,
+        log_created=log_created,
         reproduction=reproduction,
         notes=notes,
         limits=limits,

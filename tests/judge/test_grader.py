@@ -169,8 +169,12 @@ def test_the_simple_mode_shares_its_prefix_and_marks_it_cacheable(
 
 
 def test_faithful_makes_three_calls_per_leaf_with_the_roles_models(
-    fake_llm: FakeLLMServer, paper: Paper, submission: Path, tmp_path: Path
+    fake_llm: FakeLLMServer, paper: Paper, make_submission: Any, tmp_path: Path
 ) -> None:
+    # every file is newer than the log's creation time: the results table is "changed"
+    submission = make_submission(
+        {**FILES, "results.csv": "method,ece\nALPHA,0.01\n", "reproduce.log.creation_time": "1000"}
+    )
     fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["main.py", "binning.py"])
     judge = _judge(tmp_path, "simple-faithful")
     text = judge.path.read_text().replace("openai/o3-mini", "openai/gpt-4.1-mini", 1)
@@ -191,10 +195,15 @@ def test_faithful_makes_three_calls_per_leaf_with_the_roles_models(
     costs = json.loads((tmp_path / "out" / "grading" / "costs.json").read_text())
     assert set(costs["by_label"]) == {"judge_ranking", "judge_grading", "parsing"}
     grading = [r for r in fake_llm.requests if r.model == "gpt-4.1"]
+    code = [r for r in grading if "DELTA" not in last_user_text(r)]
+    (results,) = [r for r in grading if "DELTA" in last_user_text(r)]
     # the ranked files are what the grader saw (a bare name found under its folder)
-    assert all("def train_alpha" in all_text(r) for r in grading)
-    assert all("binning_estimator" in all_text(r) for r in grading)
-    assert all("Run reproduce.sh." not in all_text(r) for r in grading)
+    assert len(code) == 3
+    assert all("def train_alpha" in all_text(r) for r in code)
+    assert all("binning_estimator" in all_text(r) for r in code)
+    assert all("Run reproduce.sh." not in all_text(r) for r in code)
+    # Result Analysis: docs and changed tables only, never code
+    assert "def train_alpha" not in all_text(results)
 
 
 def test_context_is_chosen_by_category(
@@ -582,7 +591,8 @@ def test_faithful_failures_make_the_leaf_invalid(
     judge = _judge(tmp_path, "simple-faithful", coverage_threshold=0.5)
     result = grade(fake_llm, build_view(submission), paper, judge, tmp_path / "o")
     assert result.invalid_reasons == {reason: 1}
-    assert result.score == pytest.approx((2 * 0.25 + 1) / 3)
+    # no reproduce.log and no creation time: nothing changed, Result Analysis scores 0
+    assert result.score == pytest.approx((2 * 0.25 + 0) / 3)
 
 
 def test_checks_that_cannot_judge_are_invalid_check_error_in_grade_json(
