@@ -9,7 +9,9 @@ use the other leaves' words:
 - Code Development: one source file per leaf, among ~190 distractors (~125k tokens in all);
 - Code Execution: a few lines of a long ``reproduce.log`` (tens of thousands of lines);
 - Result Analysis: a results table the reproduction wrote (newer than
-  ``reproduce.log.creation_time``), among older tables and code.
+  ``reproduce.log.creation_time``), among older tables and code;
+- the paper: ~25k tokens (``--paper-tokens``), as PaperBench's papers are, since every
+  grading call holds it.
 
 Every evidence place carries a marker (``EVIDENCE-0042``) that no criterion mentions. Each
 mode grades the whole tree against a local fake model server; a leaf's evidence counts as
@@ -123,13 +125,23 @@ def _code(words: list[str], rng: random.Random, marker: str | None, others: list
     return "\n".join(lines)
 
 
-def _build(root: Path, leaves: list[Leaf], rng: random.Random) -> tuple[Path, Path]:
+def _build(
+    root: Path, leaves: list[Leaf], rng: random.Random, paper_tokens: int
+) -> tuple[Path, Path]:
     """The data directory (paper, rubric) and the executed submission."""
     data = root / "data" / "papers" / "evidence"
     data.mkdir(parents=True)
     (data / "config.yaml").write_text("id: evidence\ntitle: Evidence recall\n")
     paper = ["# A synthetic paper", ""]
     paper += [f"We study {' '.join(leaf.words)}." for leaf in leaves]
+    while count_tokens("\n".join(paper), MODEL) < paper_tokens:  # a paper's usual length
+        words = rng.choice(leaves).words
+        paper.append(
+            " ".join(
+                rng.choice([*words, "the", "of", "and", "we", "model", "results"])
+                for _ in range(300)
+            )
+        )
     (data / "paper.md").write_text("\n".join(paper))
     (data / "addendum.md").write_text("")
     (data / "blacklist.txt").write_text("none\n")
@@ -288,6 +300,9 @@ def main() -> None:
     parser.add_argument("--leaves", type=int, default=178)
     parser.add_argument("--modes", default="simple,simple-faithful")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--paper-tokens", type=int, default=25_000, help="the paper's length (every call holds it)"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     leaves = _leaves(args.leaves, rng)
@@ -295,7 +310,7 @@ def main() -> None:
     for column in ("mode", "category", "leaves", "evidence shown", "input tok/leaf", "req/leaf"):
         table.add_column(column, justify="left" if column in ("mode", "category") else "right")
     with tempfile.TemporaryDirectory(prefix="paperbench-evidence-") as tmp:
-        data, sub = _build(Path(tmp), leaves, rng)
+        data, sub = _build(Path(tmp), leaves, rng, args.paper_tokens)
         files = [p for p in sub.rglob("*") if p.is_file()]
         size = sum(count_tokens(p.read_text(), MODEL) for p in files if p.suffix != ".log")
         Console().print(
