@@ -39,7 +39,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.judge._fence import fence
-from paperbench.judge._log import LineCosts, LogExcerpt
+from paperbench.judge._log import LineCosts, LogExcerpt, log_terms
 from paperbench.judge._view import FileKind, SubmissionView, ViewFile
 from paperbench.llm import count_tokens
 
@@ -187,14 +187,18 @@ class SubmissionIndex:
         self._whole: dict[int, tuple[str, int]] = {}
         self._chunk_tokens: dict[int, int] = {}
         self._texts: dict[str, tuple[LineCosts, str, int]] = {}
-        self._fits: dict[tuple[str, int], _Fit] = {}
+        self._fits: dict[tuple[str, int, frozenset[str]], _Fit] = {}
 
-    def fit(self, which: Literal["script", "log"], room: int) -> _Fit:
+    def fit(
+        self, which: Literal["script", "log"], room: int, terms: frozenset[str] = frozenset()
+    ) -> _Fit:
         """``reproduce.sh`` or the log, fenced, whole if it fits in ``room``, else its head
-        and tail; line counts are computed once per view, fits once per room."""
-        if (which, room) not in self._fits:
-            self._fits[which, room] = self._fit(which, room)
-        return self._fits[which, room]
+        and tail, and for the log with ``terms`` the windows of lines that share the most of
+        them; line counts are computed once per view, fits once per room and terms."""
+        key = (which, room, terms)
+        if key not in self._fits:
+            self._fits[key] = self._fit(which, room, terms)
+        return self._fits[key]
 
     def whole_tokens(self, which: Literal["script", "log"]) -> int:
         return self._text(which)[2]
@@ -210,19 +214,20 @@ class SubmissionIndex:
             self._texts[which] = (LineCosts(raw, self.model), whole, tokens)
         return self._texts[which]
 
-    def _fit(self, which: Literal["script", "log"], room: int) -> _Fit:
+    def _fit(self, which: Literal["script", "log"], room: int, terms: frozenset[str]) -> _Fit:
         costs, whole, tokens = self._text(which)
         if tokens <= room:
             return _Fit(text=whole, tokens=tokens)
         label = _LABELS[which]
         overhead = count_tokens(fence("", label), self.model) + JOIN_TOKENS + 2
-        excerpt = costs.cut(room - overhead)
+        excerpt = costs.cut_relevant(room - overhead, terms)
         lines = len(costs.lines)
         if excerpt.text:
             cut = fence(excerpt.text, label)
             tokens = count_tokens(cut, self.model) + JOIN_TOKENS
             if tokens <= room:
-                note = f"cut to fit: {excerpt.lines_cut} lines left out of the middle"
+                where = "around the lines that speak of the criteria" if terms else "of the middle"
+                note = f"cut to fit: {excerpt.lines_cut} lines left out {where}"
                 return _Fit(text=cut, tokens=tokens, lines_cut=excerpt.lines_cut, note=note)
         return _Fit(lines_cut=lines, note="not shown: no room in the budget")
 
@@ -418,7 +423,7 @@ def select_context(
     if with_log and view.log is None:
         log_note = "no reproduce.log"
     elif show_log:
-        fit = index.fit("log", budget - script_tokens - used)
+        fit = index.fit("log", budget - script_tokens - used, log_terms(requirements))
         log_note = fit.note
         if fit.text is not None:
             log = LogExcerpt(text=fit.text, tokens=fit.tokens, lines_cut=fit.lines_cut)

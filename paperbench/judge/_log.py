@@ -8,7 +8,10 @@ model's window of the log, cut from the end. Here the masking is done by regular
 are the same line). Unlike PaperBench, a short run (a table of five seeds) is kept whole, and a
 long run keeps its last lines too (the last epoch is the one a judge needs); a marker says how
 many lines were folded. A cut keeps the head and the tail (set-up
-errors sit at the start, results at the end) and says what was cut, never silently.
+errors sit at the start, results at the end) and says what was cut, never silently; for the
+default mode's graders (:meth:`LineCosts.cut_relevant`) the room between them goes to the
+windows of lines that share the most words with the criteria graded, so the part of a long
+log that speaks of them is shown in place.
 """
 
 from __future__ import annotations
@@ -135,6 +138,118 @@ class LineCosts:
                 head -= 1
             else:
                 return LogExcerpt(text="", tokens=0, lines_cut=n)
+
+    def cut_relevant(self, budget_tokens: int, terms: frozenset[str]) -> LogExcerpt:
+        """Like :meth:`cut`, but the room between the head and the tail goes to the windows of
+        lines that share the most ``terms`` (a criterion's words) — the part of a long log
+        that speaks of what is graded — each shown in place with a marker for the lines cut
+        around it. Without terms, or when no window shares one, it is :meth:`cut`."""
+        if self.whole <= budget_tokens or not terms:
+            return self.cut(budget_tokens)
+        lines, prefix, n = self.lines, self.prefix, len(self.lines)
+        hits = [len(terms & set(_WORD.findall(line.lower()))) for line in lines]
+        windows = [
+            (sum(hits[start : start + _WINDOW]), start)
+            for start in range(0, n, _WINDOW)
+            if any(hits[start : start + _WINDOW])
+        ]
+        if not windows:
+            return self.cut(budget_tokens)
+        widest = f"[... {n} lines (0000000000 tokens) cut here ...]\n"
+        marker_tokens = count_tokens(widest, self.model)
+        room = budget_tokens - marker_tokens
+        if room < 0:
+            return LogExcerpt(text="", tokens=0, lines_cut=n)
+        keep = [False] * n
+        head = bisect_right(prefix, room // 6) - 1
+        tail = max(bisect_left(prefix, prefix[n] - room // 3), head)
+        for i in [*range(head), *range(tail, n)]:
+            keep[i] = True
+        used = prefix[head] + prefix[n] - prefix[tail]
+        for _, start in sorted(windows, key=lambda w: (-w[0], w[1])):
+            end = min(start + _WINDOW, n)
+            cost = sum(prefix[i + 1] - prefix[i] for i in range(start, end) if not keep[i])
+            if used + cost + marker_tokens > room:
+                continue
+            used += cost + marker_tokens
+            for i in range(start, end):
+                keep[i] = True
+        while True:
+            out, cut, i = [], 0, 0
+            while i < n:
+                if keep[i]:
+                    out.append(lines[i])
+                    i += 1
+                    continue
+                j = i
+                while j < n and not keep[j]:
+                    j += 1
+                out.append(f"[... {j - i} lines ({prefix[j] - prefix[i]} tokens) cut here ...]")
+                cut += j - i
+                i = j
+            text = "\n".join(out)
+            tokens = count_tokens(text, self.model)
+            if tokens <= budget_tokens:
+                return LogExcerpt(text=text, tokens=tokens, lines_cut=cut)
+            # an exact tokenizer can count the joined text above the sum of its lines: drop
+            # the last window kept beyond the head and the tail, or fall back to the plain cut
+            middle = [k for k in range(head, tail) if keep[k]]
+            if not middle:
+                return self.cut(budget_tokens)
+            for k in middle[-_WINDOW:]:
+                keep[k] = False
+
+
+_WORD = re.compile(r"[a-z][a-z0-9]{2,}")
+_WINDOW = 8
+"""Lines per window of the relevance search."""
+
+
+def log_terms(requirements: str) -> frozenset[str]:
+    """The words of criteria a log window is matched on (three letters or more, lowercase,
+    common words left out)."""
+    return frozenset(_WORD.findall(requirements.lower())) - _COMMON
+
+
+_COMMON = frozenset(
+    [
+        "the",
+        "and",
+        "for",
+        "with",
+        "that",
+        "this",
+        "are",
+        "was",
+        "were",
+        "has",
+        "have",
+        "its",
+        "from",
+        "into",
+        "each",
+        "per",
+        "all",
+        "any",
+        "not",
+        "code",
+        "run",
+        "runs",
+        "paper",
+        "described",
+        "describes",
+        "implemented",
+        "implements",
+        "using",
+        "used",
+        "results",
+        "result",
+        "shows",
+        "show",
+        "table",
+        "submission",
+    ]
+)
 
 
 def cut_log(text: str, budget_tokens: int, model: str) -> LogExcerpt:

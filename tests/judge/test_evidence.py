@@ -202,3 +202,49 @@ def test_the_model_is_told_what_was_not_shown_and_when_changes_are_unknown(
     assert "run created or changed is not known" in analysis
     left_out = [t for t in texts.values() if "Not shown:" in t]
     assert left_out and all("not because the attempt lacks them" in t for t in left_out)
+
+
+def test_code_execution_is_shown_the_log_lines_that_speak_of_its_criterion(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """A long log that does not fold (every line different) and does not fit: besides its
+    head and tail, the grader of a Code Execution leaf sees the lines in the middle that
+    share the criterion's words."""
+    import random
+
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    rng = random.Random(0)
+    vocabulary = [f"{a}{b}" for a in "bcdfgklmnprstvz" for b in ("ar", "el", "ion", "ox", "um")]
+    lines = [" ".join(rng.choice(vocabulary) for _ in range(12)) for _ in range(6000)]
+    lines[3100] = "kangaroo sweep started with emu regularisation"
+    lines[3101] = "kangaroo sweep finished: emu regularisation helped, accuracy 0.91"
+    log = tmp_path / "reproduce.log"
+    log.write_text("\n".join(lines) + "\n")
+    rubric = _rubric().to_dict()
+    rubric["sub_tasks"][0]["sub_tasks"] = [
+        {
+            "id": "ce",
+            "requirements": "The kangaroo sweep is run with emu regularisation.",
+            "weight": 1,
+            "sub_tasks": [],
+            "task_category": "Code Execution",
+            "finegrained_task_category": None,
+        }
+    ]
+    paper: Paper = PaperSource.resolve(None).load("calibration-binning")
+    view = build_view(_submission(tmp_path / "submission"), log=log)
+    asyncio.run(
+        grade_submission(
+            view,
+            paper,
+            _judge(tmp_path, submission_tokens=3000),
+            out_dir=tmp_path / "out",
+            rubric=TaskNode.model_validate(rubric),
+            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
+        )
+    )
+    [request] = [r for r in fake_llm.requests if batch_criteria(r)]
+    text = last_user_text(request)
+    assert "kangaroo sweep finished: emu regularisation helped" in text
+    assert lines[0] in text and lines[-1] in text  # the head and the tail as before
+    assert "lines left out around the lines that speak of the criteria" in text
