@@ -303,6 +303,24 @@ def test_judge_eval_end_to_end_with_a_fake_grade_function(tmp_path: Path) -> Non
     written = load_graded(out / "dummy" / "toy" / "0" / "grade.json")
     assert written.score == 1.0
     assert (out / "random" / "toy" / "1" / "grade.json").is_file()
+    # the report's pooled metrics are scikit-learn's on the same verdicts (two submissions)
+    from sklearn.metrics import accuracy_score, precision_recall_fscore_support
+
+    gold_passes = [1, 0, 1, 1, 0, 0] * 2
+    for result, verdicts in ((dummy, [(1.0, True)] * 6), (rand, PREDICTED)):
+        kept = [
+            (g, int(p >= 0.5)) for g, (p, v) in zip(gold_passes, verdicts * 2, strict=True) if v
+        ]
+        y_true, y_pred = [g for g, _ in kept], [p for _, p in kept]
+        precision, recall, f1, _ = precision_recall_fscore_support(
+            y_true, y_pred, average="macro", zero_division=0
+        )
+        assert result.overall.accuracy == pytest.approx(accuracy_score(y_true, y_pred))
+        assert (result.overall.precision, result.overall.recall, result.overall.f1) == (
+            pytest.approx(precision),
+            pytest.approx(recall),
+            pytest.approx(f1),
+        )
 
 
 def test_judge_eval_refuses_a_grade_of_another_tree(tmp_path: Path) -> None:
