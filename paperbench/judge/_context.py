@@ -143,6 +143,7 @@ class _Fit(BaseModel):
     tokens: int = 0
     lines_cut: int = 0
     note: str | None = None
+    shown: list[tuple[int, int]] = []
 
 
 class _Chunk(BaseModel):
@@ -217,7 +218,7 @@ class SubmissionIndex:
     def _fit(self, which: Literal["script", "log"], room: int, terms: frozenset[str]) -> _Fit:
         costs, whole, tokens = self._text(which)
         if tokens <= room:
-            return _Fit(text=whole, tokens=tokens)
+            return _Fit(text=whole, tokens=tokens, shown=[(1, len(costs.lines))])
         label = _LABELS[which]
         overhead = count_tokens(fence("", label), self.model) + JOIN_TOKENS + 2
         excerpt = costs.cut_relevant(room - overhead, terms)
@@ -228,7 +229,13 @@ class SubmissionIndex:
             if tokens <= room:
                 where = "around the lines that speak of the criteria" if terms else "of the middle"
                 note = f"cut to fit: {excerpt.lines_cut} lines left out {where}"
-                return _Fit(text=cut, tokens=tokens, lines_cut=excerpt.lines_cut, note=note)
+                return _Fit(
+                    text=cut,
+                    tokens=tokens,
+                    lines_cut=excerpt.lines_cut,
+                    note=note,
+                    shown=excerpt.shown,
+                )
         return _Fit(lines_cut=lines, note="not shown: no room in the budget")
 
     def chunk_tokens(self, chunk: int) -> int:
@@ -426,7 +433,9 @@ def select_context(
         fit = index.fit("log", budget - script_tokens - used, log_terms(requirements))
         log_note = fit.note
         if fit.text is not None:
-            log = LogExcerpt(text=fit.text, tokens=fit.tokens, lines_cut=fit.lines_cut)
+            log = LogExcerpt(
+                text=fit.text, tokens=fit.tokens, lines_cut=fit.lines_cut, shown=fit.shown
+            )
     total = script_tokens + used + (log.tokens if log is not None else 0)
     return LeafContext(
         category=category,

@@ -41,6 +41,19 @@ class LogExcerpt(BaseModel):
     """Tokens of ``text`` as counted for the model it was cut for."""
     lines_cut: int = 0
     """Lines of the folded log left out of the middle (0: shown whole)."""
+    shown: list[tuple[int, int]] = []
+    """The line ranges of the text cut (first and last line, from 1) that ``text`` holds."""
+
+
+def _ranges(keep: list[bool]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for i, kept in enumerate(keep, start=1):
+        if kept:
+            if out and out[-1][1] == i - 1:
+                out[-1] = (out[-1][0], i)
+            else:
+                out.append((i, i))
+    return out
 
 
 def _template(line: str) -> str:
@@ -116,7 +129,7 @@ class LineCosts:
         even the marker fits.
         """
         if self.whole <= budget_tokens:
-            return LogExcerpt(text=self.text, tokens=self.whole)
+            return LogExcerpt(text=self.text, tokens=self.whole, shown=[(1, len(self.lines))])
         lines, prefix, n = self.lines, self.prefix, len(self.lines)
         widest = f"[... {n} lines (0000000000 tokens) cut here ...]\n"
         room = budget_tokens - count_tokens(widest, self.model)
@@ -130,7 +143,10 @@ class LineCosts:
             out = "\n".join([*lines[:head], marker, *lines[tail:]])
             tokens = count_tokens(out, self.model)
             if tokens <= budget_tokens:
-                return LogExcerpt(text=out, tokens=tokens, lines_cut=tail - head)
+                keep = [i < head or i >= tail for i in range(n)]
+                return LogExcerpt(
+                    text=out, tokens=tokens, lines_cut=tail - head, shown=_ranges(keep)
+                )
             # an exact tokenizer can count the joined text above the sum of its lines
             if tail < n:
                 tail += 1
@@ -190,7 +206,7 @@ class LineCosts:
             text = "\n".join(out)
             tokens = count_tokens(text, self.model)
             if tokens <= budget_tokens:
-                return LogExcerpt(text=text, tokens=tokens, lines_cut=cut)
+                return LogExcerpt(text=text, tokens=tokens, lines_cut=cut, shown=_ranges(keep))
             # an exact tokenizer can count the joined text above the sum of its lines: drop
             # the last window kept beyond the head and the tail, or fall back to the plain cut
             middle = [k for k in range(head, tail) if keep[k]]

@@ -299,6 +299,7 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
             samples[i],
             cost=costs[i],
             files_shown=files,
+            log_lines_shown=context.log.shown if context.log is not None else [],
             addressed_to_judge=addressed,
             wall_time_s=elapsed,
         )

@@ -112,6 +112,10 @@ class LeafGrade(_Record):
     error: str | None = None
     """The error's one line, for an invalid grade."""
     files_shown: list[str] = Field(default_factory=list)
+    log_lines_shown: list[tuple[int, int]] = Field(default_factory=list)
+    """The line ranges of reproduce.log (as the judge's view holds it) that the default
+    mode's grader was shown; empty when it was shown no log (the faithful mode, which shows
+    the head of the folded log, records none)."""
     """Submission paths the grader saw (chunks are listed by their file)."""
     addressed_to_judge: list[AddressedText] = Field(default_factory=list)
     """Text addressed to the judge in what this leaf's grader was shown."""

@@ -248,3 +248,12 @@ def test_code_execution_is_shown_the_log_lines_that_speak_of_its_criterion(
     assert "kangaroo sweep finished: emu regularisation helped" in text
     assert lines[0] in text and lines[-1] in text  # the head and the tail as before
     assert "lines left out around the lines that speak of the criteria" in text
+    # leaves.jsonl records which lines of the log the grader was shown
+    [line] = (tmp_path / "out" / "grading" / "leaves.jsonl").read_text().splitlines()
+    shown = LeafGrade.model_validate_json(line).log_lines_shown
+    assert view.log is not None
+    held = view.log.text.split("\n")  # the log as the view holds it (lines numbered from 1)
+    assert shown[0][0] == 1 and shown[-1][1] == len(held)  # the head, the tail
+    at = held.index(lines[3101]) + 1
+    assert any(first <= at <= last for first, last in shown)  # the kangaroo lines, in place
+    assert sum(last - first + 1 for first, last in shown) < len(held)
