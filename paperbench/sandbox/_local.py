@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -50,7 +49,6 @@ import posixpath
 import resource
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 import time
@@ -77,6 +75,7 @@ from paperbench.sandbox._cgroup import Cgroup
 from paperbench.sandbox._disk import DiskCap, DiskCapUnavailableError
 from paperbench.sandbox._local_egress import LocalEgress, LocalEgressGateway
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
+from paperbench.sandbox._local_mask import mask_private
 from paperbench.sandbox._local_net import UserModeNetwork
 from paperbench.sandbox._local_user import (
     INNER_SANDBOX_UID,
@@ -479,7 +478,7 @@ class LocalSandbox(Sandbox):
         # filtered and full: the exec joins the sandbox's network namespace in _preexec.
         joined = any(n is not None and n.netns_fd is not None for n in (self._egress, self._net))
         argv = self._bwrap_base(unshare_net=not joined)
-        argv += _mask_private(self.bind_dir / "empty")
+        argv += mask_private(self.bind_dir / "empty")
         if self.spec.gpu is not None:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 argv += ["--dev-bind-try", str(dev), str(dev)]
@@ -723,50 +722,6 @@ class LocalSandbox(Sandbox):
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)
         await asyncio.to_thread(remove_tree, self.workspace)
-
-
-_PRIVATE_TOPS = ("etc", "opt")
-"""Bound system folders searched for what only root may read (/usr holds no secrets and is
-too large to walk at every start)."""
-
-
-@functools.cache
-def _host_private_paths() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(files, folders) under /etc and /opt that other users may not read: /etc/shadow,
-    /etc/gshadow, /etc/ssl/private, a service's keys. Walked once per process."""
-    files: list[str] = []
-    folders: list[str] = []
-    for top in _PRIVATE_TOPS:
-        for folder, dirs, names in os.walk(f"/{top}", onerror=lambda _: None):
-            for name in list(dirs):
-                path = os.path.join(folder, name)
-                with contextlib.suppress(OSError):
-                    st = os.lstat(path)
-                    if stat.S_ISDIR(st.st_mode) and not st.st_mode & stat.S_IROTH:
-                        folders.append(path)
-                        dirs.remove(name)  # hidden whole
-            for name in names:
-                path = os.path.join(folder, name)
-                with contextlib.suppress(OSError):
-                    st = os.lstat(path)
-                    if stat.S_ISREG(st.st_mode) and not st.st_mode & stat.S_IROTH:
-                        files.append(path)
-    return tuple(files), tuple(folders)
-
-
-def _mask_private(empty: Path) -> list[str]:
-    """bwrap arguments that put an empty file (``empty``, made here) over every host file of
-    the bound system folders that only root may read, and an empty tmpfs over such folders:
-    the sandbox does not see them at all, not only cannot read them."""
-    files, folders = _host_private_paths()
-    if files and not empty.exists():
-        empty.touch(mode=0o444)
-    argv: list[str] = []
-    for path in files:
-        argv += ["--ro-bind", str(empty), path]
-    for path in folders:
-        argv += ["--perms", "0555", "--tmpfs", path]
-    return argv
 
 
 class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
