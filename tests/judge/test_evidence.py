@@ -72,16 +72,24 @@ def _judge(tmp_path: Path, **budgets: Any) -> Any:
     return load_judge_config(path)
 
 
-def _grade(server: FakeLLMServer, tmp_path: Path, judge: Any, samples: int = 1) -> GradeResult:
+def _grade(
+    server: FakeLLMServer,
+    tmp_path: Path,
+    judge: Any,
+    samples: int = 1,
+    *,
+    rubric: dict[str, Any] | None = None,
+    log: Path | None = None,
+) -> GradeResult:
     paper: Paper = PaperSource.resolve(None).load("calibration-binning")
-    view = build_view(_submission(tmp_path / "submission"))
+    view = build_view(_submission(tmp_path / "submission"), log=log)
     return asyncio.run(
         grade_submission(
             view,
             paper,
             judge,
             out_dir=tmp_path / "out",
-            rubric=_rubric(),
+            rubric=TaskNode.model_validate(rubric) if rubric is not None else _rubric(),
             options=GradeOptions(samples=samples),
             settings=ModelSettings(base_url=server.openai_url, model="openai/gpt-4o"),
         )
@@ -185,18 +193,7 @@ def test_the_model_is_told_what_was_not_shown_and_when_changes_are_unknown(
             "finegrained_task_category": None,
         }
     )
-    paper: Paper = PaperSource.resolve(None).load("calibration-binning")
-    view = build_view(_submission(tmp_path / "submission"))
-    asyncio.run(
-        grade_submission(
-            view,
-            paper,
-            _judge(tmp_path, submission_tokens=600),
-            out_dir=tmp_path / "out",
-            rubric=TaskNode.model_validate(rubric),
-            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
-        )
-    )
+    _grade(fake_llm, tmp_path, _judge(tmp_path, submission_tokens=600), rubric=rubric)
     texts = {batch_criteria(r)[0][1]: last_user_text(r) for r in fake_llm.requests}
     analysis = next(t for c, t in texts.items() if "results table" in c)
     assert "run created or changed is not known" in analysis
@@ -231,18 +228,9 @@ def test_code_execution_is_shown_the_log_lines_that_speak_of_its_criterion(
             "finegrained_task_category": None,
         }
     ]
-    paper: Paper = PaperSource.resolve(None).load("calibration-binning")
-    view = build_view(_submission(tmp_path / "submission"), log=log)
-    asyncio.run(
-        grade_submission(
-            view,
-            paper,
-            _judge(tmp_path, submission_tokens=3000),
-            out_dir=tmp_path / "out",
-            rubric=TaskNode.model_validate(rubric),
-            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
-        )
-    )
+    judge = _judge(tmp_path, submission_tokens=3000)
+    _grade(fake_llm, tmp_path, judge, rubric=rubric, log=log)
+    view = build_view(tmp_path / "submission", log=log)  # the log as the judge's view held it
     [request] = [r for r in fake_llm.requests if batch_criteria(r)]
     text = last_user_text(request)
     assert "kangaroo sweep finished: emu regularisation helped" in text
