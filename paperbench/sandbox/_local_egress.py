@@ -133,16 +133,7 @@ class LocalEgress:
 
     def join_netns(self) -> Callable[[], None] | None:
         """A function for the child between fork and exec that enters the sandbox's netns."""
-        fd = self.netns_fd
-        if fd is None:
-            return None
-        setns = _libc_setns()
-
-        def join() -> None:
-            if setns(fd, _CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns into the sandbox network namespace")
-
-        return join
+        return netns_joiner(self.netns_fd)
 
     async def close(self) -> None:
         """Stop the keeper, release the namespace and stop the proxy. Idempotent."""
@@ -362,6 +353,20 @@ def _write_bundle(dest: Path, proxy_ca: Path) -> None:
 
 
 _setns: Callable[[int, int], int] | None = None
+
+
+def netns_joiner(fd: int | None) -> Callable[[], None] | None:
+    """A function for the child between fork and exec that enters network namespace ``fd``
+    (None: no namespace to join)."""
+    if fd is None:
+        return None
+    setns = _libc_setns()
+
+    def join() -> None:
+        if setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the sandbox network namespace")
+
+    return join
 
 
 def _libc_setns() -> Callable[[int, int], int]:

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from paperbench.errors import SandboxError, SandboxUnavailableError
-from paperbench.sandbox._local_egress import kill_process, read_bwrap_info
+from paperbench.sandbox._local_egress import kill_process, netns_joiner, read_bwrap_info
 
 log = logging.getLogger("paperbench.sandbox")
 
@@ -56,7 +56,6 @@ NET_UID = 1_099_999_999
 """The host uid of every local sandbox's keeper and slirp4netns (no account uses it)."""
 RESOLV_CONF = "nameserver 10.0.2.3\n"
 COMMENT = "paperbench-local-full"
-_CLONE_NEWNET = 0x40000000
 _CLONE_NEWNS = 0x00020000
 _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
@@ -298,16 +297,7 @@ class UserModeNetwork:
 
     def join_netns(self) -> Callable[[], None] | None:
         """A function for the child between fork and exec that enters the sandbox's netns."""
-        fd = self.netns_fd
-        if fd is None:
-            return None
-        setns = ctypes.CDLL(None, use_errno=True).setns
-
-        def join() -> None:
-            if setns(fd, _CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns into the sandbox network namespace")
-
-        return join
+        return netns_joiner(self.netns_fd)
 
     def check_alive(self) -> None:
         """Warn when slirp4netns ended (commands then have no network)."""

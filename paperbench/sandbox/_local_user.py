@@ -54,19 +54,13 @@ class SandboxUser:
         n = UID_BASE + secrets.randbelow(UID_SPAN)
         return cls(n, n)
 
-    def give(self, path: Path, *, stop: Path | None = None) -> None:
-        """Hand ``path`` (a file or a whole folder, links not followed) to this user, and each
-        parent folder up to (not including) ``stop``."""
+    def give(self, path: Path) -> None:
+        """Hand ``path`` (a file or a whole folder, links not followed) to this user."""
         if path.is_dir() and not path.is_symlink():
             for folder, dirs, files in os.walk(path):
                 for name in (*dirs, *files):
                     os.lchown(os.path.join(folder, name), self.uid, self.gid)
         os.lchown(path, self.uid, self.gid)
-        if stop is not None:
-            parent = path.parent
-            while parent != stop and stop in parent.parents:
-                os.lchown(parent, self.uid, self.gid)
-                parent = parent.parent
 
     def drop_argv(self, *, workdir: str, seccomp_fd: int, inner_uid: int = 0) -> list[str]:
         """What the outer bubblewrap runs: setpriv to this user, then the inner bubblewrap,
