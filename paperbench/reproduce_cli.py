@@ -208,8 +208,8 @@ def _summary(meta: ReproductionMetadata, out_dir: Path) -> None:
         f"[bold {colour}]{meta.status}[/]  exit code {meta.exit_code}  "
         f"{meta.wall_time_s:.1f} s  attempts {len(meta.attempts)}  "
         f"sandbox {meta.sandbox_backend or '-'} ({meta.sandbox_image or '-'}), "
-        f"isolation {meta.isolation or '-'}, disk cap {meta.disk_cap_mb or '-'} MB "
-        f"({meta.disk_cap or '-'})"
+        f"isolation {meta.isolation or '-'}, user {meta.user or '-'}, "
+        f"disk cap {meta.disk_cap_mb or '-'} MB ({meta.disk_cap or '-'})"
     )
     console.print(
         f"files: {len(changed.created)} created, {len(changed.modified)} modified, "
