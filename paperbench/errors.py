@@ -85,6 +85,17 @@ class ModelRequestError(ModelError):
     """The provider refused the request (400/401/403/404): retrying will not help."""
 
 
+class ContextLengthError(ModelRequestError):
+    """The provider refused the request because the conversation does not fit the model's
+    context window (OpenAI ``context_length_exceeded``, Anthropic "prompt is too long").
+    ``tokens`` and ``limit`` are the counts the provider named, when it named them."""
+
+    def __init__(self, message: str, *, tokens: int | None = None, limit: int | None = None):
+        super().__init__(message)
+        self.tokens = tokens
+        self.limit = limit
+
+
 class ModelUnavailableError(ModelError):
     """Retries exhausted on rate limits, server errors, timeouts or dropped connections."""
 
@@ -108,6 +119,11 @@ class BudgetExhaustedError(ModelError):
 
 class SandboxError(PaperbenchError):
     """A sandbox that could not be created or used."""
+
+
+class SandboxLostError(SandboxError):
+    """A started sandbox is gone (stopped, killed, or its engine lost): nothing more can run
+    in it. A rollout starts a new one from the last snapshot."""
 
 
 class SandboxUnavailableError(SandboxError):
@@ -136,6 +152,7 @@ class EgressProxyError(SandboxError):
 __all__ = [
     "BudgetExhaustedError",
     "ConfigError",
+    "ContextLengthError",
     "EgressProxyError",
     "ImageBuildError",
     "IncompleteAnswerError",
@@ -150,6 +167,7 @@ __all__ = [
     "ProviderNotInstalledError",
     "RubricError",
     "SandboxError",
+    "SandboxLostError",
     "SandboxUnavailableError",
     "StructuredOutputError",
     "UnknownProviderError",
