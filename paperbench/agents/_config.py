@@ -50,6 +50,10 @@ class _Common(BaseModel):
     model: str | None = Field(default=None, pattern=r"^[^/\s]+/\S+$")
     """``provider/model`` the agent calls; None for agents without a model."""
     limits: AgentLimits = Field(default_factory=AgentLimits)
+    model_options: dict[str, Any] = Field(default_factory=dict)
+    """Provider options of the agent's model (``ModelConfig.options``), validated by the
+    provider: e.g. ``{api: responses}`` or ``{api: chat}`` for OpenAI, ``{thinking_budget:
+    8000}`` for Anthropic."""
     sandbox_user: Literal["root", "sandbox"] = "sandbox"
     """Who runs the agent's commands: ``sandbox``, an unprivileged user who owns the
     submission (the default), or ``root``, the sandbox's own superuser, for agents that
@@ -90,11 +94,22 @@ class _LoopCommon(_Common):
     )
     """Prompt name → file, relative to the YAML's folder."""
     context_window: int = Field(default=128_000, ge=2_048)
-    """The model's window in tokens; the oldest tool outputs are shortened before it is full."""
+    """The model's window in tokens. Before it is full the oldest tool outputs are shortened,
+    then the oldest turns dropped (see paperbench/agents/_context.py)."""
     answer_tokens: int = Field(default=8_192, ge=256)
     """Room kept for the model's answer."""
+    drop_fraction: float = Field(default=0.3, gt=0, le=1)
+    """Share of the turns dropped at once when old turns must go (PaperBench: 30 %)."""
+    context_summary: bool = False
+    """Ask the model for a summary of the turns dropped (a paid call each time)."""
     max_tokens: int | None = Field(default=None, ge=1)
-    """Output cap per model call (None: the provider's default)."""
+    """Output cap per model call (None: the provider's default). Raised when an answer's tool
+    call is cut off at it, up to what the model allows."""
+    max_empty_answers: int = Field(default=3, ge=1)
+    """Answers in a row with no text and no tool call that end the run."""
+    prompt_cache: bool = True
+    """Cache the conversation so far at each step: a rolling breakpoint on Anthropic, a
+    ``prompt_cache_key`` per run on OpenAI."""
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
 
 

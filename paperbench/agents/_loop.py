@@ -13,7 +13,7 @@ added.
 
 from __future__ import annotations
 
-import json
+import uuid
 from collections.abc import Sequence
 
 from paperbench.agents._base import (
@@ -24,27 +24,39 @@ from paperbench.agents._base import (
     RunContext,
 )
 from paperbench.agents._config import BasicConfig, DummyConfig, IterativeConfig, ReplayConfig
+from paperbench.agents._context import ContextFitter, render_turns, split_turns
 from paperbench.agents._tools import ToolSet, run_tool, tool_defs
 from paperbench.agents._transcript import MessageEvent, ModelCallEvent, NoteEvent
-from paperbench.errors import BudgetExhaustedError, ModelError
+from paperbench.errors import (
+    BudgetExhaustedError,
+    ContextLengthError,
+    ModelError,
+    ModelUnavailableError,
+)
 from paperbench.llm import (
     AssistantMessage,
     Message,
     Model,
     ModelOutput,
+    StopReason,
     SystemMessage,
     ToolDef,
     ToolMessage,
     UserMessage,
-    count_message_tokens,
-    count_tokens,
+    max_output_tokens,
+    token_count_kind,
 )
 
 BEGIN = "Begin: the task is in the system message and in /home/instructions.txt."
 NUDGE = "Go on with the task using the tools; call submit when /home/submission is final."
 INTERRUPTED = "[no result: the environment was restarted while this tool ran]"
-_KEEP_CHARS = 300
-"""What is left of a shortened tool output: its head."""
+SUMMARY_PROMPT = (
+    "You keep the notes of a long-running coding agent. Below are the oldest turns of its "
+    "work, about to be removed from its memory. Summarise what they established that is "
+    "still useful: decisions taken, files written and what they hold, commands that worked "
+    "or failed and why, results and numbers, open problems. Be factual and brief (at most "
+    "400 words); no advice."
+)
 
 
 class ToolLoopAgent(Agent):
@@ -62,7 +74,15 @@ class ToolLoopAgent(Agent):
         self.prompts = prompts
         self.model = model
         self.name = config.name or config.type
-        self._shortened: set[str] = set()
+        self.max_tokens = config.max_tokens
+        self.fitter = ContextFitter(
+            model=self.model_name,
+            window=config.context_window,
+            answer_tokens=max(config.answer_tokens, config.max_tokens or 0),
+            drop_fraction=config.drop_fraction,
+        )
+        self.cache_key: str | None = None
+        self.stop_reason: StopReason = "stop"
 
     @property
     def model_name(self) -> str:
@@ -78,6 +98,8 @@ class ToolLoopAgent(Agent):
     async def _loop(self, ctx: RunContext, tools: ToolSet) -> AgentOutcome:
         defs = tool_defs(tools)
         messages = self._start(ctx)
+        self.cache_key = f"pb-{ctx.paper_id}-{ctx.seed}-{uuid.uuid4().hex[:12]}"
+        empty = 0
         while True:
             try:
                 ctx.limits.check()
@@ -85,20 +107,36 @@ class ToolLoopAgent(Agent):
                 self._note(ctx, "limit", str(exc), {"limit": exc.kind})
                 return AgentOutcome(status="limit", limit=exc.kind, summary=str(exc))
             ctx.limits.steps += 1
-            messages = self._fit(ctx, messages, defs)
             try:
-                answer = await self.generate(ctx, messages, defs)
+                messages, answer = await self._step(ctx, messages, defs)
             except BudgetExhaustedError as exc:
                 self._note(ctx, "limit", str(exc), {"limit": "dollars"})
                 return AgentOutcome(status="limit", limit="dollars", summary=str(exc))
+            except ModelUnavailableError:
+                raise  # an outage: the rollout pauses the run, resumable
             except ModelError as exc:
                 self._note(ctx, "error", str(exc))
                 return AgentOutcome(status="error", error=str(exc))
             if answer is None:
                 return AgentOutcome(status="error", error="the recorded answers ran out")
-            self._add(ctx, messages, answer)
+            message = answer
+            if not message.content.strip() and not message.tool_calls:
+                empty += 1
+                if empty >= self.config.max_empty_answers:
+                    reason = (
+                        f"the model gave {empty} empty answers in a row (no text, no tool call)"
+                    )
+                    self._add(ctx, messages, message)
+                    self._note(ctx, "empty_answers", reason, {"count": empty})
+                    return AgentOutcome(status="error", error=reason)
+            else:
+                empty = 0
+            self._add(ctx, messages, message)
+            if message.tool_calls and self.stop_reason == "max_tokens":
+                self._refuse_cut_calls(ctx, messages, message)
+                continue
             submitted: str | None = None
-            for call in answer.tool_calls:
+            for call in message.tool_calls:
                 result = await run_tool(ctx, call, tools)
                 self._add(
                     ctx,
@@ -114,25 +152,86 @@ class ToolLoopAgent(Agent):
                     submitted = result.output
             if submitted is not None:
                 return AgentOutcome(status="submitted", summary=submitted)
-            follow = self.follow_up(ctx, answer)
+            follow = self.follow_up(ctx, message)
             if follow is not None:
                 self._add(ctx, messages, UserMessage(content=follow))
+
+    async def _step(
+        self, ctx: RunContext, messages: list[Message], defs: Sequence[ToolDef]
+    ) -> tuple[list[Message], AssistantMessage | None]:
+        """One model call on the conversation fitted to the window. A context-length refusal
+        is never the end: the fitter learns from it and drops more, until nothing is left to
+        drop."""
+        force = False
+        while True:
+            messages = await self._fit(ctx, messages, defs, force=force)
+            try:
+                return messages, await self.generate(ctx, messages, defs)
+            except ContextLengthError as exc:
+                ours = self.fitter.count(messages, defs)
+                _, turns = split_turns(messages)
+                self._note(
+                    ctx,
+                    "context_refused",
+                    f"the provider refused {ours} counted tokens as too long ({exc})",
+                    {"tokens_counted": ours, "provider_tokens": exc.tokens, "limit": exc.limit},
+                )
+                if len(turns) <= 1:
+                    raise  # nothing left to drop: the newest turn alone does not fit
+                self.fitter.learn(exc.tokens, exc.limit, ours)
+                force = True
+
+    def _refuse_cut_calls(
+        self, ctx: RunContext, messages: list[Message], message: AssistantMessage
+    ) -> None:
+        """An answer cut off at the output limit: its tool calls are not run (their arguments
+        may be incomplete); each gets a result saying so, and the limit is raised."""
+        before = self.max_tokens
+        ceiling = max_output_tokens(self.model_name)
+        raised = 2 * (before or self.config.answer_tokens)
+        self.max_tokens = raised if ceiling is None else min(raised, ceiling)
+        self.fitter.answer_tokens = max(self.fitter.answer_tokens, self.max_tokens)
+        text = (
+            "not run: your answer was cut off at the output limit before this call was "
+            "complete, so its arguments may be incomplete. "
+            + (
+                f"The limit is now {self.max_tokens} tokens; "
+                if self.max_tokens != before
+                else "The limit cannot be raised; "
+            )
+            + "make the call again, and split long file contents over several calls."
+        )
+        for call in message.tool_calls:
+            self._add(
+                ctx,
+                messages,
+                ToolMessage(tool_call_id=call.id, name=call.name, content=text, is_error=True),
+            )
+        self._note(
+            ctx,
+            "output_cut",
+            f"answer cut off at the output limit; {len(message.tool_calls)} tool calls not run",
+            {"max_tokens_before": before, "max_tokens": self.max_tokens},
+        )
 
     # -- what differs between agents ------------------------------------------------------
 
     async def generate(
         self, ctx: RunContext, messages: Sequence[Message], defs: Sequence[ToolDef]
     ) -> AssistantMessage | None:
-        """The next assistant message (None: there is none, for a replay)."""
+        """The next assistant message (None: there is none, for a replay); sets
+        :attr:`stop_reason`."""
         assert self.model is not None
         out = await self.model.generate(
             messages,
             tools=defs,
-            max_tokens=self.config.max_tokens,
+            max_tokens=self.max_tokens,
             reasoning_effort=self.config.reasoning_effort,
             label="agent_step",
+            prompt_cache_key=self.cache_key if self.config.prompt_cache else None,
         )
         self._record_call(ctx, out)
+        self.stop_reason = out.stop_reason
         return out.assistant_message()
 
     def follow_up(self, ctx: RunContext, answer: AssistantMessage) -> str | None:
@@ -177,50 +276,56 @@ class ToolLoopAgent(Agent):
             NoteEvent(step=ctx.limits.steps, kind=kind, text=text, data=dict(data or {}))
         )
 
-    def _fit(
-        self, ctx: RunContext, messages: list[Message], defs: Sequence[ToolDef]
+    async def _fit(
+        self, ctx: RunContext, messages: list[Message], defs: Sequence[ToolDef], force: bool
     ) -> list[Message]:
-        """Shorten the oldest tool outputs until the conversation fits the window."""
-        budget = self.config.context_window - self.config.answer_tokens
-        fixed = count_tokens(json.dumps([d.model_dump() for d in defs]), self.model_name)
-        used = fixed + count_message_tokens(messages, self.model_name)
-        if used <= budget:
-            return messages
-        tool_at = [i for i, m in enumerate(messages) if isinstance(m, ToolMessage)]
-        cut_ids: list[str] = []
-        chars = 0
-        out = list(messages)
-        for index in tool_at[:-1]:  # the newest output is never shortened
-            if used <= budget:
-                break
-            message = out[index]
-            assert isinstance(message, ToolMessage)
-            if len(message.content) <= _KEEP_CHARS + 100:
-                continue
-            removed = len(message.content) - _KEEP_CHARS
-            short = message.model_copy(
-                update={
-                    "content": message.content[:_KEEP_CHARS]
-                    + f"\n[... {removed} characters of this old output cut to save context]"
-                }
-            )
-            used -= count_tokens(message.content, self.model_name) - count_tokens(
-                short.content, self.model_name
-            )
-            out[index] = short
-            chars += removed
-            if message.tool_call_id not in self._shortened:
-                cut_ids.append(message.tool_call_id)
-                self._shortened.add(message.tool_call_id)
-        if cut_ids or used > budget:
-            self._note(
-                ctx,
-                "context_trimmed",
-                f"shortened {len(cut_ids)} old tool outputs ({chars} characters); "
-                f"about {used} of {budget} tokens used",
-                {"tool_call_ids": cut_ids, "chars_cut": chars, "tokens": used, "budget": budget},
-            )
-        return out
+        """The conversation fitted to the window (see :mod:`paperbench.agents._context`);
+        every cut is a ``context_trimmed`` note."""
+        fitted = self.fitter.fit(messages, defs, force=force)
+        if not fitted.changed and not fitted.over:
+            return fitted.messages
+        if fitted.dropped and self.config.context_summary:
+            await self._summarise(ctx, fitted.dropped)
+            fitted.messages = self.fitter.refresh_note(fitted.messages)
+        self._note(
+            ctx,
+            "context_trimmed",
+            f"shortened {len(fitted.shortened_ids)} old tool outputs ({fitted.chars_cut} "
+            f"characters), dropped the {fitted.dropped_turns} oldest turns; about "
+            f"{fitted.tokens} of {fitted.budget} tokens used",
+            {
+                "tool_call_ids": fitted.shortened_ids,
+                "chars_cut": fitted.chars_cut,
+                "turns_dropped": fitted.dropped_turns,
+                "turns_removed_total": self.fitter.removed_turns,
+                "tokens": fitted.tokens,
+                "budget": fitted.budget,
+                "window": self.fitter.window,
+                "correction": round(self.fitter.correction, 3),
+                "count": token_count_kind(self.model_name),
+            },
+        )
+        return fitted.messages
+
+    async def _summarise(self, ctx: RunContext, dropped: list[Message]) -> None:
+        """Ask the model for a summary of the dropped turns; kept in the opening message."""
+        if self.model is None:
+            return
+        limit = max(4_000, (self.fitter.budget // 2) * 3)  # about half the window, in chars
+        request: list[Message] = [
+            SystemMessage(content=self.prompts.get("summary", SUMMARY_PROMPT)),
+            UserMessage(content=render_turns(dropped, limit)),
+        ]
+        try:
+            out = await self.model.generate(request, max_tokens=2_000, label="context_summary")
+        except (BudgetExhaustedError, ModelUnavailableError):
+            raise
+        except ModelError as exc:
+            self._note(ctx, "context_summary_failed", f"no summary of the dropped turns: {exc}")
+            return
+        self._record_call(ctx, out)
+        if out.text.strip():
+            self.fitter.summaries.append(out.text.strip())
 
 
 def _close_open_calls(earlier: list[Message]) -> list[Message]:

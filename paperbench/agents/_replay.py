@@ -65,7 +65,8 @@ class ReplayAgent(ToolLoopAgent):
         self, ctx: RunContext, messages: Sequence[Message], defs: Sequence[ToolDef]
     ) -> AssistantMessage | None:
         assert self._answers is not None
-        index = sum(isinstance(m, AssistantMessage) for m in messages)
+        # Turns dropped to fit the window had one assistant message each.
+        index = self.fitter.removed_turns + sum(isinstance(m, AssistantMessage) for m in messages)
         if index >= len(self._answers):
             return None
         ctx.transcript.append(
@@ -76,4 +77,5 @@ class ReplayAgent(ToolLoopAgent):
                 stop_reason="tool_calls" if self._answers[index].tool_calls else "stop",
             )
         )
+        self.stop_reason = "stop"
         return self._answers[index]

@@ -45,7 +45,12 @@ from paperbench.llm._shared import (
     current_coordinator,
     set_coordinator,
 )
-from paperbench.llm._tokens import count_message_tokens, count_tokens
+from paperbench.llm._tokens import (
+    count_message_tokens,
+    count_tokens,
+    max_output_tokens,
+    token_count_kind,
+)
 from paperbench.llm._types import (
     LABELS,
     AssistantMessage,
@@ -104,8 +109,10 @@ __all__ = [
     "count_tokens",
     "current_coordinator",
     "default_cache_path",
+    "max_output_tokens",
     "providers",
     "read_cost_journal",
     "register_provider",
     "set_coordinator",
+    "token_count_kind",
 ]

@@ -131,6 +131,7 @@ class Model:
         label: str = "unlabelled",
         stage: str | None = None,
         cache: bool | None = None,
+        prompt_cache_key: str | None = None,
     ) -> ModelOutput:
         """Call the model once (plus bounded re-asks for malformed structured output).
 

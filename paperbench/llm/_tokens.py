@@ -65,6 +65,13 @@ def _exact_counter(encoding: str) -> Callable[[str], int] | None:
     return lambda text: len(enc.encode(text, disallowed_special=()))
 
 
+def token_count_kind(model: str) -> str:
+    """``exact`` when ``model``'s tokenizer is at hand, else ``estimate``."""
+    if model.startswith("openai/") and _exact_counter(_encoding_for(model)) is not None:
+        return "exact"
+    return "estimate"
+
+
 def count_tokens(text: str, model: str = "openai/gpt-4o") -> int:
     """Tokens in ``text`` for ``model`` (``provider/model``); see the module docs."""
     if model.startswith("openai/"):
@@ -84,3 +91,8 @@ def count_message_tokens(messages: Iterable[Message], model: str = "openai/gpt-4
         for call in getattr(message, "tool_calls", ()):
             total += count_tokens(call.name, model) + count_tokens(str(call.arguments), model)
     return total
+
+
+def max_output_tokens(model: str) -> int | None:
+    """The largest output limit ``model`` accepts, when known."""
+    return None
