@@ -266,8 +266,8 @@ class ToolLoopAgent(Agent):
     def _record(self, ctx: RunContext, message: Message) -> None:
         ctx.transcript.append(MessageEvent(step=ctx.limits.steps, message=message))
 
-    def _record_call(self, ctx: RunContext, out: ModelOutput) -> None:
-        ctx.transcript.append(ModelCallEvent.of(out, step=ctx.limits.steps))
+    def _record_call(self, ctx: RunContext, out: ModelOutput, label: str = "agent_step") -> None:
+        ctx.transcript.append(ModelCallEvent.of(out, step=ctx.limits.steps, label=label))
 
     def _note(
         self, ctx: RunContext, kind: str, text: str, data: dict[str, object] | None = None
@@ -316,6 +316,11 @@ class ToolLoopAgent(Agent):
             SystemMessage(content=self.prompts.get("summary", SUMMARY_PROMPT)),
             UserMessage(content=render_turns(dropped, limit)),
         ]
+        if self.fitter.summaries:  # one summary of everything removed so far, not a pile
+            earlier = "\n\n".join(self.fitter.summaries)
+            request[1] = UserMessage(
+                content=f"SUMMARY OF WHAT WAS REMOVED BEFORE:\n{earlier}\n\n{request[1].content}"
+            )
         try:
             out = await self.model.generate(request, max_tokens=2_000, label="context_summary")
         except (BudgetExhaustedError, ModelUnavailableError):
@@ -323,9 +328,9 @@ class ToolLoopAgent(Agent):
         except ModelError as exc:
             self._note(ctx, "context_summary_failed", f"no summary of the dropped turns: {exc}")
             return
-        self._record_call(ctx, out)
+        self._record_call(ctx, out, label="context_summary")
         if out.text.strip():
-            self.fitter.summaries.append(out.text.strip())
+            self.fitter.summaries = [out.text.strip()]
 
 
 def _close_open_calls(earlier: list[Message]) -> list[Message]:

@@ -194,3 +194,47 @@ def test_cut_off_calls_are_recorded(tmp_path: Path, fake_llm: FakeLLMServer) -> 
     notes = [e for e in events if isinstance(e, NoteEvent) and e.kind == "output_cut"]
     assert len(notes) == 1 and notes[0].data["max_tokens"] == 2 * 8_192
     assert not [e for e in events if isinstance(e, ToolEvent) and e.name == "bash"]
+
+
+def _long_outputs(n: int, chars: int = 2_000) -> list[FakeReply]:
+    return [
+        FakeReply(
+            text=f"step {i} " + "words " * 200,
+            tool_calls=(
+                FakeToolCall("bash", {"command": f"echo s{i}; head -c {chars} /dev/zero"}),
+            ),
+        )
+        for i in range(n)
+    ]
+
+
+def test_dropped_turns_can_be_summarised_by_the_model(
+    tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    steps = _long_outputs(12)
+    summaries: list[str] = []
+
+    def answer(request: Any) -> FakeReply:
+        messages = request.body["messages"]
+        if messages[0]["content"].startswith("You keep the notes"):
+            summaries.append(messages[1]["content"])
+            return FakeReply(text=f"SUMMARY {len(summaries)}: the loader was fixed.")
+        return steps.pop(0) if steps else SUBMIT
+
+    fake_llm.handler = answer
+    model = model_for("chat", fake_llm)
+    config = _basic(context_window=4_096, answer_tokens=512, context_summary=True)
+
+    async def body(rig: Rig) -> list[Any]:
+        await BasicAgent(config, PROMPTS, model).run(rig.ctx)
+        return rig.events()
+
+    events = run(with_context(tmp_path, body, model=model))
+    labels = [e.label for e in events if type(e).__name__ == "ModelCallEvent"]
+    assert labels.count("context_summary") == len(summaries) >= 1
+    assert "step 0" in summaries[0]  # the summary request shows the dropped turns
+    last = fake_llm.requests[-1].body["messages"]
+    assert f"SUMMARY {len(summaries)}: the loader was fixed." in last[1]["content"]
+    assert "SUMMARY 1:" not in last[1]["content"]  # each summary covers the earlier ones
+    assert "SUMMARY 1:" in summaries[1]
+    assert REMOVED_MARK in last[1]["content"]
