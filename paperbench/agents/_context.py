@@ -174,12 +174,15 @@ class ContextFitter:
         opening, turns = split_turns(messages)
         droppable = len(turns) - 1  # the newest turn always stays
         at_least = max(1, math.ceil(self.drop_fraction * len(turns))) if droppable > 0 else 0
+        sizes = [sum(self._message_tokens(m) for m in turn) for turn in turns]
+        rest = sum(sizes)
         dropped = 0
         used = self.count(messages, defs)
         while dropped < droppable and (dropped < at_least or used > target):
+            rest -= sizes[dropped]
             dropped += 1
-            kept = [m for turn in turns[dropped:] for m in turn]
-            used = self.count(self._with_note(opening, dropped) + kept, defs)
+            head = self.count(self._with_note(opening, dropped), defs)
+            used = head + math.ceil(rest * self.correction)
         if dropped == 0:
             return used
         fitted.dropped = [m for turn in turns[:dropped] for m in turn]

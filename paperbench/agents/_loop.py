@@ -3,12 +3,17 @@ the time left after each step) and ``dummy`` (a trivial submission, no model).
 
 One step is one model call and the tool calls of its answer. Before each step the limits are
 checked; every message sent or received is a MessageEvent, every call a ModelCallEvent, every
-tool run a ToolEvent. When the conversation nears ``context_window`` the OLDEST tool outputs
-are shortened first (never removed: every tool call keeps its result, as both APIs require;
-the newest output is never touched) and a NoteEvent says what was cut. On resume the
-conversation is rebuilt from the MessageEvents of ``ctx.history`` (no answer there is paid
-for again), tool calls left without a result get one saying so, and the restart notice is
-added.
+tool run a ToolEvent. Before each call the conversation is fitted to the model's window
+(:mod:`paperbench.agents._context`: old tool outputs shortened, then the oldest turns
+dropped, optionally summarised), each cut a ``context_trimmed`` note; a context-length refusal
+from the provider refits with more dropped instead of ending the run. Answers with no text
+and no tool call end the run after ``max_empty_answers`` in a row; tool calls of an answer cut
+off at the output limit are not run (the model is told, and the limit raised). A lost sandbox
+(:class:`~paperbench.errors.SandboxLostError`) and a provider outage past the retry budget
+(:class:`~paperbench.errors.ModelUnavailableError`) propagate: the rollout restarts or pauses
+the run, and no model call is made after either. On resume the conversation is rebuilt from
+the MessageEvents of ``ctx.history`` (no answer there is paid for again), tool calls left
+without a result get one saying so, and the restart notice is added.
 """
 
 from __future__ import annotations
@@ -75,20 +80,27 @@ class ToolLoopAgent(Agent):
         self.model = model
         self.name = config.name or config.type
         self.max_tokens = config.max_tokens
-        self.fitter = ContextFitter(
+        self.fitter = self._new_fitter()
+        self.cache_key: str | None = None
+        self.stop_reason: StopReason = "stop"
+
+    def _new_fitter(self) -> ContextFitter:
+        config = self.config
+        return ContextFitter(
             model=self.model_name,
             window=config.context_window,
             answer_tokens=max(config.answer_tokens, config.max_tokens or 0),
             drop_fraction=config.drop_fraction,
         )
-        self.cache_key: str | None = None
-        self.stop_reason: StopReason = "stop"
 
     @property
     def model_name(self) -> str:
         return self.model.name if self.model is not None else "openai/gpt-4o"
 
     async def run(self, ctx: RunContext) -> AgentOutcome:
+        # Each run (a restart in a new sandbox included) fits its rebuilt conversation anew.
+        self.max_tokens = self.config.max_tokens
+        self.fitter = self._new_fitter()
         tools = ToolSet.for_sandbox(self.config.tools, ctx.sandbox, submit=self.submit_tool)
         try:
             return await self._loop(ctx, tools)
