@@ -58,6 +58,11 @@ class _Common(BaseModel):
     """Who runs the agent's commands: ``sandbox``, an unprivileged user who owns the
     submission (the default), or ``root``, the sandbox's own superuser, for agents that
     install system packages (PaperBench's agents are root in their container)."""
+    instructions: str | None = None
+    """The task instructions written to /home/instructions.txt (a file relative to the YAML);
+    None: the catalog's ``prompts/instructions.md``."""
+    instructions_code_dev: str | None = None
+    """The Code-Dev variant of ``instructions``; None: ``prompts/instructions_code_dev.md``."""
 
 
 class ToolSettings(BaseModel):
@@ -79,9 +84,16 @@ class ToolSettings(BaseModel):
     to ``max_timeout_s``)."""
     max_timeout_s: float = Field(default=3600, gt=0)
     output_chars: int = Field(default=16_000, ge=256)
-    """A tool output longer than this is cut in the middle, and the cut is said."""
+    """A tool output longer than this is cut (see ``output_cut``), and the cut is said."""
+    output_cut: Literal["middle", "head"] = "middle"
+    """What a long output keeps: its head and tail (``middle``: the middle is cut) or only
+    its head (``head``, as PaperBench's tools do)."""
     search_max_matches: int = Field(default=200, ge=1)
     fetch_max_chars: int = Field(default=32_000, ge=256)
+    read_default_lines: int = Field(default=200, ge=1)
+    """Lines read_file_chunk shows when the model does not say how many."""
+    read_max_lines: int = Field(default=2000, ge=1)
+    """Most lines one read_file_chunk call may show; asking for more is an error result."""
 
 
 class _LoopCommon(_Common):
@@ -112,6 +124,12 @@ class _LoopCommon(_Common):
     ``prompt_cache_key`` per run on OpenAI."""
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
 
+    reminder_every_steps: int | None = Field(default=None, ge=1)
+    """Every this many steps the model is told the time used and left (prompt ``reminder``,
+    with ``{elapsed}``, ``{time_limit}``, ``{time_left}``), sent before the step's model
+    call; None: never. A step whose answer has no tool call is answered with the prompt
+    ``no_tool_call`` when given."""
+
 
 class BasicConfig(_LoopCommon):
     """A ReAct tool loop until the model calls submit or a limit is reached."""
@@ -131,6 +149,10 @@ class IterativeConfig(_LoopCommon):
             "continue": "prompts/continue.md",
         }
     )
+    continue_in_history: bool = True
+    """True: the ``continue`` message follows each step and stays in the conversation. False
+    (PaperBench's IterativeAgent): it is added to every model request as the last message and
+    never kept, so it does not pile up; ``continue_code_dev`` replaces it for Code-Dev."""
 
 
 class DummyConfig(_Common):
@@ -191,6 +213,8 @@ class LoadedAgent(BaseModel):
     path: Path
     prompts: dict[str, str] = Field(default_factory=dict)
     """Prompt name → text."""
+    instructions: dict[str, str] = Field(default_factory=dict)
+    """The agent's own instructions: ``full`` and/or ``code_dev`` → text (read at load)."""
     identity: AgentIdentity
 
     def for_paper(self, paper_id: str) -> LoadedAgent:
@@ -281,6 +305,7 @@ def load_agent(ref: str | Path) -> LoadedAgent:
         config = config.model_copy(update={"name": path.stem})
     files = _named_files(config)
     prompts: dict[str, str] = {}
+    instructions: dict[str, str] = {}
     contents: dict[str, bytes] = {}
     for key, name in files.items():
         file = path.parent / name
@@ -293,11 +318,15 @@ def load_agent(ref: str | Path) -> LoadedAgent:
                 file=path,
                 path=f"$.{key}",
             ) from exc
-        if key.startswith("prompts."):
+        if key.startswith("prompts.") or key in _INSTRUCTION_KEYS:
             try:
-                prompts[key.removeprefix("prompts.")] = contents[key].decode("utf-8")
+                text = contents[key].decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise ConfigError("not UTF-8 text", file=path, path=f"$.{key}") from exc
+            if key in _INSTRUCTION_KEYS:
+                instructions[_INSTRUCTION_KEYS[key]] = text
+            else:
+                prompts[key.removeprefix("prompts.")] = text
     digest = hashlib.sha256()
     digest.update(json.dumps(config.model_dump(mode="json"), sort_keys=True).encode())
     for key in sorted(contents):
@@ -309,7 +338,13 @@ def load_agent(ref: str | Path) -> LoadedAgent:
         sha256=digest.hexdigest(),
         model=config.model,
     )
-    return LoadedAgent(config=config, path=path, prompts=prompts, identity=identity)
+    return LoadedAgent(
+        config=config, path=path, prompts=prompts, instructions=instructions, identity=identity
+    )
+
+
+_INSTRUCTION_KEYS = {"instructions": "full", "instructions_code_dev": "code_dev"}
+"""Config key → :attr:`LoadedAgent.instructions` key."""
 
 
 def _named_files(config: AnyAgentConfig) -> dict[str, str]:
@@ -317,14 +352,21 @@ def _named_files(config: AnyAgentConfig) -> dict[str, str]:
     prompts: dict[str, str] = getattr(config, "prompts", {})
     for key, name in prompts.items():
         out[f"prompts.{key}"] = name
+    for key in _INSTRUCTION_KEYS:
+        if (name := getattr(config, key)) is not None:
+            out[key] = name
     if isinstance(config, ReplayConfig) and PAPER_PLACEHOLDER not in config.transcript:
         out["transcript"] = config.transcript  # a per-paper one is read by for_paper()
     return out
 
 
-def instructions_text(code_dev: bool = False) -> str:
+def instructions_text(code_dev: bool = False, agent: LoadedAgent | None = None) -> str:
     """The task instructions written to /home/instructions.txt: the full variant or the
-    Code-Dev one (write the code, do not run the experiments)."""
+    Code-Dev one (write the code, do not run the experiments); ``agent``'s own when its
+    config names them, else the catalog's."""
+    own = agent.instructions.get("code_dev" if code_dev else "full") if agent else None
+    if own is not None:
+        return own
     name = "instructions_code_dev.md" if code_dev else "instructions.md"
     return (catalog_dir() / "prompts" / name).read_text(encoding="utf-8")
 

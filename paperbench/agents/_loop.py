@@ -62,6 +62,11 @@ SUMMARY_PROMPT = (
     "or failed and why, results and numbers, open problems. Be factual and brief (at most "
     "400 words); no advice."
 )
+REMINDER = (
+    "Time used: {elapsed} of {time_limit} ({time_left} left). Work until the time is up, and "
+    "commit your work in /home/submission with git regularly."
+)
+"""The periodic reminder when the config names no ``reminder`` prompt."""
 
 
 class ToolLoopAgent(Agent):
@@ -246,9 +251,31 @@ class ToolLoopAgent(Agent):
         self.stop_reason = out.stop_reason
         return out.assistant_message()
 
+    # -- follow-up messages (no_tool_call, continue, reminder) ----------------------------
+
     def follow_up(self, ctx: RunContext, answer: AssistantMessage) -> str | None:
-        """The user message after a step, if any."""
-        return None if answer.tool_calls else NUDGE
+        """The user message after a step, if any: the nudge (prompt ``no_tool_call``) when
+        the answer called no tool, and the periodic reminder (:meth:`reminder`)."""
+        nudge = None if answer.tool_calls else self.prompts.get("no_tool_call", NUDGE)
+        return _join(nudge, self.reminder(ctx))
+
+    def reminder(self, ctx: RunContext) -> str | None:
+        """The time used and left, when the next step is a multiple of
+        ``reminder_every_steps`` (it closes the step before, so the model reads it first)."""
+        every = self.config.reminder_every_steps
+        if every is None or (ctx.limits.steps + 1) % every:
+            return None
+        limit = ctx.limits.limits.wall_time_s
+        remaining = ctx.limits.remaining_s()
+        fills = {
+            "{elapsed}": _clock(ctx.limits.elapsed_s()),
+            "{time_limit}": "no limit" if limit is None else _clock(limit),
+            "{time_left}": "no limit" if remaining is None else _clock(remaining),
+        }
+        text = self.prompts.get("reminder", REMINDER)
+        for placeholder, value in fills.items():
+            text = text.replace(placeholder, value)
+        return text
 
     # -- conversation ---------------------------------------------------------------------
 
@@ -380,10 +407,45 @@ class IterativeAgent(ToolLoopAgent):
     submit_tool = False
 
     def follow_up(self, ctx: RunContext, answer: AssistantMessage) -> str | None:
+        nudge = None if answer.tool_calls else self.prompts.get("no_tool_call")
+        kept = self.continuation(ctx) if self._continue_kept else None
+        return _join(nudge, kept, self.reminder(ctx))
+
+    async def generate(
+        self, ctx: RunContext, messages: Sequence[Message], defs: Sequence[ToolDef]
+    ) -> AssistantMessage | None:
+        """With ``continue_in_history: false`` the continuation is the last message of every
+        request and is never kept in the conversation."""
+        if not self._continue_kept:
+            messages = [*messages, UserMessage(content=self.continuation(ctx))]
+        return await super().generate(ctx, messages, defs)
+
+    @property
+    def _continue_kept(self) -> bool:
+        return not isinstance(self.config, IterativeConfig) or self.config.continue_in_history
+
+    def continuation(self, ctx: RunContext) -> str:
+        """The ``continue`` prompt (``continue_code_dev`` for Code-Dev when given), with the
+        time left."""
         remaining = ctx.limits.remaining_s()
         left = "no time limit" if remaining is None else _duration(remaining)
         template = self.prompts.get("continue", "Keep working. Time left: {time_left}.")
+        if ctx.code_dev:
+            template = self.prompts.get("continue_code_dev", template)
         return template.replace("{time_left}", left)
+
+
+def _join(*parts: str | None) -> str | None:
+    """The follow-up parts that are given, one paragraph each; None when there is none."""
+    given = [part for part in parts if part]
+    return "\n\n".join(given) if given else None
+
+
+def _clock(seconds: float) -> str:
+    """``H:MM:SS``."""
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
 def _duration(seconds: float) -> str:

@@ -143,11 +143,13 @@ def stage_paper(paper: Paper, dest: Path) -> list[str]:
     return names
 
 
-def _default_instructions(code_dev: bool) -> str:
-    """The catalog's instructions (full or Code-Dev), from the agents' config module."""
+def _default_instructions(code_dev: bool, agent: object = None) -> str:
+    """The agent's own instructions (full or Code-Dev) when its config names them, else the
+    catalog's, from the agents' config module."""
     try:
         module = importlib.import_module("paperbench.agents._config")
-        text: str = module.instructions_text(code_dev)
+        loaded = agent if isinstance(agent, module.LoadedAgent) else None
+        text: str = module.instructions_text(code_dev, loaded)
     except (ImportError, AttributeError):
         raise UsageError(
             "no instructions: this installation has no agent catalog; pass instructions="
@@ -289,7 +291,7 @@ async def rollout(
         built = None
         if model_config is None and getattr(cfg, "model", None):
             model_config = ModelConfig(model=cfg.model)
-    text = instructions if instructions is not None else _default_instructions(code_dev)
+    text = instructions if instructions is not None else _default_instructions(code_dev, agent)
     config = RolloutConfig(
         paper_id=paper.id,
         agent=agent_name,

@@ -18,7 +18,7 @@ import contextlib
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -77,16 +77,20 @@ class ToolSet:
                 await task
 
 
-def cap_text(text: str, limit: int) -> str:
-    """``text`` if it fits in ``limit`` characters, else its head and tail with the cut said."""
+def cap_text(text: str, limit: int, keep: Literal["middle", "head"] = "middle") -> str:
+    """``text`` if it fits in ``limit`` characters, else its head and tail (``keep="middle"``:
+    the middle is cut) or its head alone (``keep="head"``), with the cut said."""
     if len(text) <= limit:
         return text
+    if keep == "head":
+        return f"{text[:limit]}\n[... {len(text) - limit} more characters cut ...]"
     half = limit // 2
     cut = len(text) - 2 * half
     return f"{text[:half]}\n[... {cut} characters cut from the middle ...]\n{text[-half:]}"
 
 
 def _defs(settings: ToolSettings) -> dict[str, ToolDef]:
+    cut = "the middle cut" if settings.output_cut == "middle" else "the rest cut"
     timeout = {
         "type": "number",
         "description": f"Seconds before the command is killed (default {settings.timeout_s:g}, "
@@ -98,7 +102,7 @@ def _defs(settings: ToolSettings) -> dict[str, ToolDef]:
             description=(
                 "Run a bash command in the sandbox (a fresh login shell each call: cd and "
                 "exports do not carry over; chain with &&). Output is capped at "
-                f"{settings.output_chars} characters, the middle cut and the cut said. For "
+                f"{settings.output_chars} characters, {cut} and the cut said. For "
                 "long commands (training, downloads) set background to true: the call returns "
                 f"at once with a job number n; the output goes to {JOBS_DIR}/n.log and the exit "
                 f"code to {JOBS_DIR}/n.exit when the job ends. Check on it later with bash, "
@@ -132,13 +136,21 @@ def _defs(settings: ToolSettings) -> dict[str, ToolDef]:
         ),
         "read_file_chunk": ToolDef(
             name="read_file_chunk",
-            description="Show lines of a text file, numbered: n_lines from start_line (1-based).",
+            description=(
+                "Show lines of a text file, numbered: n_lines from start_line (1-based; "
+                f"n_lines default {settings.read_default_lines}, at most "
+                f"{settings.read_max_lines}). Call again to read further."
+            ),
             parameters={
                 "type": "object",
                 "properties": {
                     "path": {"type": "string"},
                     "start_line": {"type": "integer", "minimum": 1},
-                    "n_lines": {"type": "integer", "minimum": 1, "maximum": 2000},
+                    "n_lines": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": settings.read_max_lines,
+                    },
                 },
                 "required": ["path"],
             },
@@ -216,7 +228,7 @@ async def _exec(ctx: RunContext, tools: ToolSet, command: str, timeout: float) -
     text = result.stdout
     if result.stderr:
         text += ("\n" if text and not text.endswith("\n") else "") + result.stderr
-    text = cap_text(text, limit)
+    text = cap_text(text, limit, tools.settings.output_cut)
     if result.timed_out:
         text += f"\n[killed after {timeout:g}s; use background: true for long commands]"
     elif result.exit_code not in (0, None):
@@ -262,9 +274,11 @@ async def _python(ctx: RunContext, call: ToolCall, tools: ToolSet) -> ToolResult
 async def _read_chunk(ctx: RunContext, call: ToolCall, tools: ToolSet) -> ToolResult:
     path = _arg(call, "path", str)
     start = _arg(call, "start_line", int, 1)
-    count = _arg(call, "n_lines", int, 200)
+    count = _arg(call, "n_lines", int, tools.settings.read_default_lines)
     if start < 1 or count < 1:
         raise _BadArguments("start_line and n_lines must be at least 1")
+    if count > tools.settings.read_max_lines:
+        raise _BadArguments(f"n_lines must be at most {tools.settings.read_max_lines}")
     end = start + count - 1
     command = (
         f"test -f {shlex.quote(path)} || {{ echo 'no such file: {path}' >&2; exit 1; }}; "
