@@ -50,10 +50,10 @@ class _Common(BaseModel):
     model: str | None = Field(default=None, pattern=r"^[^/\s]+/\S+$")
     """``provider/model`` the agent calls; None for agents without a model."""
     limits: AgentLimits = Field(default_factory=AgentLimits)
-    model_options: dict[str, Any] = Field(default_factory=dict)
-    """Provider options of the agent's model (``ModelConfig.options``), validated by the
-    provider: e.g. ``{api: responses}`` or ``{api: chat}`` for OpenAI, ``{thinking_budget:
-    8000}`` for Anthropic."""
+    model_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Provider options of the agent's model (``ModelConfig.options``) per provider, used for
+    whichever model the run calls: e.g. ``{openai: {api: responses}, anthropic:
+    {thinking_budget: 25600}}``; validated by the provider at the first call."""
     sandbox_user: Literal["root", "sandbox"] = "sandbox"
     """Who runs the agent's commands: ``sandbox``, an unprivileged user who owns the
     submission (the default), or ``root``, the sandbox's own superuser, for agents that

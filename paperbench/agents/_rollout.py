@@ -314,7 +314,8 @@ async def rollout(
     # agent that makes many calls between two checks of its limits.
     caps = BudgetCaps(run_usd=agent_limits.dollars)
     ledger = JournalLedger.open(out / "costs.jsonl", caps)
-    options = getattr(getattr(agent, "config", None), "model_options", None)
+    by_provider = getattr(getattr(agent, "config", None), "model_options", None) or {}
+    options = by_provider.get(model_config.provider) if model_config is not None else None
     if model_config is not None and options and not model_config.options:
         model_config = model_config.model_copy(update={"options": dict(options)})
     model = Model(model_config, ledger=ledger, stage="rollout") if model_config else None
