@@ -39,13 +39,16 @@ def _reproduce_runs(run_dir: Path) -> list[ToolEvent]:
 
 
 def _logic(deps: dict[str, list[str]], tasks: list[str]) -> dict[str, Any]:
-    analysis = [{**item, "depends_on": deps[item["file"]]} for item in LOGIC["logic_analysis"]]
+    items: list[dict[str, Any]] = json.loads(json.dumps(LOGIC["logic_analysis"]))
+    analysis = [{**item, "depends_on": deps[item["file"]]} for item in items]
     return {**LOGIC, "logic_analysis": analysis, "task_list": tasks}
 
 
 # -- reasoning effort and answer limit ----------------------------------------------------
 
-WIRE = {
+WireCase = tuple[str, dict[str, Any], str, dict[str, Any], tuple[str, ...]]
+"""Model, its options, the protocol, fields every request carries, fields none carries."""
+WIRE: dict[str, WireCase] = {
     # OpenAI's endpoint (declared official), a reasoning model: Chat Completions takes
     # max_completion_tokens, never max_tokens
     "o3-mini chat": (
