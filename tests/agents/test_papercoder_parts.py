@@ -265,7 +265,6 @@ def test_the_catalog_config_has_papercoders_defaults_and_the_reproductions_limit
     # a repair round runs reproduce.sh as the reproduction stage would by default
     reproduction = ReproduceConfig()
     assert config.repair_timeout_s == reproduction.timeout_s
-    assert config.sandbox_user == reproduction.user
     defaults = PapercoderConfig()
     assert defaults.repair_timeout_s == reproduction.timeout_s
     assert defaults.repair_log_bytes == reproduction.log_limit_bytes
