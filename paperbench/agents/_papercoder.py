@@ -413,8 +413,9 @@ class _Pipeline:
                 repair_timeout_s=self.config.repair_timeout_s,
             )
         # as the reproduction runs it: stdout and stderr interleaved, its log limit
+        command = "bash reproduce.sh 2>&1"
         result = await self.ctx.sandbox.exec(
-            "bash reproduce.sh 2>&1",
+            command,
             timeout=timeout,
             workdir=SUBMISSION_DIR,
             output_limit=self.config.repair_log_bytes,
@@ -427,7 +428,11 @@ class _Pipeline:
                 step=self.ctx.limits.steps,
                 tool_call_id=f"papercoder-reproduce-{attempt}",
                 name="reproduce",
-                arguments={"command": "bash reproduce.sh", "timeout_s": timeout},
+                arguments={
+                    "command": command,
+                    "timeout_s": timeout,
+                    "output_limit": self.config.repair_log_bytes,
+                },
                 output=tail,
                 exit_code=result.exit_code,
                 timed_out=result.timed_out,

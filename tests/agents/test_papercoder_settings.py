@@ -249,6 +249,8 @@ def test_a_repair_run_gets_the_configured_timeout(
     assert run.outcome.status == "submitted", run.outcome
     runs = _reproduce_runs(run.run_dir)
     assert [e.arguments["timeout_s"] for e in runs] == [2, 2]
+    assert runs[0].arguments["command"] == "bash reproduce.sh 2>&1"
+    assert runs[0].arguments["output_limit"] == config.repair_log_bytes
     assert [e.timed_out for e in runs] == [True, False]
     assert runs[1].exit_code == 0
     assert "timed out after 2s" in script.prompts[script.kinds.index("repair")]
