@@ -175,9 +175,22 @@ class PapercoderConfig(_Common):
     type: Literal["papercoder"] = "papercoder"
     plan_retries: int = Field(default=2, ge=0)
     """Times an unusable planning (or coding) answer is re-asked before the run fails."""
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    """Reasoning effort of every model call (None: the model's own setting). PaperCoder asks
+    o3-mini for ``high`` in every stage; a model without reasoning refuses any value."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Answer limit of every model call in tokens (None: the provider's default, as
+    PaperCoder sends none). The model layer sends it under the provider's own name
+    (``max_completion_tokens`` or ``max_output_tokens`` for OpenAI's reasoning models)."""
     repair_rounds: int = Field(default=0, ge=0)
-    repair_timeout_s: float = Field(default=1800, gt=0)
-    """Timeout of one ``bash reproduce.sh`` run in a repair round."""
+    repair_timeout_s: float = Field(default=12 * 3600, gt=0)
+    """Timeout of one ``bash reproduce.sh`` run in a repair round: by default the
+    reproduction stage's (``ReproduceConfig.timeout_s``), so that a repair round does not call
+    a run that the reproduction would let finish a failure. Cut to the agent's time left
+    (said in a note)."""
+    repair_log_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    """Output of a repair run kept (stdout and stderr interleaved, head and tail), as the
+    reproduction keeps its log (``ReproduceConfig.log_limit_bytes``)."""
     max_files: int = Field(default=30, ge=1)
     prompts: dict[str, str] = Field(default_factory=dict)
     """Prompt name → file, relative to the YAML's folder."""

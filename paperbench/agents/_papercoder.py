@@ -5,14 +5,20 @@
    ordered task list with each file's dependencies, as JSON); config.yaml. An answer that
    cannot be used is sent back with the reason, at most ``plan_retries`` times; then the run
    ends with status ``error`` and that reason.
+   A dependency on a file the design does not name is dropped and the task list sorted
+   topologically, a dependency cycle broken deterministically (:func:`order_tasks`); each
+   change is a note in the transcript, never a failed run.
 2. Analysis of each file, with the planning conversation as context.
-3. Coding of each file in the task list's order (every file after its dependencies), with the
+3. Coding of each file in that order (every file after its dependencies), with the
    files written so far as context (its dependencies first, within a token budget; what was
    left out is said in the prompt and noted in the transcript); then reproduce.sh.
-4. Optionally ``repair_rounds`` rounds: run ``bash reproduce.sh`` in the sandbox, send the
+4. Optionally ``repair_rounds`` rounds: run ``bash reproduce.sh`` in the sandbox as the
+   reproduction would (its timeout, ``repair_timeout_s``, and its log limit), send the
    end of its output back, apply the search/replace edits the model answers with. An edit
    whose search text is not in the file is reported back in the next round, never skipped
    silently.
+
+Every model call carries the config's ``reasoning_effort`` and ``max_tokens``.
 
 Files go into /home/submission with a git commit after each phase. Every intermediate result
 and every raw answer is saved under ``<run>/papercoder/`` (see :class:`Artifacts`) and noted
@@ -49,6 +55,7 @@ from paperbench.agents._papercoder_parts import (
     check_path,
     files_context,
     load_prompts,
+    order_tasks,
     parse_code_answer,
     parse_config_answer,
     parse_json_answer,
@@ -148,7 +155,12 @@ class _Pipeline:
         limits.steps += 1
         transcript = self.ctx.transcript
         transcript.append(MessageEvent(step=limits.steps, message=messages[-1]))
-        out = await self.model.generate(messages, label="agent_step")
+        out = await self.model.generate(
+            messages,
+            label="agent_step",
+            max_tokens=self.config.max_tokens,
+            reasoning_effort=self.config.reasoning_effort,
+        )
         transcript.append(MessageEvent(step=limits.steps, message=out.assistant_message()))
         transcript.append(ModelCallEvent.of(out, step=limits.steps, label=f"papercoder_{label}"))
         self.saved(self.art.next_answer_name(label), out.text)
@@ -166,7 +178,7 @@ class _Pipeline:
             out = await self.call(conversation, label)
             try:
                 if not out.complete:
-                    raise AnswerError(f"the answer is incomplete (stop reason {out.stop_reason})")
+                    raise AnswerError(_incomplete(out, self.config.max_tokens))
                 return parse(out.text), out.text
             except AnswerError as exc:
                 error = str(exc)
@@ -314,6 +326,11 @@ class _Pipeline:
         else:
             logic = self.saved_answer("logic.answer.md", logic_text, read_logic)
         conversation.append(AssistantMessage(content=logic_text))
+        logic, changes = order_tasks(logic)
+        for change in changes:
+            self.note(change.kind, change.text, **change.data)
+        if changes:
+            self.saved("logic.ordered.json", logic.model_dump_json(indent=2))
 
         conversation.append(UserMessage(content=self.render("config"), cache=True))
         config_text = self.art.read("config.answer.md")
@@ -386,10 +403,22 @@ class _Pipeline:
         self.ctx.limits.check()
         timeout = self.config.repair_timeout_s
         remaining = self.ctx.limits.remaining_s()
-        if remaining is not None:
-            timeout = max(1.0, min(timeout, remaining))
+        if remaining is not None and remaining < timeout:
+            timeout = max(1.0, remaining)
+            self.note(
+                "repair_timeout_cut",
+                f"reproduce.sh gets {timeout:.0f}s, the agent's time left, instead of the "
+                f"{self.config.repair_timeout_s:g}s the reproduction would give it",
+                timeout_s=timeout,
+                repair_timeout_s=self.config.repair_timeout_s,
+            )
+        # as the reproduction runs it: stdout and stderr interleaved, its log limit
+        command = "bash reproduce.sh 2>&1"
         result = await self.ctx.sandbox.exec(
-            "bash reproduce.sh", timeout=timeout, workdir=SUBMISSION_DIR
+            command,
+            timeout=timeout,
+            workdir=SUBMISSION_DIR,
+            output_limit=self.config.repair_log_bytes,
         )
         output = result.stdout + ("\n" if result.stdout and result.stderr else "") + result.stderr
         tail = output[-ERROR_TAIL_CHARS:]
@@ -399,7 +428,11 @@ class _Pipeline:
                 step=self.ctx.limits.steps,
                 tool_call_id=f"papercoder-reproduce-{attempt}",
                 name="reproduce",
-                arguments={"command": "bash reproduce.sh", "timeout_s": timeout},
+                arguments={
+                    "command": command,
+                    "timeout_s": timeout,
+                    "output_limit": self.config.repair_log_bytes,
+                },
                 output=tail,
                 exit_code=result.exit_code,
                 timed_out=result.timed_out,
@@ -517,6 +550,15 @@ class _RepairRecord(BaseModel):
     answer: RepairAnswer | None = None
     applied: list[str] = Field(default_factory=list)
     unapplied: list[str] = Field(default_factory=list)
+
+
+def _incomplete(out: ModelOutput, max_tokens: int | None) -> str:
+    if out.stop_reason == "max_tokens" and max_tokens is not None:
+        return (
+            f"the answer was cut off at the answer limit of {max_tokens} tokens (max_tokens in "
+            "the agent config); answer more briefly"
+        )
+    return f"the answer is incomplete (stop reason {out.stop_reason})"
 
 
 def _nonempty(text: str) -> str:

@@ -16,7 +16,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -228,8 +228,9 @@ def check_architecture(design: ArchitectureDesign, max_files: int) -> None:
 
 
 def check_logic(logic: LogicDesign, design: ArchitectureDesign) -> None:
-    """Raise :class:`AnswerError` unless the task list orders exactly the design's files with
-    every file after the files it depends on."""
+    """Raise :class:`AnswerError` unless the task list holds exactly the design's files, each
+    once. Its order and the dependencies are not checked here: :func:`order_tasks` mends
+    them."""
     known = set(design.files)
     tasks = logic.task_list
     if len(set(tasks)) != len(tasks):
@@ -238,19 +239,120 @@ def check_logic(logic: LogicDesign, design: ArchitectureDesign) -> None:
         raise AnswerError(f"$.task_list: {unknown[0]} is not a file of the architecture design")
     if missing := [f for f in design.files if f not in set(tasks)]:
         raise AnswerError(f"$.task_list: {missing[0]} of the architecture design is missing")
+
+
+WRITTEN_BEFORE_CODING = ("config.yaml",)
+"""Files a coded file may depend on besides the task list's: written before coding starts."""
+
+
+class PlanNote(BaseModel):
+    """Something :func:`order_tasks` changed in the logic design, for the transcript."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["logic_dropped", "dependency_dropped", "dependency_cycle", "task_order"]
+    text: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+def order_tasks(logic: LogicDesign) -> tuple[LogicDesign, list[PlanNote]]:
+    """The logic design as it is coded, and a note for each change made to it.
+
+    A dependency on a file the task list does not hold (or on the file itself) is dropped, as
+    is a logic analysis of such a file. The task list is then sorted topologically, keeping
+    its own order wherever the dependencies allow (the earliest ready file comes next). A
+    dependency cycle is broken deterministically: of the cycle reached by following, from the
+    earliest file left, each file's earliest dependency left, the file earliest in the task
+    list loses its dependency on the next file of the cycle."""
+    tasks = list(logic.task_list)
     position = {f: i for i, f in enumerate(tasks)}
+    notes: list[PlanNote] = []
+    items: dict[str, FileLogic] = {}
+    deps: dict[str, list[str]] = {f: [] for f in tasks}
     for item in logic.logic_analysis:
-        if item.file not in position:
-            raise AnswerError(f"$.logic_analysis: {item.file} is not in the task list")
+        if item.file not in position or item.file in items:
+            why = "is not in the task list" if item.file not in position else "is given twice"
+            notes.append(
+                PlanNote(
+                    kind="logic_dropped",
+                    text=f"the logic analysis of {item.file} is left out: it {why}",
+                    data={"file": item.file},
+                )
+            )
+            continue
+        kept: list[str] = []
         for dep in item.depends_on:
-            if dep not in position:
-                raise AnswerError(
-                    f"$.logic_analysis: {item.file} depends on {dep}, not in the task list"
+            if dep in kept:
+                continue
+            why = ""
+            if dep == item.file:
+                why = "a file cannot depend on itself"
+            elif dep not in position and dep not in WRITTEN_BEFORE_CODING:
+                why = "it is not a file of the design's task list"
+            if why:
+                notes.append(
+                    PlanNote(
+                        kind="dependency_dropped",
+                        text=f"{item.file}: the dependency on {dep} is dropped: {why}",
+                        data={"file": item.file, "dependency": dep, "reason": why},
+                    )
                 )
-            if position[dep] >= position[item.file]:
-                raise AnswerError(
-                    f"$.task_list: {item.file} comes before {dep}, which it depends on"
-                )
+                continue
+            kept.append(dep)
+        items[item.file] = item.model_copy(update={"depends_on": kept})
+        deps[item.file] = [d for d in kept if d in position]
+    order: list[str] = []
+    placed: set[str] = set()
+    while len(order) < len(tasks):
+        ready = next(
+            (f for f in tasks if f not in placed and all(d in placed for d in deps[f])), None
+        )
+        if ready is not None:
+            order.append(ready)
+            placed.add(ready)
+            continue
+        cycle = _a_cycle(tasks, deps, placed, position)
+        first = min(cycle, key=position.__getitem__)
+        cut = cycle[(cycle.index(first) + 1) % len(cycle)]
+        deps[first].remove(cut)
+        items[first] = items[first].model_copy(
+            update={"depends_on": [d for d in items[first].depends_on if d != cut]}
+        )
+        shown = " → ".join([*cycle, cycle[0]])
+        notes.append(
+            PlanNote(
+                kind="dependency_cycle",
+                text=f"the dependencies {shown} form a cycle: the dependency of {first} on "
+                f"{cut} is dropped ({first} comes first in the task list)",
+                data={"cycle": cycle, "file": first, "dependency": cut},
+            )
+        )
+    if order != tasks:
+        notes.append(
+            PlanNote(
+                kind="task_order",
+                text="the task list does not put every file after its dependencies; coding "
+                "order: " + ", ".join(order),
+                data={"task_list": tasks, "order": order},
+            )
+        )
+    ordered = logic.model_copy(
+        update={"logic_analysis": [items[f] for f in order if f in items], "task_list": order}
+    )
+    return ordered, notes
+
+
+def _a_cycle(
+    tasks: list[str], deps: dict[str, list[str]], placed: set[str], position: dict[str, int]
+) -> list[str]:
+    """A dependency cycle among the files not placed yet (each of which has a dependency not
+    placed), each file depending on the next and the last on the first."""
+    path = [next(f for f in tasks if f not in placed)]
+    while True:
+        nxt = min((d for d in deps[path[-1]] if d not in placed), key=position.__getitem__)
+        if nxt in path:
+            return path[path.index(nxt) :]
+        path.append(nxt)
 
 
 def files_context(

@@ -70,8 +70,15 @@ def _text(content: Any) -> str:
     return "".join(part.get("text", "") for part in content if isinstance(part, dict))
 
 
+def _messages(request: RecordedRequest) -> list[dict[str, Any]]:
+    """The request's messages: Chat Completions and Messages ``messages``, Responses
+    ``input`` (its items with a role)."""
+    items = request.body.get("messages") or request.body.get("input") or []
+    return [m for m in items if isinstance(m, dict) and "role" in m]
+
+
 def _last_user(request: RecordedRequest) -> str:
-    users = [m for m in request.body["messages"] if m.get("role") == "user"]
+    users = [m for m in _messages(request) if m.get("role") == "user"]
     return _text(users[-1]["content"])
 
 
@@ -84,6 +91,9 @@ class ScriptedModel:
     """Answers each pipeline prompt by what it asks for; tests override single answers."""
 
     main: str = MAIN_FIXED
+    logic: dict[str, Any] = field(default_factory=lambda: LOGIC)
+    """The logic design answered in step 3."""
+    reproduce: str = REPRODUCE
     architecture: list[str] = field(default_factory=list)
     """Answers to the architecture step, in order (then the valid design)."""
     repairs: list[dict[str, Any]] = field(default_factory=list)
@@ -99,12 +109,12 @@ class ScriptedModel:
         kind, reply = self._answer(request, last)
         self.kinds.append(kind)
         self.prompts.append(last)
-        self.conversations.append("\n".join(_text(m["content"]) for m in request.body["messages"]))
+        self.conversations.append("\n".join(_text(m["content"]) for m in _messages(request)))
         return FakeReply(text=reply)
 
     def _answer(self, request: RecordedRequest, last: str) -> tuple[str, str]:
         if last.startswith("Your answer could not be used"):
-            first = _text(request.body["messages"][-3]["content"])
+            first = _text(_messages(request)[-3]["content"])
             if "Step 2 of 4" in first:
                 return self._architecture("architecture-reask")
             raise AssertionError(f"unexpected re-ask: {last}")
@@ -113,13 +123,13 @@ class ScriptedModel:
         if "Step 2 of 4" in last:
             return self._architecture("architecture")
         if "Step 3 of 4" in last:
-            return "logic", json.dumps(LOGIC)
+            return "logic", json.dumps(self.logic)
         if "Step 4 of 4" in last:
             return "config", _code("seed: 0\nlr: 0.1\n", "yaml")
         if match := re.search(r"# Detailed analysis of `([^`]+)`", last):
             return f"analysis {match.group(1)}", f"Analysis of {match.group(1)}."
         if "# Write `reproduce.sh`" in last:
-            return "reproduce.sh", _code(REPRODUCE, "bash")
+            return "reproduce.sh", _code(self.reproduce, "bash")
         if match := re.search(r"# Write `([^`]+)`", last):
             name = match.group(1)
             code = {"utils.py": UTILS, "model.py": MODEL, "main.py": self.main}[name]
@@ -179,6 +189,8 @@ def run_agent(
     paper: str | None = "# Adding one\n\nWe add one.\n",
     addendum: str | None = None,
     provider: str = "openai",
+    model_name: str | None = None,
+    options: dict[str, Any] | None = None,
     image: str = "host",
 ) -> Run:
     """Start a sandbox with the paper and an empty git repository, run the agent, read back
@@ -190,7 +202,8 @@ def run_agent(
         sb = await backend.start(spec)
         model = Model(
             ModelConfig(
-                model=PROVIDERS[provider],
+                model=model_name or PROVIDERS[provider],
+                options=options or {},
                 base_url=server.anthropic_url if provider == "anthropic" else server.openai_url,
                 api_key=SecretStr("sk-test"),
                 timeout_s=10,

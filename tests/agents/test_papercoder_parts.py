@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paperbench.agents._config import PapercoderConfig
+from paperbench.agents._config import PapercoderConfig, load_agent
 from paperbench.agents._papercoder_parts import (
     PROMPT_NAMES,
     AnswerError,
@@ -23,11 +23,13 @@ from paperbench.agents._papercoder_parts import (
     check_path,
     files_context,
     load_prompts,
+    order_tasks,
     parse_code_answer,
     parse_config_answer,
     parse_json_answer,
 )
 from paperbench.errors import ConfigError
+from paperbench.reproduce import ReproduceConfig
 
 DESIGN = ArchitectureDesign(
     implementation_approach="x",
@@ -72,14 +74,107 @@ def test_code_answers_need_a_fenced_block_and_config_a_yaml_mapping() -> None:
         parse_config_answer("```yaml\n- 1\n- 2\n```")
 
 
-def test_the_task_list_must_put_every_file_after_its_dependencies() -> None:
+def test_the_task_list_must_hold_each_file_of_the_design_once() -> None:
     check_logic(_logic(["a.py", "b.py"], ["a.py"]), DESIGN)
-    with pytest.raises(AnswerError, match=r"b.py comes before a.py, which it depends on"):
-        check_logic(_logic(["b.py", "a.py"], ["a.py"]), DESIGN)
+    check_logic(_logic(["b.py", "a.py"], ["a.py", "c.py"]), DESIGN)  # order_tasks mends these
     with pytest.raises(AnswerError, match=r"a.py of the architecture design is missing"):
         check_logic(_logic(["b.py"], []), DESIGN)
-    with pytest.raises(AnswerError, match=r"c.py, not in the task list"):
-        check_logic(_logic(["a.py", "b.py"], ["c.py"]), DESIGN)
+    with pytest.raises(AnswerError, match=r"c.py is not a file of the architecture design"):
+        check_logic(_logic(["a.py", "b.py", "c.py"], []), DESIGN)
+    with pytest.raises(AnswerError, match=r"a file is listed twice"):
+        check_logic(_logic(["a.py", "b.py", "a.py"], []), DESIGN)
+
+
+def _design(tasks: list[str], deps: dict[str, list[str]]) -> LogicDesign:
+    return LogicDesign.model_validate(
+        {
+            "logic_analysis": [
+                {"file": f, "description": f, "depends_on": deps.get(f, [])} for f in tasks
+            ],
+            "task_list": tasks,
+        }
+    )
+
+
+def test_a_task_list_in_dependency_order_is_kept_as_it_is() -> None:
+    logic = _design(["a.py", "b.py", "c.py"], {"b.py": ["a.py", "config.yaml"], "c.py": ["a.py"]})
+    ordered, notes = order_tasks(logic)
+    assert notes == []
+    assert ordered == logic  # config.yaml is written before coding: a known dependency
+
+
+def test_unknown_dependencies_are_dropped_with_a_note_and_the_order_is_topological() -> None:
+    logic = _design(
+        ["main.py", "model.py", "utils.py", "data.py"],
+        {
+            "main.py": ["model.py", "src/model.py", "data.py"],
+            "model.py": ["utils.py", "model.py", "torch"],
+            "data.py": [],
+        },
+    )
+    ordered, notes = order_tasks(logic)
+    # the earliest ready file comes next: the task list's own order wherever it can be kept
+    assert ordered.task_list == ["utils.py", "model.py", "data.py", "main.py"]
+    assert ordered.logic_of("main.py").depends_on == ["model.py", "data.py"]
+    assert ordered.logic_of("model.py").depends_on == ["utils.py"]
+    dropped = [
+        (n.data["file"], n.data["dependency"]) for n in notes if n.kind == "dependency_dropped"
+    ]
+    assert dropped == [("main.py", "src/model.py"), ("model.py", "model.py"), ("model.py", "torch")]
+    assert "it is not a file of the design's task list" in notes[0].text
+    assert "a file cannot depend on itself" in notes[1].text
+    assert notes[-1].kind == "task_order"
+    assert notes[-1].data["order"] == ordered.task_list
+    for position, file in enumerate(ordered.task_list):
+        assert set(ordered.logic_of(file).depends_on) <= set(ordered.task_list[:position])
+
+
+def test_a_dependency_cycle_is_broken_at_the_file_first_in_the_task_list() -> None:
+    # b -> c -> d -> b is a cycle; a depends on it; b comes first of the cycle
+    deps = {"a.py": ["b.py"], "b.py": ["c.py"], "c.py": ["d.py"], "d.py": ["b.py"]}
+    logic = _design(["a.py", "b.py", "c.py", "d.py"], deps)
+    ordered, notes = order_tasks(logic)
+    cycles = [n for n in notes if n.kind == "dependency_cycle"]
+    assert len(cycles) == 1
+    assert cycles[0].data == {
+        "cycle": ["b.py", "c.py", "d.py"],
+        "file": "b.py",
+        "dependency": "c.py",
+    }
+    assert "b.py → c.py → d.py → b.py form a cycle" in cycles[0].text
+    assert ordered.task_list == ["b.py", "a.py", "d.py", "c.py"]
+    assert ordered.logic_of("b.py").depends_on == []
+    # deterministic: the same answer gives the same order and notes
+    assert order_tasks(logic) == (ordered, notes)
+
+
+def test_every_cycle_is_broken_and_logic_of_unknown_files_is_left_out() -> None:
+    logic = LogicDesign.model_validate(
+        {
+            "logic_analysis": [
+                {"file": "x.py", "description": "x", "depends_on": ["y.py"]},
+                {"file": "y.py", "description": "y", "depends_on": ["x.py"]},
+                {"file": "p.py", "description": "p", "depends_on": ["q.py"]},
+                {"file": "q.py", "description": "q", "depends_on": ["p.py"]},
+                {"file": "ghost.py", "description": "g", "depends_on": []},
+                {"file": "x.py", "description": "again", "depends_on": []},
+            ],
+            "task_list": ["q.py", "x.py", "y.py", "p.py"],
+        }
+    )
+    ordered, notes = order_tasks(logic)
+    assert [n.kind for n in notes] == [
+        "logic_dropped",
+        "logic_dropped",
+        "dependency_cycle",
+        "dependency_cycle",
+        "task_order",
+    ]
+    assert "ghost.py is left out: it is not in the task list" in notes[0].text
+    assert "x.py is left out: it is given twice" in notes[1].text
+    assert [n.data["file"] for n in notes if n.kind == "dependency_cycle"] == ["q.py", "x.py"]
+    assert ordered.task_list == ["q.py", "p.py", "x.py", "y.py"]
+    assert ordered.logic_of("x.py").description == "x"
 
 
 @pytest.mark.parametrize(
@@ -158,3 +253,28 @@ def test_relative_prompt_paths_are_read_from_the_config_folder(tmp_path: Path) -
     prompts = load_prompts(PapercoderConfig(prompts={"plan": "mine.md"}), tmp_path)
     assert prompts["plan"].substitute(paper="P") == "Plan it: P"
     assert "expert" in prompts["system"].template  # the others stay the bundled ones
+
+
+def test_the_catalog_config_has_papercoders_defaults_and_the_reproductions_limits() -> None:
+    loaded = load_agent("papercoder")
+    config = loaded.config
+    assert isinstance(config, PapercoderConfig)
+    # PaperCoder's scripts: o3-mini, reasoning effort high in every stage, no answer limit
+    assert config.model == "openai/o3-mini"
+    assert config.reasoning_effort == "high" and config.max_tokens is None
+    # a repair round runs reproduce.sh as the reproduction stage would by default
+    reproduction = ReproduceConfig()
+    assert config.repair_timeout_s == reproduction.timeout_s
+    defaults = PapercoderConfig()
+    assert defaults.repair_timeout_s == reproduction.timeout_s
+    assert defaults.repair_log_bytes == reproduction.log_limit_bytes
+
+
+def test_a_bad_reasoning_effort_or_answer_limit_is_one_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "pc.yaml"
+    path.write_text("type: papercoder\nmodel: openai/o3-mini\nreasoning_effort: highest\n")
+    with pytest.raises(ConfigError, match=r"\$\.reasoning_effort"):
+        load_agent(path)
+    path.write_text("type: papercoder\nmodel: openai/o3-mini\nmax_tokens: 0\n")
+    with pytest.raises(ConfigError, match=r"\$\.max_tokens"):
+        load_agent(path)
