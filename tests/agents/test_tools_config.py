@@ -118,7 +118,13 @@ def test_every_catalog_config_loads() -> None:
         assert loaded.config.name == name and len(loaded.identity.sha256) == 64
     # root only where the agent installs system packages, as PaperBench's do
     roots = {n for n in names if load_agent(n).config.sandbox_user == "root"}
-    assert roots == {"basic", "iterative", "paperbench-basic", "paperbench-iterative"}
+    assert roots == {
+        "basic",
+        "iterative",
+        "paperbench-basic",
+        "paperbench-iterative",
+        "papercoder",  # its repair rounds run reproduce.sh as the reproduction does
+    }
     assert "reproduce.sh" in instructions_text(False)
     assert "Code-Dev" in instructions_text(True)
 
