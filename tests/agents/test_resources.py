@@ -540,3 +540,31 @@ def test_a_group_image_is_the_reproduction_image_too(tmp_path: Path) -> None:
     (key,) = run_keys(config)
     repro = reproduce_config(RunSpec(group_dir=str(tmp_path), key=key, config=config))
     assert repro.image == "pb-env:1" and repro.limits.disk_mb == 9000 and repro.gpu is None
+
+
+def test_run_cli_flags_reach_the_group_the_rollout_and_the_reproduction(tmp_path: Path) -> None:
+    env_file = _env_file(tmp_path)
+    runs = tmp_path / "runs"
+    args = ["run", "--runs-dir", str(runs), "--group", "g", "--no-report", "--agent", "dummy"]
+    args += ["--judge", "dummy", "--sandbox", "local", "--papers", "calibration-binning"]
+    args += ["--gpus", "1", "--gpu-type", "NVIDIA A10", "--memory", "2048"]
+    args += ["--agent-env", str(env_file)]
+    result = _cli(args)
+    assert result.exit_code == 0, result.output
+    assert "agent dummy: 1 GPU (NVIDIA A10), 2048 MB memory, env HF_TOKEN" in result.output
+    group = json.loads((runs / "g" / "group.json").read_text())
+    said = {k: v for k, v in group["resources"].items() if v not in (None, {})}
+    assert said == {
+        "gpus": 1,
+        "gpu_type": "NVIDIA A10",
+        "memory_mb": 2048,
+        "env_file": str(env_file),
+    }
+    run = runs / "g" / "calibration-binning" / "dummy" / "seed-0"
+    rolled = json.loads((run / "config.json").read_text())["resources"]
+    assert (rolled["gpus"], rolled["memory_mb"]) == (1, 2048)
+    meta = json.loads((run / "reproduction" / "metadata.json").read_text())
+    assert meta["config"]["gpu"]["count"] == 1 and meta["config"]["limits"]["memory_mb"] == 2048
+    assert SECRET.encode() not in _every_byte(runs) and SECRET not in result.output
+    again = _cli(["run", "--runs-dir", str(runs), "--resume", "g", "--gpus", "2"])
+    assert again.exit_code == 2 and "drop --gpus" in again.output
