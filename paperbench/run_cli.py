@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from paperbench._console import console, err_console, warning
-from paperbench.agents._resources import ResolvedResources
+from paperbench.agents._resources import ResolvedResources, refuse_image_without_docker
 from paperbench.agents._rollout_cli import (
     AGENT_ENV_HELP,
     CPUS_HELP,
@@ -382,6 +382,9 @@ def run_command(
         config = plan_group(name, options, {})  # every option checked before any work
         resolved = asyncio.run(resolve_sandbox(options))
         config = config.model_copy(update={"sandbox": resolved})
+        for entry in config.agents:
+            if entry.resources is not None:
+                refuse_image_without_docker(entry.resources.image, resolved["backend"])
         group_dir = runs_dir / name
         open_group(group_dir, config)
         sizes = [(len(config.papers), "paper"), (len(config.agents), "agent")]

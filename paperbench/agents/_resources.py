@@ -159,6 +159,21 @@ class RunResources(ResolvedResources):
         return "\n".join(lines)
 
 
+def refuse_image_without_docker(image: str | None, backend: str) -> None:
+    """An image runs on the Docker backend only: the local backend runs the host's own
+    system, and is never given an image it would not use.
+
+    Raises:
+        UsageError: ``image`` given with a backend other than ``docker``.
+    """
+    if image is not None and backend not in ("docker", "auto"):
+        raise UsageError(
+            f"image {image} (--image or resources.image): only the Docker backend runs an "
+            f"image; the {backend} backend runs the host's own system; use --sandbox docker "
+            "or drop the image"
+        )
+
+
 def read_env_file(path: Path, *, file: Path | None = None, where: str = "") -> dict[str, str]:
     """The variables of dotenv file ``path`` (no interpolation: nothing from the host).
 

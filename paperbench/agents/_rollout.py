@@ -49,7 +49,12 @@ from paperbench.agents._base import (
     RunContext,
     TranscriptWriter,
 )
-from paperbench.agents._resources import AgentResources, RunResources, resolve
+from paperbench.agents._resources import (
+    AgentResources,
+    RunResources,
+    refuse_image_without_docker,
+    resolve,
+)
 from paperbench.agents._rollout_files import (
     DEFAULT_SNAPSHOT_EVERY_S,
     JournalLedger,
@@ -270,7 +275,8 @@ async def rollout(
         UsageError: ``out_dir`` holds another run (without ``resume``) or none (with it).
         ConfigError: resuming with a configuration that differs from config.json, or the
             config's env file is missing or bad.
-        UsageError: the env file of ``resources`` is missing or bad.
+        UsageError: the env file of ``resources`` is missing or bad, or an image is given
+            to a backend other than Docker.
         LfsPointerError: paper.md is a Git LFS pointer, not the paper.
         SandboxUnavailableError: the sandbox backend asked for does not answer.
         SandboxError: the sandbox could not be started or was lost; the run folder is kept
@@ -307,6 +313,7 @@ async def rollout(
     resolved, sandbox_env = resolve(own_resources, resources, config_file=config_file)
     if image is not None:
         resolved = resolved.model_copy(update={"image": image})
+    refuse_image_without_docker(resolved.image, (sandbox or SandboxConfig()).backend)
     config = RolloutConfig(
         paper_id=paper.id,
         agent=agent_name,
@@ -346,6 +353,7 @@ async def rollout(
     run.tracker = tracker
 
     backend = await config.sandbox.build()
+    refuse_image_without_docker(resolved.image, backend.name)  # auto chose another backend
     status = RolloutStatus(
         status="error",
         paper_id=paper.id,

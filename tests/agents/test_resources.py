@@ -568,3 +568,18 @@ def test_run_cli_flags_reach_the_group_the_rollout_and_the_reproduction(tmp_path
     assert SECRET.encode() not in _every_byte(runs) and SECRET not in result.output
     again = _cli(["run", "--runs-dir", str(runs), "--resume", "g", "--gpus", "2"])
     assert again.exit_code == 2 and "drop --gpus" in again.output
+
+
+@pytest.mark.parametrize("command", ["rollout", "run"])
+def test_an_image_without_docker_is_refused_before_any_file(tmp_path: Path, command: str) -> None:
+    """The local backend runs the host's own system: an image would be silently unused."""
+    if command == "rollout":
+        args = ["rollout", "--paper", "calibration-binning", "--agent", "dummy"]
+        args += ["--out", str(tmp_path / "out")]
+    else:
+        args = ["run", "--runs-dir", str(tmp_path / "out"), "--no-report", "--agent", "dummy"]
+        args += ["--judge", "dummy", "--papers", "calibration-binning"]
+    result = _cli([*args, "--sandbox", "local", "--image", "pb-env"])
+    assert result.exit_code == 2, result.output
+    assert "image pb-env" in result.output and "only the Docker backend" in result.output
+    assert not (tmp_path / "out").exists()
