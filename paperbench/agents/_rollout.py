@@ -268,7 +268,7 @@ async def rollout(
     given, wins over both; ``sandbox_limits`` is the base their CPUs, memory and disk are set
     on, e.g. to allow an uncapped disk); the resolved ones are recorded in
     config.json and status.json (the environment's names, never its values) and given to the
-    agent as ``ctx.resources``. The environment's values reach the sandbox only, and are
+    agent as ``ctx.resources``. The env file's values reach the sandbox only, and are
     written as ``[NAME]`` wherever they would appear in the transcript.
 
     Raises:
@@ -372,7 +372,8 @@ async def rollout(
         resources=resolved,
     )
     writer = TranscriptWriter(out / "transcript.jsonl")
-    writer.redact(sandbox_env)
+    said = (resources.over(own_resources) if resources is not None else own_resources).env
+    writer.redact({k: v for k, v in sandbox_env.items() if said.get(k) != v})  # the env file's
     run.writer = writer
     sb: Sandbox | None = None
     cancelled = False

@@ -241,7 +241,7 @@ class EnvAgent(Agent):
 
     async def run(self, ctx: RunContext) -> AgentOutcome:
         self.resources = ctx.resources
-        for name in ("HF_TOKEN", "OWN_OPENAI_KEY", "MY_FLAG"):
+        for name in ("HF_TOKEN", "OWN_OPENAI_KEY", "MY_FLAG", "MY_MODE"):
             result = await ctx.sandbox.exec(f"printenv {name}", timeout=30)
             self.seen[name] = result.stdout.strip()
             ctx.transcript.append(NoteEvent(kind="printenv", text=result.stdout))
@@ -303,10 +303,11 @@ def _every_byte(folder: Path) -> bytes:
 
 
 def _check_env_run(out: Path, scripted: Scripted, env_file: Path) -> None:
-    assert scripted.agent.seen == {"HF_TOKEN": SECRET, "OWN_OPENAI_KEY": OTHER, "MY_FLAG": "1"}
+    seen = {"HF_TOKEN": SECRET, "OWN_OPENAI_KEY": OTHER, "MY_FLAG": "1", "MY_MODE": "offline"}
+    assert scripted.agent.seen == seen
     given = scripted.agent.resources
     assert given is not None and given.hours == 2 and given.gpu_type == "NVIDIA A10"
-    assert given.env_names == ("HF_TOKEN", "MY_FLAG", "OWN_OPENAI_KEY")
+    assert given.env_names == ("HF_TOKEN", "MY_FLAG", "MY_MODE", "OWN_OPENAI_KEY")
     config = RolloutConfig.model_validate_json((out / "config.json").read_text())
     assert config.resources.env_names == given.env_names
     assert config.resources.env_file == str(env_file)
@@ -315,14 +316,16 @@ def _check_env_run(out: Path, scripted: Scripted, env_file: Path) -> None:
     everything = _every_byte(out)
     assert b"done" in everything  # the archives were read
     assert SECRET.encode() not in everything and OTHER.encode() not in everything
-    assert b"[HF_TOKEN]" in (out / "transcript.jsonl").read_bytes()
+    transcript = (out / "transcript.jsonl").read_bytes()
+    assert b"[HF_TOKEN]" in transcript and b"[OWN_OPENAI_KEY]" in transcript
+    assert b'"offline\\n"' in transcript  # a value of the YAML's env is no secret
 
 
 def test_env_file_values_reach_the_sandbox_and_no_run_file(tmp_path: Path) -> None:
     env_file = _env_file(tmp_path / "agent")
     path = _yaml(
         tmp_path / "agent",
-        "  gpu_type: NVIDIA A10\n  env: {MY_FLAG: '1'}\n  env_file: agent.env\n",
+        "  gpu_type: NVIDIA A10\n  env: {MY_FLAG: '1', MY_MODE: offline}\n  env_file: agent.env\n",
     )
     scripted = Scripted(path)
     out = tmp_path / "run"
@@ -337,7 +340,8 @@ def test_env_file_values_reach_a_docker_sandbox_and_no_run_file(
     env_file = _env_file(tmp_path / "agent")
     path = _yaml(
         tmp_path / "agent",
-        "  gpu_type: NVIDIA A10\n  cpus: 1\n  memory_mb: 1024\n  env: {MY_FLAG: '1'}\n"
+        "  gpu_type: NVIDIA A10\n  cpus: 1\n  memory_mb: 1024\n"
+        "  env: {MY_FLAG: '1', MY_MODE: offline}\n"
         "  env_file: agent.env\n",
     )
     scripted = Scripted(path)
