@@ -17,6 +17,7 @@ from paperbench.agents._rollout_cli import (
     AGENT_ENV_HELP,
     CPUS_HELP,
     DISK_HELP,
+    ENV_HELP,
     GPU_TYPE_HELP,
     IMAGE_HELP,
     MEMORY_HELP,
@@ -73,6 +74,7 @@ _CONFIG_FLAGS = frozenset(
         "disk",
         "image",
         "agent_env",
+        "env",
         "budget_usd",
     }
 )
@@ -271,6 +273,7 @@ def run_command(
         int | None, typer.Option(min=16, help=DISK_HELP + " Its reproduction too (else 51200).")
     ] = None,
     image: Annotated[str | None, typer.Option(help=IMAGE_HELP + " Its reproduction too.")] = None,
+    env: Annotated[list[str] | None, typer.Option(metavar="NAME=VALUE", help=ENV_HELP)] = None,
     agent_env: Annotated[
         Path | None, typer.Option("--agent-env", metavar="FILE", help=AGENT_ENV_HELP)
     ] = None,
@@ -352,6 +355,7 @@ def run_command(
             disk=disk,
             image=image,
             agent_env=agent_env,
+            env=env,
         )
         options = RunOptions(
             papers=papers,

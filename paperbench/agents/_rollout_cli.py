@@ -62,6 +62,7 @@ def resources_from_flags(
     disk: int | None,
     image: str | None,
     agent_env: Path | None,
+    env: list[str] | None = None,
 ) -> AgentResources | None:
     """The resource flags (shared by ``rollout`` and ``run``) as overrides of the agent
     configs' ``resources:``; None when no flag was given. The env file is read now, so that a
@@ -79,6 +80,14 @@ def resources_from_flags(
         "image": image,
     }
     fields: dict[str, Any] = {k: v for k, v in said.items() if v is not None}
+    pairs: dict[str, str] = {}
+    for item in env or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--env {item}: expected NAME=value")
+        pairs[name] = value
+    if pairs:
+        fields["env"] = pairs
     if agent_env is not None:
         path = agent_env.expanduser().absolute()
         read_env_file(path, where="--agent-env")
@@ -91,7 +100,8 @@ def resources_from_flags(
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else ""
         flag = {"memory_mb": "memory", "disk_mb": "disk", "env_file": "agent-env"}.get(name, name)
-        raise UsageError(f"--{flag.replace('_', '-')}: {err['msg']}") from None
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise UsageError(f"--{flag.replace('_', '-')}: {message}") from None
 
 
 GPUS_HELP = "GPUs for the agent's sandbox (default: the agent config's resources, else none)."
@@ -100,6 +110,10 @@ CPUS_HELP = "CPUs for the agent's sandbox (default: the agent config's, else no 
 MEMORY_HELP = "Memory limit of the agent's sandbox in MB (default: the agent config's, else 8192)."
 DISK_HELP = "Cap of the agent's writable space in MB (default: the agent config's, else none)."
 IMAGE_HELP = "The agent's sandbox image (default: the agent config's, else paperbench-agent)."
+ENV_HELP = (
+    "NAME=value set in the agent's sandbox (repeat for several; over the agent config's env). "
+    "Recorded with the group: not for keys (use --agent-env)."
+)
 AGENT_ENV_HELP = (
     "A dotenv file of keys for the agent's own use (NAME=value lines), set in its sandbox; "
     "the names are recorded, never the values. Instead of the agent config's env_file."
@@ -233,6 +247,7 @@ def rollout_command(
     memory: Annotated[int | None, typer.Option(min=64, help=MEMORY_HELP)] = None,
     disk: Annotated[int | None, typer.Option(min=16, help=DISK_HELP)] = None,
     image: Annotated[str | None, typer.Option(help=IMAGE_HELP)] = None,
+    env: Annotated[list[str] | None, typer.Option(metavar="NAME=VALUE", help=ENV_HELP)] = None,
     agent_env: Annotated[
         Path | None, typer.Option("--agent-env", metavar="FILE", help=AGENT_ENV_HELP)
     ] = None,
@@ -254,6 +269,7 @@ def rollout_command(
         disk=disk,
         image=image,
         agent_env=agent_env,
+        env=env,
     )
     loaded = load_agent_config(agent)
     limits: AgentLimits = loaded.config.limits

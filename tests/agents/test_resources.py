@@ -459,14 +459,16 @@ def test_rollout_cli_flags_are_recorded_and_shown_by_name(tmp_path: Path) -> Non
             "NVIDIA A10",
             "--agent-env",
             str(env_file),
+            "--env",
+            "MY_MODE=offline",
         ]
     )
     assert result.exit_code == 0, result.output
-    assert "env HF_TOKEN, OWN_OPENAI_KEY" in result.output
+    assert "env HF_TOKEN, MY_MODE, OWN_OPENAI_KEY" in result.output
     assert SECRET not in result.output
     recorded = json.loads((out / "config.json").read_text())["resources"]
     assert recorded["cpus"] == 2 and recorded["memory_mb"] == 2048
-    assert recorded["env_names"] == ["HF_TOKEN", "OWN_OPENAI_KEY"]
+    assert recorded["env_names"] == ["HF_TOKEN", "MY_MODE", "OWN_OPENAI_KEY"]
     assert SECRET.encode() not in _every_byte(out)
 
 
@@ -477,6 +479,8 @@ def test_rollout_cli_flags_are_recorded_and_shown_by_name(tmp_path: Path) -> Non
         ("--cpus", "0", "--cpus"),
         ("--memory", "1", "--memory"),
         ("--agent-env", "/nonexistent/agent.env", "--agent-env /nonexistent/agent.env"),
+        ("--env", "NOEQUALS", "--env NOEQUALS: expected NAME=value"),
+        ("--env", "HTTPS_PROXY=http://x", "--env: HTTPS_PROXY is set by the sandbox"),
     ],
 )
 @pytest.mark.parametrize("command", ["rollout", "run"])
