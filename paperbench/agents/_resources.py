@@ -113,20 +113,10 @@ class ResolvedResources(BaseModel):
     def gpu_request(self) -> GpuRequest | None:
         return GpuRequest(count=self.gpus) if self.gpus else None
 
-    def limits(self, base: SandboxLimits, *, allow_uncapped_disk: bool = False) -> SandboxLimits:
+    def limits(self, base: SandboxLimits) -> SandboxLimits:
         """``base`` with the CPUs, memory and disk said here."""
-        update: dict[str, object] = {
-            k: v
-            for k, v in (
-                ("cpus", self.cpus),
-                ("memory_mb", self.memory_mb),
-                ("disk_mb", self.disk_mb),
-            )
-            if v is not None
-        }
-        if allow_uncapped_disk:
-            update["allow_uncapped_disk"] = True
-        return base.model_copy(update=update)
+        said = {"cpus": self.cpus, "memory_mb": self.memory_mb, "disk_mb": self.disk_mb}
+        return base.model_copy(update={k: v for k, v in said.items() if v is not None})
 
 
 class RunResources(ResolvedResources):
