@@ -238,6 +238,7 @@ class EnvAgent(Agent):
     def __init__(self) -> None:
         self.seen: dict[str, str] = {}
         self.resources: RunResources | None = None
+        self.memory_max = ""
 
     async def run(self, ctx: RunContext) -> AgentOutcome:
         self.resources = ctx.resources
@@ -245,6 +246,10 @@ class EnvAgent(Agent):
             result = await ctx.sandbox.exec(f"printenv {name}", timeout=30)
             self.seen[name] = result.stdout.strip()
             ctx.transcript.append(NoteEvent(kind="printenv", text=result.stdout))
+        cgroup = "/sys/fs/cgroup"  # v2, else v1
+        read = f"cat {cgroup}/memory.max 2>/dev/null || cat {cgroup}/memory/memory.limit_in_bytes"
+        limit = await ctx.sandbox.exec(read, timeout=30)
+        self.memory_max = limit.stdout.strip()
         await ctx.sandbox.exec("echo done > /home/submission/done.txt", timeout=30)
         return AgentOutcome(status="submitted")
 
@@ -357,6 +362,7 @@ def test_env_file_values_reach_a_docker_sandbox_and_no_run_file(
     finally:
         sweep(docker_client)
     assert result.status.sandbox_backend == "docker"
+    assert scripted.agent.memory_max == str(1024 * 1024 * 1024)  # memory_mb reached the engine
     _check_env_run(out, scripted, env_file)
 
 
