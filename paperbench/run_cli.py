@@ -12,7 +12,19 @@ from typing import Annotated, Any, Literal
 import typer
 
 from paperbench._console import console, err_console, warning
-from paperbench.agents._rollout_cli import _log_to_stderr
+from paperbench.agents._resources import ResolvedResources, refuse_image_without_docker
+from paperbench.agents._rollout_cli import (
+    AGENT_ENV_HELP,
+    CPUS_HELP,
+    DISK_HELP,
+    ENV_HELP,
+    GPU_TYPE_HELP,
+    IMAGE_HELP,
+    MEMORY_HELP,
+    _log_to_stderr,
+    resources_from_flags,
+    resources_line,
+)
 from paperbench.errors import UsageError
 from paperbench.report._cli import report_command
 from paperbench.runs._executor import DEFAULT_CONCURRENCY, Executor, LocalExecutor
@@ -56,6 +68,13 @@ _CONFIG_FLAGS = frozenset(
         "reproduce_timeout",
         "snapshot_every",
         "gpus",
+        "gpu_type",
+        "cpus",
+        "memory",
+        "disk",
+        "image",
+        "agent_env",
+        "env",
         "budget_usd",
     }
 )
@@ -211,7 +230,10 @@ def run_command(
     ] = False,
     allow_uncapped_disk: Annotated[
         bool,
-        typer.Option("--allow-uncapped-disk", help="Allow reproductions without a disk cap."),
+        typer.Option(
+            "--allow-uncapped-disk",
+            help="Allow reproductions (and agents given --disk) without a disk cap.",
+        ),
     ] = False,
     agent_model: Annotated[
         str | None, typer.Option(help="Use this provider/model for every agent.")
@@ -234,7 +256,26 @@ def run_command(
     ] = None,
     gpus: Annotated[
         int | None,
-        typer.Option(min=1, help="GPUs given to each reproduction (on Ray: its resource)."),
+        typer.Option(
+            min=0,
+            help="GPUs given to each agent's sandbox and its reproduction (on Ray: the "
+            "reproduction's resource) [default: the agent config's resources, else none].",
+        ),
+    ] = None,
+    gpu_type: Annotated[str | None, typer.Option(help=GPU_TYPE_HELP)] = None,
+    cpus: Annotated[
+        float | None, typer.Option(min=0.01, help=CPUS_HELP + " Its reproduction too.")
+    ] = None,
+    memory: Annotated[
+        int | None, typer.Option(min=64, help=MEMORY_HELP + " Its reproduction too.")
+    ] = None,
+    disk: Annotated[
+        int | None, typer.Option(min=16, help=DISK_HELP + " Its reproduction too (else 51200).")
+    ] = None,
+    image: Annotated[str | None, typer.Option(help=IMAGE_HELP + " Its reproduction too.")] = None,
+    env: Annotated[list[str] | None, typer.Option(metavar="NAME=VALUE", help=ENV_HELP)] = None,
+    agent_env: Annotated[
+        Path | None, typer.Option("--agent-env", metavar="FILE", help=AGENT_ENV_HELP)
     ] = None,
     budget_usd: Annotated[
         float | None,
@@ -306,8 +347,16 @@ def run_command(
         reproduction: dict[str, Any] = {}
         if reproduce_timeout is not None:
             reproduction["timeout_s"] = reproduce_timeout
-        if gpus is not None:
-            reproduction["gpu"] = {"count": gpus}
+        resources = resources_from_flags(
+            gpus=gpus,
+            gpu_type=gpu_type,
+            cpus=cpus,
+            memory=memory,
+            disk=disk,
+            image=image,
+            agent_env=agent_env,
+            env=env,
+        )
         options = RunOptions(
             papers=papers,
             data_dir=data_dir,
@@ -326,6 +375,7 @@ def run_command(
             agent_model=agent_model,
             agent_base_url=agent_base_url,
             agent_limits=limits,
+            resources=resources,
             snapshot_every_s=snapshot_every or 300.0,
             reproduction=reproduction,
             budget_usd=budget_usd,
@@ -336,6 +386,9 @@ def run_command(
         config = plan_group(name, options, {})  # every option checked before any work
         resolved = asyncio.run(resolve_sandbox(options))
         config = config.model_copy(update={"sandbox": resolved})
+        for entry in config.agents:
+            if entry.resources is not None:
+                refuse_image_without_docker(entry.resources.image, resolved["backend"])
         group_dir = runs_dir / name
         open_group(group_dir, config)
         sizes = [(len(config.papers), "paper"), (len(config.agents), "agent")]
@@ -346,6 +399,11 @@ def run_command(
             + f" in {group_dir} (sandbox {config.sandbox['backend']}, judge "
             f"{config.judge.identity.get('name')}, {config.mode})"
         )
+        for entry in config.agents:
+            if entry.resources is not None and entry.resources != ResolvedResources():
+                console.print(
+                    f"agent {entry.name}: {resources_line(entry.resources)}", markup=False
+                )
     _say_what_is_less(config)
     runner = _executor(executor, ray_address, config)
     try:

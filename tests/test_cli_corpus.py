@@ -313,6 +313,21 @@ class _Paths:
         """A group folder whose group.json is not a group."""
         return self.tmp / "broken-group"
 
+    @property
+    def bad_resources(self) -> Path:
+        """An agent config whose ``resources.gpus`` is negative."""
+        return self.tmp / "agents" / "bad-resources.yaml"
+
+    @property
+    def missing_env(self) -> Path:
+        """An agent config whose ``resources.env_file`` is missing."""
+        return self.tmp / "agents" / "missing-env.yaml"
+
+    @property
+    def bad_env(self) -> Path:
+        """An env file with a line that is not NAME=value."""
+        return self.tmp / "agents" / "bad.env"
+
     def group(self, name: str) -> Path:
         """A run group folder: ``broken-json`` (group.json not JSON), ``seeds-0`` (a field
         out of range), ``dotdot-paper`` (a paper that is no folder name), ``broken-outcome``
@@ -345,6 +360,10 @@ class _Paths:
         (self.bad_run / "transcript.jsonl").write_text(
             '{"type": "bogus"}\n{"type": "note", "kind": "x"}\n'
         )
+        self.bad_resources.parent.mkdir()
+        self.bad_resources.write_text("type: dummy\nresources:\n  gpus: -1\n")
+        self.missing_env.write_text("type: dummy\nresources:\n  env_file: missing.env\n")
+        self.bad_env.write_text("KEY=1\nnot a line\n")
         self.not_archive.write_text("not an archive")
         (self.empty / "papers").mkdir(parents=True)
 
@@ -545,6 +564,32 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             "--base-url",
             frozenset({1, 2}),
         ),
+        **{
+            f"rollout {flag} {value}": BadCall([*roll, "--out", out, flag, value], flag)
+            for flag, value in [
+                ("--gpus", "-1"),
+                ("--cpus", "0"),
+                ("--memory", "1"),
+                ("--disk", "x"),
+            ]
+        },
+        "rollout --agent-env missing": BadCall(
+            [*roll, "--out", out, "--agent-env", str(tmp_path / "missing.env")], "--agent-env"
+        ),
+        "rollout --agent-env a bad line": BadCall(
+            [*roll, "--out", out, "--agent-env", str(paths.bad_env)],
+            f"--agent-env {paths.bad_env}: line 2",
+        ),
+        "rollout --agent bad resources": BadCall(
+            [*roll[:3], "--out", out, "--agent", str(paths.bad_resources)],
+            f"{paths.bad_resources}: $.resources.gpus",
+            frozenset({1}),
+        ),
+        "rollout --agent a missing env file": BadCall(
+            [*roll[:3], "--out", out, "--agent", str(paths.missing_env)],
+            f"{paths.missing_env}: $.resources.env_file",
+            frozenset({1}),
+        ),
         "rollout --resume without a run": BadCall(
             [*roll, "--out", out, "--resume"],
             "--out",
@@ -628,6 +673,21 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
         "run --judge missing": BadCall([*run, "--judge", "nosuch"], "--judge", frozenset({1, 2})),
         "run --group with a slash": BadCall([*run, "--group", "a/b"], "--group"),
         "run --agent-time -1": BadCall([*run, "--agent-time", "-1"], "--agent-time"),
+        "run --gpus -1": BadCall([*run, "--gpus", "-1"], "--gpus"),
+        "run --memory 1": BadCall([*run, "--memory", "1"], "--memory"),
+        "run --agent-env missing": BadCall(
+            [*run, "--agent-env", str(tmp_path / "missing.env")], "--agent-env", frozenset({1, 2})
+        ),
+        "run --agent bad resources": BadCall(
+            [*run, "--agent", str(paths.bad_resources)],
+            f"{paths.bad_resources}: $.resources.gpus",
+            frozenset({1}),
+        ),
+        "run --agent a missing env file": BadCall(
+            [*run, "--agent", str(paths.missing_env)],
+            f"{paths.missing_env}: $.resources.env_file",
+            frozenset({1}),
+        ),
         "run --budget-usd nan": BadCall([*run, "--budget-usd", "nan"], "--budget-usd"),
         "run --resume nowhere": BadCall([*run, "--resume", "nowhere"], "--resume nowhere"),
         "run --resume a broken group": BadCall(

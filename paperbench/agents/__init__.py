@@ -39,6 +39,7 @@ from paperbench.agents._monitor import (
 )
 from paperbench.agents._papercoder import PapercoderAgent
 from paperbench.agents._replay import ReplayAgent
+from paperbench.agents._resources import AgentResources, ResolvedResources, RunResources
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import (
     RolloutConfig,
@@ -70,6 +71,7 @@ __all__ = [
     "AgentIdentity",
     "AgentLimits",
     "AgentOutcome",
+    "AgentResources",
     "BasicAgent",
     "BasicConfig",
     "DummyAgent",
@@ -92,10 +94,12 @@ __all__ = [
     "PapercoderConfig",
     "ReplayAgent",
     "ReplayConfig",
+    "ResolvedResources",
     "RolloutConfig",
     "RolloutResult",
     "RolloutStatus",
     "RunContext",
+    "RunResources",
     "SnapshotEvent",
     "StartEvent",
     "ToolEvent",

@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from paperbench.agents._resources import RunResources
 from paperbench.agents._transcript import TranscriptEvent
 from paperbench.errors import InputError
 from paperbench.llm import CostLedger, Model
@@ -107,9 +108,20 @@ class TranscriptWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._file = path.open("a", encoding="utf-8")
+        self._redact: list[tuple[str, str]] = []
+
+    def redact(self, secrets: dict[str, str]) -> None:
+        """Write ``[NAME]`` wherever the value of a variable of ``secrets`` (name → value,
+        e.g. the agent's keys) would appear, e.g. in the output of a command that prints it."""
+        for name, value in secrets.items():
+            if len(value) >= 4:
+                self._redact.append((json.dumps(value, ensure_ascii=False)[1:-1], f"[{name}]"))
+        self._redact.sort(key=lambda pair: -len(pair[0]))
 
     def append(self, event: TranscriptEvent) -> None:
         line = event.model_dump_json() + "\n"
+        for value, mark in self._redact:
+            line = line.replace(value, mark)
         with self._lock:
             self._file.write(line)
             self._file.flush()
@@ -171,6 +183,9 @@ class RunContext:
     """The environment was restarted from the last snapshot: tell the agent."""
     run_dir: Path | None = None
     """The run's folder on the host, for artifacts an agent saves (e.g. PaperCoder's plan)."""
+    resources: RunResources = field(default_factory=RunResources)
+    """GPUs, CPUs, memory, disk, hours and the names of the environment's variables (its
+    keys), e.g. for the instructions' notes (:meth:`RunResources.notes`)."""
 
 
 class AgentOutcome(BaseModel):

@@ -5,7 +5,9 @@ loads any file. The ``type`` key picks the agent (basic, iterative, dummy, repla
 papercoder); unknown keys and bad values are one :class:`~paperbench.errors.ConfigError` line
 naming the file and the key path. Prompt and transcript files are named relative to the
 YAML's folder. :attr:`LoadedAgent.identity` hashes the resolved config and every file it
-names, so two rollouts are comparable only when their identities match.
+names, so two rollouts are comparable only when their identities match; of the
+``resources.env_file`` (keys for the agent's own use) it hashes the variables' names only,
+never their values.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from paperbench._config_io import (
     validation_error_line,
 )
 from paperbench.agents._base import AgentLimits
+from paperbench.agents._resources import AgentResources, resolve
 from paperbench.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -63,6 +66,8 @@ class _Common(BaseModel):
     None: the catalog's ``prompts/instructions.md``."""
     instructions_code_dev: str | None = None
     """The Code-Dev variant of ``instructions``; None: ``prompts/instructions_code_dev.md``."""
+    resources: AgentResources = Field(default_factory=AgentResources)
+    """GPUs, CPUs, memory, disk, image and environment of the agent's sandbox."""
 
 
 class ToolSettings(BaseModel):
@@ -341,10 +346,16 @@ def load_agent(ref: str | Path) -> LoadedAgent:
             else:
                 prompts[key.removeprefix("prompts.")] = text
     digest = hashlib.sha256()
-    digest.update(json.dumps(config.model_dump(mode="json"), sort_keys=True).encode())
+    dumped = config.model_dump(mode="json")
+    if config.resources == AgentResources():
+        del dumped["resources"]  # identities of configs without resources are as they were
+    digest.update(json.dumps(dumped, sort_keys=True).encode())
     for key in sorted(contents):
         digest.update(f"\x00{key}\x00{files[key]}\x00".encode())
         digest.update(contents[key])
+    if config.resources.env_file is not None:  # the names of its variables, never the values
+        resolved, _ = resolve(config.resources, config_file=path)
+        digest.update(f"\x00resources.env_file\x00{','.join(resolved.env_names)}".encode())
     identity = AgentIdentity(
         name=config.name or path.stem,
         type=config.type,

@@ -49,6 +49,13 @@ from paperbench.agents._base import (
     RunContext,
     TranscriptWriter,
 )
+from paperbench.agents._notes import additional_notes
+from paperbench.agents._resources import (
+    AgentResources,
+    RunResources,
+    refuse_image_without_docker,
+    resolve,
+)
 from paperbench.agents._rollout_files import (
     DEFAULT_SNAPSHOT_EVERY_S,
     JournalLedger,
@@ -249,6 +256,7 @@ async def rollout(
     sandbox_limits: SandboxLimits | None = None,
     labels: dict[str, str] | None = None,
     others: Collection[str] = (),
+    resources: AgentResources | None = None,
 ) -> RolloutResult:
     """Run ``agent`` on ``paper`` into ``out_dir``; see the module docstring.
 
@@ -259,9 +267,19 @@ async def rollout(
     it belongs to) and are not part of the configuration a resume compares. ``others`` names
     files another writer keeps in ``out_dir`` (the pipeline's run.json and run.log).
 
+    ``resources`` override the agent config's ``resources:`` field by field (``image``, when
+    given, wins over both; ``sandbox_limits`` is the base their CPUs, memory and disk are set
+    on, e.g. to allow an uncapped disk); the resolved ones are recorded in
+    config.json and status.json (the environment's names, never its values) and given to the
+    agent as ``ctx.resources``. The env file's values reach the sandbox only, and are
+    written as ``[NAME]`` wherever they would appear in the transcript.
+
     Raises:
         UsageError: ``out_dir`` holds another run (without ``resume``) or none (with it).
-        ConfigError: resuming with a configuration that differs from config.json.
+        ConfigError: resuming with a configuration that differs from config.json, or the
+            config's env file is missing or bad.
+        UsageError: the env file of ``resources`` is missing or bad, or an image is given
+            to a backend other than Docker.
         LfsPointerError: paper.md is a Git LFS pointer, not the paper.
         SandboxUnavailableError: the sandbox backend asked for does not answer.
         SandboxError: the sandbox could not be started or was lost; the run folder is kept
@@ -276,6 +294,7 @@ async def rollout(
         return RolloutResult(status=status, out_dir=out, already_finished=True)
 
     sandbox_user: SandboxUserKind = "root"
+    own_resources, config_file = AgentResources(), None
     if isinstance(agent, Agent):
         agent_name, agent_config, built = agent.name, {}, agent
         agent_limits = limits or AgentLimits()
@@ -288,10 +307,23 @@ async def rollout(
             agent_config["identity"] = identity.model_dump(mode="json")
         agent_limits = limits or cfg.limits
         sandbox_user = getattr(cfg, "sandbox_user", "root")
+        own_resources = getattr(cfg, "resources", None) or AgentResources()
+        config_file = getattr(agent, "path", None)
         built = None
         if model_config is None and getattr(cfg, "model", None):
             model_config = ModelConfig(model=cfg.model)
     text = instructions if instructions is not None else _default_instructions(code_dev, agent)
+    resolved, sandbox_env = resolve(own_resources, resources, config_file=config_file)
+    if image is not None:
+        resolved = resolved.model_copy(update={"image": image})
+    refuse_image_without_docker(resolved.image, (sandbox or SandboxConfig()).backend)
+    notes_template = (getattr(agent, "prompts", None) or {}).get("additional_notes")
+    if instructions is None and notes_template:
+        # What the run really gives the agent, never more (PaperBench's additional notes).
+        hours = agent_limits.wall_time_s / 3600 if agent_limits.wall_time_s else None
+        gpu = (resolved.gpu_type or f"{resolved.gpus} GPU(s)") if resolved.gpus else None
+        notes = additional_notes(gpu, hours, list(resolved.env_names), template=notes_template)
+        text = text.rstrip("\n") + "\n\n" + notes.strip() + "\n"
     config = RolloutConfig(
         paper_id=paper.id,
         agent=agent_name,
@@ -305,8 +337,9 @@ async def rollout(
         limits=agent_limits,
         snapshot_every_s=snapshot_every_s,
         sandbox=sandbox or SandboxConfig(),
-        image=image,
+        image=resolved.image,
         instructions_sha=hashlib.sha256(text.encode()).hexdigest(),
+        resources=resolved,
     )
     history = check_out_dir(out, config, resume, others)
     seconds, steps, starts = used_before(history)
@@ -334,6 +367,7 @@ async def rollout(
     run.tracker = tracker
 
     backend = await config.sandbox.build()
+    refuse_image_without_docker(resolved.image, backend.name)  # auto chose another backend
     status = RolloutStatus(
         status="error",
         paper_id=paper.id,
@@ -349,17 +383,22 @@ async def rollout(
         isolation=backend.isolation_kind,
         isolation_reason=backend.isolation_reason,
         network=network,
+        resources=resolved,
     )
     writer = TranscriptWriter(out / "transcript.jsonl")
+    said = (resources.over(own_resources) if resources is not None else own_resources).env
+    writer.redact({k: v for k, v in sandbox_env.items() if said.get(k) != v})  # the env file's
     run.writer = writer
     sb: Sandbox | None = None
     cancelled = False
     lost: SandboxError | None = None
     try:
-        status.sandbox_image = await resolve_agent_image(backend, image)
+        status.sandbox_image = await resolve_agent_image(backend, resolved.image)
         spec = SandboxSpec(
             image=status.sandbox_image,
-            limits=sandbox_limits or SandboxLimits(),
+            limits=resolved.limits(sandbox_limits or SandboxLimits()),
+            gpu=resolved.gpu_request(),
+            env=sandbox_env,
             network=network,
             blacklist=config.blacklist,
             network_log=(out / "network.jsonl") if network == NetworkPolicy.FILTERED else None,
@@ -409,6 +448,10 @@ async def rollout(
             history=history,
             resumed=starts > 0,
             run_dir=out,
+            resources=RunResources(
+                **resolved.model_dump(),
+                hours=agent_limits.wall_time_s / 3600 if agent_limits.wall_time_s else None,
+            ),
         )
         outcome = await _run_agent(built, ctx, run, sb)
         status.status, status.limit = outcome.status, outcome.limit

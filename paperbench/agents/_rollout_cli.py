@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from paperbench._console import console, err_console, warning
 from paperbench.agents._base import AgentLimits
+from paperbench.agents._resources import AgentResources, ResolvedResources, read_env_file
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import (
     DEFAULT_SNAPSHOT_EVERY_S,
@@ -50,6 +51,73 @@ def _positive(flag: str) -> Any:
         return value
 
     return check
+
+
+def resources_from_flags(
+    *,
+    gpus: int | None,
+    gpu_type: str | None,
+    cpus: float | None,
+    memory: int | None,
+    disk: int | None,
+    image: str | None,
+    agent_env: Path | None,
+    env: list[str] | None = None,
+) -> AgentResources | None:
+    """The resource flags (shared by ``rollout`` and ``run``) as overrides of the agent
+    configs' ``resources:``; None when no flag was given. The env file is read now, so that a
+    bad one is refused before any work (its path made absolute).
+
+    Raises:
+        UsageError: a bad value or env file, naming the flag.
+    """
+    said = {
+        "gpus": gpus,
+        "gpu_type": gpu_type,
+        "cpus": cpus,
+        "memory_mb": memory,
+        "disk_mb": disk,
+        "image": image,
+    }
+    fields: dict[str, Any] = {k: v for k, v in said.items() if v is not None}
+    pairs: dict[str, str] = {}
+    for item in env or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--env {item}: expected NAME=value")
+        pairs[name] = value
+    if pairs:
+        fields["env"] = pairs
+    if agent_env is not None:
+        path = agent_env.expanduser().absolute()
+        read_env_file(path, where="--agent-env")
+        fields["env_file"] = str(path)
+    if not fields:
+        return None
+    try:
+        return AgentResources(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else ""
+        flag = {"memory_mb": "memory", "disk_mb": "disk", "env_file": "agent-env"}.get(name, name)
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise UsageError(f"--{flag.replace('_', '-')}: {message}") from None
+
+
+GPUS_HELP = "GPUs for the agent's sandbox (default: the agent config's resources, else none)."
+GPU_TYPE_HELP = "What the GPUs are, told to the agent (e.g. 'NVIDIA A10')."
+CPUS_HELP = "CPUs for the agent's sandbox (default: the agent config's, else no limit)."
+MEMORY_HELP = "Memory limit of the agent's sandbox in MB (default: the agent config's, else 8192)."
+DISK_HELP = "Cap of the agent's writable space in MB (default: the agent config's, else none)."
+IMAGE_HELP = "The agent's sandbox image (default: the agent config's, else paperbench-agent)."
+ENV_HELP = (
+    "NAME=value set in the agent's sandbox (repeat for several; over the agent config's env). "
+    "Recorded with the group: not for keys (use --agent-env)."
+)
+AGENT_ENV_HELP = (
+    "A dotenv file of keys for the agent's own use (NAME=value lines), set in its sandbox; "
+    "the names are recorded, never the values. Instead of the agent config's env_file."
+)
 
 
 def load_agent_config(ref: str) -> Any:
@@ -173,6 +241,16 @@ def rollout_command(
     max_tokens: Annotated[
         int | None, typer.Option(min=1, help="Token limit (default: the agent config's).")
     ] = None,
+    gpus: Annotated[int | None, typer.Option(min=0, help=GPUS_HELP)] = None,
+    gpu_type: Annotated[str | None, typer.Option(help=GPU_TYPE_HELP)] = None,
+    cpus: Annotated[float | None, typer.Option(min=0.01, help=CPUS_HELP)] = None,
+    memory: Annotated[int | None, typer.Option(min=64, help=MEMORY_HELP)] = None,
+    disk: Annotated[int | None, typer.Option(min=16, help=DISK_HELP)] = None,
+    image: Annotated[str | None, typer.Option(help=IMAGE_HELP)] = None,
+    env: Annotated[list[str] | None, typer.Option(metavar="NAME=VALUE", help=ENV_HELP)] = None,
+    agent_env: Annotated[
+        Path | None, typer.Option("--agent-env", metavar="FILE", help=AGENT_ENV_HELP)
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print status.json.")] = False,
 ) -> None:
     """Run an agent on a paper in a fresh sandbox; write the run folder (config.json,
@@ -183,6 +261,16 @@ def rollout_command(
     the_paper = PaperSource.resolve(data_dir).load(paper)
     out_dir = out or _default_out(the_paper.id, agent, seed)
     _check_out(out_dir, resume)
+    resources = resources_from_flags(
+        gpus=gpus,
+        gpu_type=gpu_type,
+        cpus=cpus,
+        memory=memory,
+        disk=disk,
+        image=image,
+        agent_env=agent_env,
+        env=env,
+    )
     loaded = load_agent_config(agent)
     limits: AgentLimits = loaded.config.limits
     overrides = {
@@ -210,6 +298,7 @@ def rollout_command(
                 snapshot_every_s=snapshot_every * 60,
                 resume=resume,
                 limits=limits,
+                resources=resources,
             )
         )
     if as_json:
@@ -239,6 +328,22 @@ def _summary(result: RolloutResult) -> None:
         f"{s.sandbox_backend or '-'} ({escape(s.sandbox_image or '-')}), isolation "
         f"{s.isolation or '-'}, network {s.network.value}"
     )
+    if s.resources is not None:
+        console.print(f"resources: {resources_line(s.resources)}", markup=False)
     if s.error:
         console.print(f"[red]{escape(s.error)}[/]")
     console.print(f"run folder {result.out_dir}", markup=False)
+
+
+def resources_line(r: ResolvedResources) -> str:
+    """The resources in one line: what is set, and the environment's names (never values)."""
+    parts = [f"{r.gpus} GPU" + (f" ({r.gpu_type})" if r.gpu_type else "")]
+    if r.cpus is not None:
+        parts.append(f"{r.cpus:g} CPUs")
+    if r.memory_mb is not None:
+        parts.append(f"{r.memory_mb} MB memory")
+    if r.disk_mb is not None:
+        parts.append(f"{r.disk_mb} MB disk")
+    env = ", ".join(r.env_names) or "none"
+    parts.append(f"env {env}" + (f" (from {r.env_file})" if r.env_file else ""))
+    return ", ".join(parts)

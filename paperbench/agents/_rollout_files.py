@@ -20,6 +20,7 @@ from paperbench.agents._base import (
     OutcomeStatus,
     read_transcript,
 )
+from paperbench.agents._resources import ResolvedResources
 from paperbench.agents._transcript import StartEvent, TranscriptEvent
 from paperbench.errors import ConfigError, InputError, UsageError
 from paperbench.llm import BudgetCaps, CostJournal, CostRecord, CostTotal
@@ -49,6 +50,8 @@ class RolloutConfig(BaseModel):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     image: str | None = None
     instructions_sha: str = ""
+    resources: ResolvedResources = Field(default_factory=ResolvedResources)
+    """GPUs, CPUs, memory, disk, image and the environment's names (never its values)."""
 
 
 class RolloutStatus(BaseModel):
@@ -83,6 +86,8 @@ class RolloutStatus(BaseModel):
     isolation: IsolationKind | None = None
     isolation_reason: str | None = None
     network: NetworkPolicy
+    resources: ResolvedResources | None = None
+    """What the sandbox was given (the environment's names only)."""
     snapshots: int = 0
     submission: str | None = None
     """``submission.tar.gz`` when the final submission was saved."""
@@ -179,6 +184,8 @@ def check_out_dir(
     new = config.model_dump(mode="json")
     if not isinstance(old, dict):
         raise ConfigError("expected an object", file=config_file)
+    if "resources" not in old and config.resources == ResolvedResources():
+        del new["resources"]  # a run recorded before resources were
     changed = config_diff(old, new)
     if changed:
         raise ConfigError(

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paperbench._io import json_path
 from paperbench.agents import AgentLimits, load_agent
+from paperbench.agents._resources import AgentResources, resolve
 from paperbench.errors import ConfigError, PaperbenchError, UsageError
 from paperbench.judge import DummyConfig, RandomConfig, load_judge_config
 from paperbench.judge._cli import missing_keys
@@ -62,6 +63,8 @@ class RunOptions(BaseModel):
     agent_model: str | None = None
     agent_base_url: str | None = None
     agent_limits: dict[str, Any] | None = None
+    resources: AgentResources | None = None
+    """The resource flags, over each agent config's ``resources:``."""
     snapshot_every_s: float | None = Field(default=300.0, gt=0)
     reproduction: dict[str, Any] = Field(default_factory=dict)
     budget_usd: float | None = Field(default=None, ge=0)
@@ -96,10 +99,13 @@ def _papers(source: PaperSource, papers: str | None) -> tuple[list[str], str]:
     return names, "ids"
 
 
-def _agents(refs: list[str], papers: list[str]) -> list[AgentEntry]:
+def _agents(
+    refs: list[str], papers: list[str], resources: AgentResources | None = None
+) -> list[AgentEntry]:
     entries: list[AgentEntry] = []
     for ref in refs:
         loaded = load_agent(ref)
+        resolved, _ = resolve(loaded.config.resources, resources, config_file=loaded.path)
         for paper in papers:
             loaded.for_paper(paper)  # a replay without a recording of a paper: refused now
         name = loaded.identity.name
@@ -118,6 +124,7 @@ def _agents(refs: list[str], papers: list[str]) -> list[AgentEntry]:
                 ref=str(loaded.path),
                 identity=loaded.identity.model_dump(mode="json"),
                 model=loaded.config.model,
+                resources=resolved,
             )
         )
     return entries
@@ -187,7 +194,7 @@ def plan_group(group: str, options: RunOptions, sandbox: dict[str, Any]) -> Grou
         paper_set=paper_set,
         data_dir=str(source.data_dir.resolve()) if source.data_dir else None,
         papers_root=str(source.repo_root.resolve()) if source.repo_root else None,
-        agents=_agents(options.agents, papers),
+        agents=_agents(options.agents, papers, options.resources),
         seeds=options.seeds,
         judge=_judge(options),
         mode=options.mode,
@@ -198,6 +205,7 @@ def plan_group(group: str, options: RunOptions, sandbox: dict[str, Any]) -> Grou
         agent_limits=options.agent_limits,
         agent_model=options.agent_model,
         agent_base_url=options.agent_base_url,
+        resources=options.resources,
         snapshot_every_s=options.snapshot_every_s,
         reproduction=reproduction,
         budget_usd=options.budget_usd,
@@ -230,9 +238,11 @@ def check_resume(group_dir: Path) -> GroupConfig:
         ConfigError: an agent or the judge changed since the group started.
     """
     stored = read_group(group_dir)
-    now_agents = _agents([a.ref for a in stored.agents], stored.papers)
+    now_agents = _agents([a.ref for a in stored.agents], stored.papers, stored.resources)
     for before, after in zip(stored.agents, now_agents, strict=True):
-        if before.identity != after.identity:
+        if before.identity != after.identity or (
+            before.resources is not None and before.resources != after.resources
+        ):
             raise ConfigError(
                 f"agent {before.name} ({before.ref}) changed since the group started: its runs "
                 "would mix two configurations; restore the file or start a new group",

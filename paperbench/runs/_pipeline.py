@@ -27,7 +27,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from paperbench._io import read_json
 from paperbench.agents import (
     AgentLimits,
+    AgentResources,
+    LoadedAgent,
     MonitorReport,
+    PapercoderConfig,
     RolloutStatus,
     load_agent,
     load_status,
@@ -36,6 +39,7 @@ from paperbench.agents import (
     write_report,
 )
 from paperbench.agents._monitor import paper_rules
+from paperbench.agents._resources import resolve
 from paperbench.errors import PaperbenchError
 from paperbench.judge import (
     GradeOptions,
@@ -68,7 +72,7 @@ from paperbench.runs._store import (
     now,
     write_model,
 )
-from paperbench.sandbox import SandboxConfig
+from paperbench.sandbox import SandboxConfig, SandboxLimits
 
 _RETRY_REPRODUCTION = frozenset({"sandbox_error", "host_error", "cancelled"})
 """Reproduction results that say nothing about the submission: run again on a resume."""
@@ -189,13 +193,57 @@ def _labels(spec: RunSpec) -> dict[str, str]:
     return {"paperbench.group": spec.config.group, "paperbench.run": spec.key.label}
 
 
+def _uncapped_disk(config: GroupConfig) -> bool:
+    """``--allow-uncapped-disk``: recorded with the reproductions' limits; it holds for the
+    agents' sandboxes too (where a disk cap is asked for)."""
+    limits = config.reproduction.get("limits")
+    return bool(isinstance(limits, dict) and limits.get("allow_uncapped_disk"))
+
+
+def reproduce_config(spec: RunSpec) -> ReproduceConfig:
+    """How the run's submission is reproduced: the group's reproduction settings, with the
+    GPUs, CPUs, memory, disk and image of the run's agent (PaperBench reproduces in the same
+    kind of machine the agent had)."""
+    fields: dict[str, Any] = dict(spec.config.reproduction)
+    fields["sandbox"] = _sandbox(spec.config)
+    fields["labels"] = {**fields.get("labels", {}), **_labels(spec)}
+    config = ReproduceConfig.model_validate(fields)
+    entry = next((a for a in spec.config.agents if a.name == spec.key.agent), None)
+    resources = entry.resources if entry is not None else None
+    if resources is None:
+        return config
+    update: dict[str, Any] = {"limits": resources.limits(config.limits)}
+    if resources.gpus:
+        update["gpu"] = resources.gpu_request()
+    if resources.image is not None:
+        update["image"] = resources.image
+    if resources.env_names and entry is not None:
+        # The agent was told its variables (its own API keys) are set for reproduce.sh too:
+        # read again from the agent's config and env file, never from a run file.
+        loaded = load_agent(entry.ref)
+        own = getattr(loaded.config, "resources", None) or AgentResources()
+        _, env = resolve(own, spec.config.resources, config_file=loaded.path)
+        update["env"] = {**env, **config.env}
+    return config.model_copy(update=update)
+
+
+def _with_group_settings(agent: LoadedAgent, config: GroupConfig) -> LoadedAgent:
+    """A PaperCoder agent's repair rounds get the group's reproduction timeout (they run
+    reproduce.sh as the reproduction stage will)."""
+    timeout = config.reproduction.get("timeout_s")
+    if isinstance(agent.config, PapercoderConfig) and isinstance(timeout, int | float):
+        changed = agent.config.model_copy(update={"repair_timeout_s": float(timeout)})
+        return agent.model_copy(update={"config": changed})
+    return agent
+
+
 async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
     config = spec.config
     folder = spec.folder
     status = load_status(folder)
     if status is None:
         entry = next(a for a in config.agents if a.name == spec.key.agent)
-        agent = load_agent(entry.ref).for_paper(paper.id)
+        agent = _with_group_settings(load_agent(entry.ref).for_paper(paper.id), config)
         model_name = config.agent_model or agent.config.model
         model_config = (
             ModelConfig(
@@ -227,6 +275,8 @@ async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
             labels=_labels(spec),
             others=(RUN_FILE, RUN_LOG),
             snapshot_every_s=config.snapshot_every_s,
+            resources=config.resources,
+            sandbox_limits=SandboxLimits(allow_uncapped_disk=_uncapped_disk(config)),
         )
         status = result.status
     return _after_rollout(spec, status)
@@ -275,10 +325,7 @@ async def _reproduction(spec: RunSpec, rec: _Recorder) -> ReproductionMetadata:
         rec.log(f"reproduction: the last attempt ended {meta.status}; running it again")
     if out.exists():  # an attempt that was killed or lost its sandbox: start afresh
         await asyncio.to_thread(shutil.rmtree, out)
-    fields: dict[str, Any] = dict(spec.config.reproduction)
-    fields["sandbox"] = _sandbox(spec.config)
-    fields["labels"] = {**fields.get("labels", {}), **_labels(spec)}
-    config = ReproduceConfig.model_validate(fields)
+    config = reproduce_config(spec)
     meta = await reproduce_submission(spec.folder / "submission.tar.gz", out, config)
     if meta.status in _RETRY_REPRODUCTION:
         raise StageFailed(f"the reproduction ended {meta.status}: {meta.error}")

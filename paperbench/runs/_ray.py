@@ -8,7 +8,7 @@ writing into the run store on the shared path (every node must see the group's f
 the same path, and have paperbench installed):
 
     rollout + monitor    num_cpus=1
-    reproduction         num_cpus=1, num_gpus from the group's reproduction GPU request
+    reproduction         num_cpus=1, num_gpus from the run's reproduction GPU request
     grading              num_cpus=1
 
 A task that returns the run's outcome (the run ended: failed, disqualified) ends the chain.
@@ -50,7 +50,7 @@ from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 from paperbench.errors import ConfigError
 from paperbench.llm import RayCoordinator, set_coordinator
 from paperbench.llm._shared import NAMESPACE, actor_name
-from paperbench.runs._pipeline import RunSpec, execute, load_state
+from paperbench.runs._pipeline import RunSpec, execute, load_state, reproduce_config
 from paperbench.runs._spend import group_spent
 from paperbench.runs._store import (
     OUTCOME_FILE,
@@ -192,7 +192,12 @@ class RayExecutor:
             return []
         config = specs[0].config
         group_dir = Path(specs[0].group_dir)
-        gpus = gpus_of(config.reproduction, str(group_dir / "group.json"))
+        where = str(group_dir / "group.json")
+        gpus_per_run = {
+            spec.key: gpus_of(reproduce_config(spec).model_dump(mode="json"), where)
+            for spec in specs
+        }
+        gpus = max(gpus_per_run.values())
         started = False
         if not ray.is_initialized():
             # "local": a new runtime, never one found on the machine or in RAY_ADDRESS
@@ -200,7 +205,7 @@ class RayExecutor:
             ray.init(address=address, namespace=self.namespace, log_to_driver=False)
             started = True
         try:
-            check_gpus(gpus, str(group_dir / "group.json"))
+            check_gpus(gpus, where)
             key = hashlib.sha256(str(group_dir.resolve()).encode()).hexdigest()[:8]
             name = actor_name(config.group, key)
             spent = await asyncio.to_thread(group_spent, (spec.folder for spec in specs))
@@ -219,7 +224,6 @@ class RayExecutor:
                     "retry_exceptions": False,
                 }
                 task = remote.options(**options)
-                repro = remote.options(**options, num_gpus=gpus)
 
                 async def one(spec: RunSpec) -> RunOutcome:
                     outcome: RunOutcome | None = None
@@ -228,7 +232,9 @@ class RayExecutor:
                             config.mode == "code-dev" or config.skip_reproduction
                         ):
                             continue  # recorded as skipped by the grading task
-                        submit = repro if stages == ("reproduction",) else task
+                        submit = task
+                        if stages == ("reproduction",):
+                            submit = remote.options(**options, num_gpus=gpus_per_run[spec.key])
                         ref = submit.remote(spec, stages, name, self.namespace, time.time())
                         try:
                             outcome = await ref

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paperbench._io import atomic_write_text, read_json
+from paperbench.agents._resources import AgentResources, ResolvedResources
 
 GROUP_FILE = "group.json"
 GROUP_LOG = "group.log"
@@ -92,6 +93,10 @@ class AgentEntry(BaseModel):
     identity: dict[str, Any] | None = None
     """The config's name, type and sha256 over it and its prompts."""
     model: str | None = None
+    resources: ResolvedResources | None = None
+    """Its sandbox's resources: the config's ``resources:`` under the group's flags (the
+    environment's names only). Its runs' reproductions get the same GPUs, CPUs, memory, disk
+    and image."""
 
 
 class JudgeEntry(BaseModel):
@@ -139,6 +144,10 @@ class GroupConfig(BaseModel):
     """``AgentLimits`` overriding each agent config's own, as JSON."""
     agent_model: str | None = None
     agent_base_url: str | None = None
+    resources: AgentResources | None = None
+    """The resource flags (``--gpus``, ``--cpus``, ``--memory``, ``--disk``, ``--image``,
+    ``--agent-env``) over each agent config's ``resources:``; an env file by its absolute
+    path (its values are read by each rollout, never stored)."""
     snapshot_every_s: float | None = Field(default=300.0, gt=0)
     """How often a rollout saves /home/submission (what a resume restarts from)."""
     reproduction: dict[str, Any] = Field(default_factory=dict)

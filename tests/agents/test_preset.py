@@ -17,6 +17,7 @@ import pytest
 from paperbench.agents import (
     AgentLimits,
     AgentOutcome,
+    AgentResources,
     BasicConfig,
     IterativeConfig,
     LimitTracker,
@@ -340,4 +341,22 @@ def test_the_rollout_writes_the_agent_own_code_dev_instructions(
     fake_llm.script(bash("cat /home/instructions.txt"), SUBMIT)
     events = _rollout(tmp_path, fake_llm, code_dev=True)
     seen = next(e for e in events if isinstance(e, ToolEvent)).output
-    assert seen.rstrip() == instructions_text(True, BASIC).rstrip()
+    assert seen.startswith(instructions_text(True, BASIC).rstrip())
+
+
+def test_the_rollout_adds_the_notes_from_what_the_run_really_gives(
+    tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    keys = tmp_path / "agent.env"
+    keys.write_text("HF_TOKEN=hf-secret-value\n")
+    fake_llm.script(bash("cat /home/instructions.txt; printenv HF_TOKEN"), SUBMIT)
+    given = AgentResources(env_file=str(keys), gpu_type="NVIDIA A10")
+    events = _rollout(tmp_path, fake_llm, resources=given)
+    seen = next(e for e in events if isinstance(e, ToolEvent)).output
+    assert seen.startswith(instructions_text(False, BASIC).rstrip())
+    expected = additional_notes(
+        None, 300 / 3600, ["HF_TOKEN"], template=BASIC.prompts["additional_notes"]
+    )
+    assert expected.strip() in seen
+    assert "`HF_TOKEN`" in seen and "no GPU" in seen  # a GPU type without GPUs is no GPU
+    assert "hf-secret-value" not in seen  # the value itself is masked in the transcript

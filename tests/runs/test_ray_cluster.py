@@ -316,6 +316,19 @@ def test_a_gpu_request_no_node_can_meet_is_refused(cluster: Cluster, tmp_path: P
     assert not (specs[0].folder / "run.json").exists()
 
 
+def test_the_agents_gpus_are_the_reproduction_tasks_resource(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """``--gpus`` (or an agent config's ``resources.gpus``) reaches the reproduction's task."""
+    from paperbench.errors import ConfigError
+    from paperbench.runs._ray import RayExecutor
+
+    specs = make_group(tmp_path, "agent-gpu", sleep_s=0, seeds=1, resources={"gpus": 1})
+    with pytest.raises(ConfigError, match=r"asks for 1 GPU\(s\) and no node"):
+        asyncio.run(RayExecutor(address=cluster.address).run(specs))
+    assert not (specs[0].folder / "run.json").exists()
+
+
 def test_gpus_of_a_reproduction() -> None:
     from paperbench.errors import ConfigError
     from paperbench.runs._ray import gpus_of
