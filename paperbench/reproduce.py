@@ -118,8 +118,9 @@ class ReproduceConfig(BaseModel):
     """Who runs reproduce.sh: ``root`` (the sandbox's own superuser, as PaperBench runs it, so
     that a submission may install system packages) or ``sandbox``, an unprivileged user who
     owns the submission."""
-    env: dict[str, str] = Field(default_factory=dict)
-    """Environment for reproduce.sh (nothing from the host is passed otherwise)."""
+    env: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+    """Environment for reproduce.sh (nothing from the host is passed otherwise). It may hold
+    the agent's own API keys: never dumped, so never in metadata.json."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Extra labels on the reproducer sandbox, e.g. the run it belongs to (``paperbench.run``)."""
     strict_archive: bool = True

@@ -521,6 +521,8 @@ def test_a_group_passes_resources_to_rollout_and_reproduction(tmp_path: Path) ->
     # reproduction: the same GPUs, CPUs and memory; on Ray, the task's GPU resource
     repro = reproduce_config(spec)
     assert repro.gpu is not None and repro.gpu.count == 1
+    # reproduce.sh gets the agent's variables (the notes tell the agent so), never on disk
+    assert repro.env["HF_TOKEN"] == SECRET and "env" not in repro.model_dump()
     assert (repro.limits.cpus, repro.limits.memory_mb) == (2, 3000)
     assert repro.limits.disk_mb == 50 * 1024  # not said: the reproduction's own default
     assert gpus_of(repro.model_dump(mode="json")) == 1.0
@@ -597,3 +599,15 @@ def test_an_image_without_docker_is_refused_before_any_file(tmp_path: Path, comm
     assert result.exit_code == 2, result.output
     assert "image pb-env" in result.output and "only the Docker backend" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_papercoder_repair_rounds_get_the_group_reproduce_timeout(tmp_path: Path) -> None:
+    from paperbench.agents import PapercoderConfig, load_agent
+    from paperbench.runs._pipeline import _with_group_settings
+
+    agent = load_agent("papercoder")
+    group = make_group(tmp_path, "pc", 0, 1)[0].config
+    timed = group.model_copy(update={"reproduction": {"timeout_s": 1234}})
+    changed = _with_group_settings(agent, timed).config
+    assert isinstance(changed, PapercoderConfig) and changed.repair_timeout_s == 1234
+    assert _with_group_settings(agent, group).config == agent.config  # none set: unchanged
