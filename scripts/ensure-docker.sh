@@ -10,6 +10,8 @@
 # (`storage_opt size`), so a sandbox's disk cap leaves its root file system writable (apt-get
 # install works). PAPERBENCH_DOCKER_XFS=0 starts dockerd on its default data root instead.
 #
+# Where the kernel cannot mount XFS with pquota, dockerd keeps its default data root and the
+# sandboxes' disk caps use a loop-mounted ext4 image each (said on the console).
 # A dockerd this script started earlier on a data root without that support (its output goes to
 # $LOG) is restarted on the XFS data root when no container runs (the paperbench-* images are
 # carried over with docker save/load); with running containers it is left alone unless
@@ -27,7 +29,7 @@ RESTART=0
 for arg in "$@"; do
   case "$arg" in
     --restart) RESTART=1 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) printf 'ensure-docker: unknown argument %s (usage: ensure-docker.sh [--restart])\n' "$arg" >&2; exit 2 ;;
   esac
 done
@@ -94,7 +96,12 @@ mount_data_root() {
     $SUDO mv "$XFS_IMAGE.new" "$XFS_IMAGE"
   fi
   say "mounting $XFS_IMAGE at $DATA_ROOT (loop, pquota)"
-  $SUDO mount -o loop,pquota "$XFS_IMAGE" "$DATA_ROOT" || return 1
+  if ! $SUDO mount -o loop,pquota "$XFS_IMAGE" "$DATA_ROOT" 2>/dev/null; then
+    say "cannot mount XFS with pquota here (a kernel without CONFIG_XFS_QUOTA?); $XFS_IMAGE removed"
+    $SUDO rm -f "$XFS_IMAGE"
+    $SUDO rmdir "$DATA_ROOT" 2>/dev/null || true
+    return 1
+  fi
   xfs_pquota "$DATA_ROOT"
 }
 
@@ -104,8 +111,8 @@ start_dockerd() {
     if mount_data_root; then
       args=(--data-root "$DATA_ROOT")
     else
-      say "dockerd starts on its default data root: sandboxes with a disk cap then get a" \
-        "read-only root file system (loop-ext4 cap) unless this is fixed"
+      say "dockerd starts on its default data root: no storage_opt, so sandboxes cap their" \
+        "disk with a loop-mounted ext4 image per sandbox (loop-overlay)"
     fi
   fi
   say "starting dockerd in the background ${args[*]:+(${args[*]}) }(log: $LOG)"
@@ -130,7 +137,7 @@ report() {
   if xfs_pquota "$root"; then
     say "Docker engine answers (server $(server_version), data root $root: XFS with pquota, disk caps via storage_opt)"
   else
-    say "Docker engine answers (server $(server_version), data root $root: no storage_opt, disk caps via loop-ext4 with a read-only root)"
+    say "Docker engine answers (server $(server_version), data root $root: no storage_opt, disk caps via a loop-mounted ext4 image per sandbox)"
   fi
 }
 
@@ -177,6 +184,12 @@ if engine_answers; then
     say "this dockerd was not started by this script: it is left alone. For a writable root" \
       "under a disk cap give it a data root on XFS mounted with pquota (dockerd --data-root," \
       "or \"data-root\" in /etc/docker/daemon.json), or stop it and run this script"
+    exit 0
+  fi
+  if ! mount_data_root; then  # before anything is stopped: nothing to gain here
+    report
+    say "dockerd (pid $pid, started by this script) stays on $root: this machine cannot give" \
+      "it an XFS data root with pquota"
     exit 0
   fi
   running=$(docker ps -q | wc -l)
