@@ -11,6 +11,12 @@ a sandbox whose owner process died (:func:`unmount_under`).
 
 It needs root, ``mkfs.ext4``, ``mount`` and a free loop device; :func:`disk_cap_problem`
 says what is missing, so callers can refuse with a clear error.
+
+:meth:`DiskCap.overlay` puts a whole root file system on the capped disk without copying it:
+an overlay mount (``<mountpoint>/root``) whose lower layers are read-only folders (a Docker
+image's layers) and whose upper layer (``<mountpoint>/upper``) is on the image. Everything a
+sandbox changes (``apt-get install`` writing ``/usr`` and ``/var/lib/dpkg`` included) lands in
+the upper layer, so it counts against the cap; nothing is copied before it is written.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from paperbench.sandbox._base import DiskUsage
 IMAGE_NAME = "disk.img"
 _TOOL_TIMEOUT_S = 60.0
 UNCAPPED_HINT = "pass --allow-uncapped-disk to run without a disk cap"
+_MOUNT_OPTIONS_MAX = 4096
+"""The kernel reads at most a page of mount options."""
 
 
 class DiskCapUnavailableError(SandboxUnavailableError):
@@ -97,6 +105,31 @@ class DiskCap:
             cap.remove()
             raise
         return cap
+
+    def overlay(self, lower: list[str]) -> Path:
+        """Mount an overlay of the read-only folders ``lower`` (topmost first) with its upper
+        layer on this disk; return its mount point (``<mountpoint>/root``).
+
+        Raises:
+            DiskCapUnavailableError: the overlay could not be mounted (said why).
+        """
+        if not lower:
+            raise DiskCapUnavailableError("cannot cap the sandbox disk: no lower layer to overlay")
+        for layer in lower:
+            if ":" in layer or "," in layer or not Path(layer).is_dir():
+                raise DiskCapUnavailableError(
+                    f"cannot cap the sandbox disk: {layer} cannot be an overlay layer here"
+                )
+        root, upper, work = (self.mountpoint / n for n in ("root", "upper", "work"))
+        for folder in (root, upper, work):
+            folder.mkdir(exist_ok=True)
+        options = f"lowerdir={':'.join(lower)},upperdir={upper},workdir={work}"
+        if len(options) >= _MOUNT_OPTIONS_MAX:
+            raise DiskCapUnavailableError(
+                f"cannot cap the sandbox disk: {len(lower)} image layers are too many to overlay"
+            )
+        _run(["mount", "-t", "overlay", "overlay", "-o", options, str(root)])
+        return root
 
     def usage(self) -> DiskUsage | None:
         try:
