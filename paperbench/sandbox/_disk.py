@@ -128,7 +128,7 @@ class DiskCap:
             raise DiskCapUnavailableError(
                 f"cannot cap the sandbox disk: {len(lower)} image layers are too many to overlay"
             )
-        _run(["mount", "-t", "overlay", "overlay", "-o", options, str(root)])
+        _run(["mount", "-t", "overlay", "overlay", "-o", f"nosuid,nodev,{options}", str(root)])
         return root
 
     def usage(self) -> DiskUsage | None:

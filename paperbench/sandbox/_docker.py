@@ -667,6 +667,9 @@ def _overlay_dirs(top: Path, wanted: tuple[str, ...]) -> tuple[str, ...]:
     """The top-level folders of the overlaid root ``top`` to bind into the container: every
     real folder of the image, and the top folder of each of ``wanted`` (made when missing)."""
     names = {e.name for e in os.scandir(top) if e.is_dir(follow_symlinks=False)}
+    mtab = top / "etc" / "mtab"
+    if "etc" in names and not os.path.lexists(mtab):  # as the engine's init layer has it
+        mtab.symlink_to("/proc/mounts")
     for folder in wanted:
         first = posixpath.normpath(folder).strip("/").split("/")[0]
         if first and first not in names and not (top / first).is_symlink():
