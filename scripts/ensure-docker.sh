@@ -141,10 +141,10 @@ report() {
   fi
 }
 
-# Stop dockerd $1 (started here) and start it again on the XFS data root, carrying over the
-# paperbench images.
+# Stop dockerd $1 (started here, data root $2) and start it again on the XFS data root,
+# carrying over the paperbench images.
 restart_on_xfs() {
-  local pid=$1 saved="" images
+  local pid=$1 old_root=$2 saved="" images
   images=$(docker images --format '{{.Repository}}:{{.Tag}}' | grep '^paperbench-' | grep -v ':<none>$' || true)
   if [ -n "$images" ]; then
     saved=$(mktemp /var/tmp/paperbench-images.XXXXXX.tar)
@@ -155,10 +155,10 @@ restart_on_xfs() {
   say "stopping dockerd (pid $pid, started by this script)"
   $SUDO kill -TERM "$pid"
   for _ in $(seq 1 "$WAIT_S"); do
-    if ! kill -0 "$pid" 2>/dev/null; then break; fi
+    if ! $SUDO kill -0 "$pid" 2>/dev/null; then break; fi
     sleep 1
   done
-  if kill -0 "$pid" 2>/dev/null; then
+  if $SUDO kill -0 "$pid" 2>/dev/null; then
     say "dockerd (pid $pid) did not stop within ${WAIT_S}s; left as it is"
     [ -z "$saved" ] || rm -f "$saved"
     return 1
@@ -170,6 +170,7 @@ restart_on_xfs() {
     docker load -q -i "$saved" >/dev/null
     rm -f "$saved"
   fi
+  say "the old data root $old_root is left as it is (remove it when nothing needs it)"
 }
 
 if engine_answers; then
@@ -205,7 +206,7 @@ if engine_answers; then
   fi
   say "restarting dockerd (started by this script) on the XFS data root $DATA_ROOT:" \
     "$root has no storage_opt support"
-  restart_on_xfs "$pid" || exit 1
+  restart_on_xfs "$pid" "$root" || exit 1
   report
   exit 0
 fi
