@@ -127,3 +127,36 @@ def test_ensure_docker_a_second_run_changes_nothing() -> None:
         for change in ("starting dockerd", "restarting", "stopping", "installing"):
             assert change not in proc.stderr, proc.stderr
     assert runs[0].stderr == runs[1].stderr
+
+
+@pytest.mark.parametrize("layers_here", [True, False], ids=["loop-overlay", "loop-ext4"])
+def test_the_reproduction_records_the_cap_and_a_read_only_root(
+    docker_client: Any, reproducer_image: str, run: Any, tmp_path: Path, layers_here: bool
+) -> None:
+    """A reproduce.sh that writes /usr: it works under a writable root; under loop-ext4 it
+    fails, and metadata.json says why and how to fix it."""
+    from paperbench.reproduce import ReproduceConfig, _Run
+    from paperbench.sandbox._base import NetworkPolicy, SandboxSpec
+
+    staged = tmp_path / "submission"
+    staged.mkdir()
+    (staged / "reproduce.sh").write_text("touch /usr/share/from-reproduce && echo wrote-usr\n")
+    config = ReproduceConfig(image=reproducer_image, network=NetworkPolicy.NONE)
+    backend = (
+        DockerBackend(client=docker_client)
+        if layers_here
+        else _LayersElsewhere(client=docker_client)
+    )
+    spec = SandboxSpec(image=reproducer_image, labels=TEST_LABELS, limits=SandboxLimits(disk_mb=64))
+    repro = _Run(staged, tmp_path / "out", config)
+    record, _ = run(repro.attempt(backend, spec, staged, tmp_path / "executed"))
+    meta = repro.meta
+    if layers_here:
+        assert meta.disk_cap in ("storage_opt", "loop-overlay") and not meta.hints
+        assert record.exit_code == 0 and "wrote-usr" in record.log_tail, record
+    else:
+        assert meta.disk_cap == "loop-ext4" and record.exit_code != 0
+        assert "Read-only file system" in record.log_tail, record
+        (hint,) = meta.hints
+        assert "read-only" in hint and "scripts/ensure-docker.sh" in hint
+        assert "read-only" in meta.model_dump_json()  # what metadata.json holds
