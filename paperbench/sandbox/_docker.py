@@ -597,7 +597,7 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
         """What the disk cap leaves out (a read-only root under ``loop-ext4``), with the fix."""
 
     def disk_usage(self) -> DiskUsage | None:
-        """Space on the capped disk (loop-ext4 only)."""
+        """Space on the capped disk (loop caps only; storage_opt reports none)."""
         return self.disk.usage() if self.disk is not None else None
 
     def __repr__(self) -> str:
