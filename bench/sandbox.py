@@ -20,7 +20,8 @@ sandbox: the floor). Run it at two commits to see what a change to the isolation
 Third table, the Docker backend's disk caps (the reproduction's default cap, 50 GB): start →
 first exec and stop, per sandbox, uncapped against each way of capping (``storage_opt``, where
 the engine supports it; ``loop-overlay``; ``loop-ext4``), interleaved round by round after a
-warm-up round, with the host disk each capped sandbox takes when idle (its ext4 image's blocks).
+warm-up round, with the host disk each capped sandbox takes when idle (its ext4 image's blocks)
+and the time to write 200 MB (``dd ... conv=fsync``) through the cap.
 """
 
 from __future__ import annotations
@@ -121,6 +122,10 @@ async def local_table(quick: bool) -> None:
     Console(width=max(Console().width, 120)).print(table)
 
 
+WRITE_200MB = "dd if=/dev/zero of=/var/tmp/w bs=1M count=200 conv=fsync status=none"
+"""A write through each cap (``/var`` is writable under all of them), flushed to the disk."""
+
+
 class _LayersElsewhere(DockerBackend):
     """Caps with ``loop-ext4`` (as when the image's layers are not on this host)."""
 
@@ -152,6 +157,7 @@ async def disk_table(quick: bool) -> None:
     starts: dict[str, list[float]] = {k: [] for k, _, _ in kinds}
     stops: dict[str, list[float]] = {k: [] for k, _, _ in kinds}
     disk_mb: dict[str, list[float]] = {k: [] for k, _, _ in kinds}
+    writes: dict[str, list[float]] = {k: [] for k, _, _ in kinds}
     for round_ in range(n + 1):  # the first round warms up and is not counted
         for kind, backend, spec in kinds:
             t = time.perf_counter()
@@ -164,20 +170,36 @@ async def disk_table(quick: bool) -> None:
                 img = sb.disk_folder / "disk.img"
                 disk_mb[kind].append(img.stat().st_blocks * 512 / 1e6)
             t = time.perf_counter()
+            r = await sb.exec(WRITE_200MB, timeout=120)
+            wrote = time.perf_counter() - t
+            if r.exit_code != 0:
+                raise SystemExit(f"{kind}: writing 200 MB failed: {r.stderr}")
+            t = time.perf_counter()
             await sb.stop()
             if round_:
                 starts[kind].append(started)
                 stops[kind].append(time.perf_counter() - t)
+                writes[kind].append(wrote)
     table = Table(title=f"Docker sandbox disk caps ({DEFAULT_DISK_MB // 1024} GB), medians, n={n}")
     for col in ("cap", "start → first exec (ms)", "vs uncapped", "stop (ms)", "vs uncapped"):
         table.add_column(col, justify="left" if col == "cap" else "right")
     table.add_column("host disk, idle (MB)", justify="right")
+    table.add_column("write 200 MB (ms)", justify="right")
+    table.add_column("vs uncapped", justify="right")
     base_start, base_stop = median_ms(starts["uncapped"]), median_ms(stops["uncapped"])
+    base_write = median_ms(writes["uncapped"])
     for kind, _, _ in kinds:
-        a, b = median_ms(starts[kind]), median_ms(stops[kind])
+        a, b, w = median_ms(starts[kind]), median_ms(stops[kind]), median_ms(writes[kind])
         used = f"{statistics.median(disk_mb[kind]):.1f}" if disk_mb[kind] else "-"
         table.add_row(
-            kind, f"{a:.0f}", f"{a / base_start:.2f}", f"{b:.0f}", f"{b / base_stop:.2f}", used
+            kind,
+            f"{a:.0f}",
+            f"{a / base_start:.2f}",
+            f"{b:.0f}",
+            f"{b / base_stop:.2f}",
+            used,
+            f"{w:.0f}",
+            f"{w / base_write:.2f}",
         )
     if not storage_opt:
         table.caption = "storage_opt: not supported by this engine (no XFS data root with pquota)"

@@ -22,6 +22,7 @@ the upper layer, so it counts against the cap; nothing is copied before it is wr
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -96,6 +97,7 @@ class DiskCap:
             mountpoint.mkdir(exist_ok=True)
             _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", str(image)])
             _run(["mount", "-o", "loop,nosuid,nodev", str(image), str(mountpoint)])
+            _direct_io(mountpoint)
         except OSError as exc:
             cap.remove()
             raise DiskCapUnavailableError(
@@ -145,6 +147,46 @@ class DiskCap:
         unmount_under(self.folder)
         with contextlib.suppress(FileNotFoundError):
             (self.folder / IMAGE_NAME).unlink()
+
+
+_LOOP_SET_DIRECT_IO = 0x4C08
+
+
+def _direct_io(mountpoint: Path) -> bool:
+    """Switch the loop device under ``mountpoint`` to direct I/O on its image: no second copy
+    of every block in the host's page cache, and a flushed write of 200 MB goes from ~0.5 s to
+    ~0.13 s (``bench/sandbox.py --disk-only``). Only speed is at stake: where the host's file
+    system cannot (no O_DIRECT), the device stays buffered; returns whether it switched."""
+    source = _mount_source(mountpoint)
+    if source is None or not source.startswith("/dev/loop"):
+        return False
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.ioctl(fd, _LOOP_SET_DIRECT_IO, 1)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _mount_source(mountpoint: Path) -> str | None:
+    """The device mounted at ``mountpoint`` (from /proc/self/mountinfo), or None."""
+    point = os.path.realpath(mountpoint)
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    source = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4 and fields[4].encode().decode("unicode_escape") == point:
+            after = fields[fields.index("-") + 1 :] if "-" in fields else []
+            source = after[1] if len(after) > 1 else None  # the last mount there wins
+    return source
 
 
 def mounts_under(folder: Path) -> list[Path]:

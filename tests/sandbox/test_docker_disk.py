@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from paperbench.sandbox._base import SandboxLimits
-from paperbench.sandbox._disk import mounts_under
+from paperbench.sandbox._disk import _mount_source, mounts_under
 from paperbench.sandbox._docker import DockerBackend, DockerSandbox
 
 from .docker_fixtures import *  # noqa: F403  (the fixtures)
@@ -77,6 +77,9 @@ def test_loop_overlay_is_unmounted_with_the_sandbox(start_sandbox: Any, run: Any
     assert folder is not None
     points = mounts_under(folder)
     assert len(points) == 2 and points[0].name == "root"  # the overlay, then the ext4 image
+    loop = _mount_source(points[1])
+    assert loop is not None and loop.startswith("/dev/loop")
+    assert Path(f"/sys/block/{Path(loop).name}/loop/dio").read_text().strip() == "1"  # direct I/O
     r = run(sb.exec("echo x > /submission/a && cat /submission/a; readlink /etc/mtab", timeout=10))
     assert r.stdout == "x\n/proc/mounts\n", r  # /submission made, /etc/mtab as Docker has it
     run(sb.stop())
