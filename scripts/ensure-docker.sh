@@ -92,7 +92,7 @@ mount_data_root() {
   if [ ! -e "$XFS_IMAGE" ]; then
     say "making the data root's file system: $XFS_IMAGE (sparse, ${XFS_GB} GB at most, XFS)"
     $SUDO truncate -s "${XFS_GB}G" "$XFS_IMAGE.new"
-    $SUDO mkfs.xfs -q "$XFS_IMAGE.new"
+    $SUDO mkfs.xfs -q -n ftype=1 "$XFS_IMAGE.new"   # d_type: overlay2 needs it
     $SUDO mv "$XFS_IMAGE.new" "$XFS_IMAGE"
   fi
   say "mounting $XFS_IMAGE at $DATA_ROOT (loop, pquota)"
