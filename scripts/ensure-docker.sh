@@ -77,6 +77,13 @@ started_here() {
   [ -n "$1" ] && [ "$($SUDO readlink "/proc/$1/fd/1" 2>/dev/null)" = "$(readlink -f "$LOG")" ]
 }
 
+# The running kernel's build configuration, where it can be read (else nothing).
+kernel_config() {
+  if [ -r /proc/config.gz ]; then zcat /proc/config.gz 2>/dev/null || true
+  elif [ -r "/boot/config-$(uname -r)" ]; then cat "/boot/config-$(uname -r)"
+  fi
+}
+
 # Mount the XFS data root (made on first use); false, said why, when this machine cannot.
 mount_data_root() {
   if findmnt -n "$DATA_ROOT" >/dev/null 2>&1; then
@@ -88,8 +95,14 @@ mount_data_root() {
     say "this kernel has no XFS"
     return 1
   fi
+  if kernel_config | grep '^# CONFIG_XFS_QUOTA is not set' >/dev/null; then  # (no -q: no SIGPIPE)
+    say "this kernel has no XFS quotas (CONFIG_XFS_QUOTA), so no XFS data root with pquota"
+    return 1
+  fi
+  local made=0
   $SUDO mkdir -p "$(dirname "$XFS_IMAGE")" "$DATA_ROOT"
   if [ ! -e "$XFS_IMAGE" ]; then
+    made=1
     say "making the data root's file system: $XFS_IMAGE (sparse, ${XFS_GB} GB at most, XFS)"
     $SUDO truncate -s "${XFS_GB}G" "$XFS_IMAGE.new"
     $SUDO mkfs.xfs -q -n ftype=1 "$XFS_IMAGE.new"   # d_type: overlay2 needs it
@@ -97,9 +110,11 @@ mount_data_root() {
   fi
   say "mounting $XFS_IMAGE at $DATA_ROOT (loop, pquota)"
   if ! $SUDO mount -o loop,pquota "$XFS_IMAGE" "$DATA_ROOT" 2>/dev/null; then
-    say "cannot mount XFS with pquota here (a kernel without CONFIG_XFS_QUOTA?); $XFS_IMAGE removed"
-    $SUDO rm -f "$XFS_IMAGE"
-    $SUDO rmdir "$DATA_ROOT" 2>/dev/null || true
+    say "cannot mount $XFS_IMAGE with pquota at $DATA_ROOT (a kernel without CONFIG_XFS_QUOTA?)"
+    if [ "$made" = 1 ]; then  # made just now, holding nothing: not left behind
+      $SUDO rm -f "$XFS_IMAGE"
+      $SUDO rmdir "$DATA_ROOT" 2>/dev/null || true
+    fi
     return 1
   fi
   xfs_pquota "$DATA_ROOT"
