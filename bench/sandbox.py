@@ -1,7 +1,7 @@
 """Sandbox speed: paperbench's Docker backend vs the docker CLI, and its local backend vs a
 plain subprocess, measured in the same run.
 
-    .venv/bin/python bench/sandbox.py [--quick] [--local-only]
+    .venv/bin/python bench/sandbox.py [--quick] [--local-only] [--disk-only]
 
 Rows: container start → first exec (ours on both paths, ours on the fast path with commands run
 as the unprivileged user, and the CLI's ``docker run -d`` + ``docker exec``, interleaved round
@@ -16,12 +16,19 @@ host by firewall rules) against the CLI on Docker's default bridge.
 Second table, the local backend (bubblewrap): start → first exec and the exec round trip with
 network ``none`` and ``full``, against a plain ``subprocess`` running the same command (no
 sandbox: the floor). Run it at two commits to see what a change to the isolation costs.
+
+Third table, the Docker backend's disk caps (the reproduction's default cap, 50 GB): start →
+first exec and stop, per sandbox, uncapped against each way of capping (``storage_opt``, where
+the engine supports it; ``loop-overlay``; ``loop-ext4``), interleaved round by round after a
+warm-up round, with the host disk each capped sandbox takes when idle (its ext4 image's blocks)
+and the time to write 200 MB (``dd ... conv=fsync``) through the cap.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import statistics
 import subprocess
 import sys
@@ -115,10 +122,98 @@ async def local_table(quick: bool) -> None:
     Console(width=max(Console().width, 120)).print(table)
 
 
-async def main(quick: bool, local_only: bool) -> None:
+WRITE_200MB = "dd if=/dev/zero of=/var/tmp/w bs=1M count=200 conv=fsync status=none"
+"""A write through each cap (``/var`` is writable under all of them), flushed to the disk."""
+
+
+class _LayersElsewhere(DockerBackend):
+    """Caps with ``loop-ext4`` (as when the image's layers are not on this host)."""
+
+    async def _image_layers(self, sb: DockerSandbox) -> tuple[list[str] | None, str]:
+        return None, "forced by the benchmark"
+
+
+async def disk_table(quick: bool) -> None:
+    """Start and stop per sandbox: uncapped against each disk cap the engine allows."""
+    from paperbench.reproduce import DEFAULT_DISK_MB
+
+    n = 3 if quick else 7
+    logging.getLogger("paperbench.sandbox").setLevel(logging.ERROR)  # loop-ext4's warning
+    image = ensure_images(("paperbench-reproducer",))["paperbench-reproducer"]
+    client = connect()
+    uncapped = SandboxSpec(image=image, labels=LABELS, limits=SandboxLimits())
+    capped = SandboxSpec(image=image, labels=LABELS, limits=SandboxLimits(disk_mb=DEFAULT_DISK_MB))
+    probe = DockerBackend(client=client)
+    sb = await probe.start(capped)
+    storage_opt = sb.disk_cap == "storage_opt"
+    await sb.stop()
+    overlay = DockerBackend(client=client)
+    ext4 = _LayersElsewhere(client=client)
+    overlay._storage_opt_ok = ext4._storage_opt_ok = False  # the loop caps even where it works
+    kinds: list[tuple[str, DockerBackend, SandboxSpec]] = [("uncapped", probe, uncapped)]
+    if storage_opt:
+        kinds.append(("storage_opt", probe, capped))
+    kinds += [("loop-overlay", overlay, capped), ("loop-ext4", ext4, capped)]
+    starts: dict[str, list[float]] = {k: [] for k, _, _ in kinds}
+    stops: dict[str, list[float]] = {k: [] for k, _, _ in kinds}
+    disk_mb: dict[str, list[float]] = {k: [] for k, _, _ in kinds}
+    writes: dict[str, list[float]] = {k: [] for k, _, _ in kinds}
+    for round_ in range(n + 1):  # the first round warms up and is not counted
+        for kind, backend, spec in kinds:
+            t = time.perf_counter()
+            sb = await backend.start(spec)
+            await sb.exec(["true"], timeout=30)
+            started = time.perf_counter() - t
+            if sb.disk_cap not in (None, kind):
+                raise SystemExit(f"asked for {kind}, got {sb.disk_cap}")
+            if sb.disk_folder is not None:
+                img = sb.disk_folder / "disk.img"
+                disk_mb[kind].append(img.stat().st_blocks * 512 / 1e6)
+            t = time.perf_counter()
+            r = await sb.exec(WRITE_200MB, timeout=120)
+            wrote = time.perf_counter() - t
+            if r.exit_code != 0:
+                raise SystemExit(f"{kind}: writing 200 MB failed: {r.stderr}")
+            t = time.perf_counter()
+            await sb.stop()
+            if round_:
+                starts[kind].append(started)
+                stops[kind].append(time.perf_counter() - t)
+                writes[kind].append(wrote)
+    table = Table(title=f"Docker sandbox disk caps ({DEFAULT_DISK_MB // 1024} GB), medians, n={n}")
+    for col in ("cap", "start → first exec (ms)", "vs uncapped", "stop (ms)", "vs uncapped"):
+        table.add_column(col, justify="left" if col == "cap" else "right")
+    table.add_column("host disk, idle (MB)", justify="right")
+    table.add_column("write 200 MB (ms)", justify="right")
+    table.add_column("vs uncapped", justify="right")
+    base_start, base_stop = median_ms(starts["uncapped"]), median_ms(stops["uncapped"])
+    base_write = median_ms(writes["uncapped"])
+    for kind, _, _ in kinds:
+        a, b, w = median_ms(starts[kind]), median_ms(stops[kind]), median_ms(writes[kind])
+        used = f"{statistics.median(disk_mb[kind]):.1f}" if disk_mb[kind] else "-"
+        table.add_row(
+            kind,
+            f"{a:.0f}",
+            f"{a / base_start:.2f}",
+            f"{b:.0f}",
+            f"{b / base_stop:.2f}",
+            used,
+            f"{w:.0f}",
+            f"{w / base_write:.2f}",
+        )
+    if not storage_opt:
+        table.caption = "storage_opt: not supported by this engine (no XFS data root with pquota)"
+    Console(width=max(Console().width, 120)).print(table)
+
+
+async def main(quick: bool, local_only: bool, disk_only: bool = False) -> None:
+    if disk_only:
+        await disk_table(quick)
+        return
     await local_table(quick)
     if local_only:
         return
+    await disk_table(quick)
     n_start, n_exec, n_snap = (3, 20, 1) if quick else (7, 50, 3)
     image = ensure_images(("paperbench-reproducer",))["paperbench-reproducer"]
     client = connect()
@@ -335,5 +430,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--local-only", action="store_true", help="only the local backend")
+    parser.add_argument("--disk-only", action="store_true", help="only the disk caps table")
     args = parser.parse_args()
-    asyncio.run(main(args.quick, args.local_only))
+    asyncio.run(main(args.quick, args.local_only, args.disk_only))

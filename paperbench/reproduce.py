@@ -186,8 +186,9 @@ class ReproductionMetadata(BaseModel):
     """Who ran reproduce.sh (``ReproduceConfig.user``)."""
     disk_cap_mb: int | None = None
     disk_cap: DiskCapKind | None = None
-    """How the disk cap was enforced: storage_opt, loop-ext4, rlimit-fsize (per file only)
-    or none (both only when an uncapped disk was allowed)."""
+    """How the disk cap was enforced: storage_opt, loop-overlay, loop-ext4 (a read-only root:
+    said in ``hints``), rlimit-fsize (per file only) or none (both only when an uncapped disk
+    was allowed)."""
     hints: list[str] = Field(default_factory=list)
     """What may have gone wrong and how to fix it (e.g. CRLF line endings)."""
     started_at: datetime
@@ -325,6 +326,8 @@ class _Run:
         try:
             sb = await backend.start(spec)
             self.meta.disk_cap = sb.disk_cap
+            if sb.disk_cap_note and sb.disk_cap_note not in self.meta.hints:
+                self.meta.hints.append(sb.disk_cap_note)
             phase = "upload"
             await sb.upload(staged, SUBMISSION_PATH)
             phase = "run"

@@ -431,7 +431,7 @@ def test_endless_writer_in_docker_ends_as_disk_full(
     finally:
         sweep(client)
     assert meta.status == "disk_full", meta
-    assert meta.isolation == "docker" and meta.disk_cap == "loop-ext4"
+    assert meta.isolation == "docker" and meta.disk_cap == "loop-overlay"
     log = (tmp_path / "out" / "reproduce.log").read_text()
     assert "No space left on device" in log and "disk cap of 64 MB is full" in log
     assert free_before - shutil.disk_usage(tempfile.gettempdir()).free <= 72 << 20

@@ -161,6 +161,8 @@ class Sandbox(abc.ABC):
     spec: SandboxSpec
     disk_cap: DiskCapKind | None = None
     """How ``spec.limits.disk_mb`` is enforced (None: no cap was asked for)."""
+    disk_cap_note: str | None = None
+    """What that cap leaves out (e.g. a read-only root), with the fix; said when it is made."""
 
     def disk_usage(self) -> DiskUsage | None:
         """Space left on the capped disk, where the backend can tell (else None)."""
@@ -239,9 +241,11 @@ class Sandbox(abc.ABC):
         await self.stop()
 
 
-DiskCapKind = Literal["storage_opt", "loop-ext4", "rlimit-fsize", "none"]
-"""How a sandbox enforces ``limits.disk_mb``: the engine's ``storage_opt`` size, a loop-mounted
-ext4 image, a per-file size limit only, or not at all (allowed by ``allow_uncapped_disk``)."""
+DiskCapKind = Literal["storage_opt", "loop-overlay", "loop-ext4", "rlimit-fsize", "none"]
+"""How a sandbox enforces ``limits.disk_mb``: the engine's ``storage_opt`` size, an overlay of
+the image whose upper layer is on a loop-mounted ext4 image (the whole root writable), some
+folders on such an image (the rest of the root read-only), a per-file size limit only, or not at
+all (allowed by ``allow_uncapped_disk``)."""
 
 IsolationKind = Literal["docker", "bubblewrap", "none"]
 """How a backend's sandboxes are isolated from the host: what a run records."""

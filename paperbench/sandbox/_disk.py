@@ -11,11 +11,18 @@ a sandbox whose owner process died (:func:`unmount_under`).
 
 It needs root, ``mkfs.ext4``, ``mount`` and a free loop device; :func:`disk_cap_problem`
 says what is missing, so callers can refuse with a clear error.
+
+:meth:`DiskCap.overlay` puts a whole root file system on the capped disk without copying it:
+an overlay mount (``<mountpoint>/root``) whose lower layers are read-only folders (a Docker
+image's layers) and whose upper layer (``<mountpoint>/upper``) is on the image. Everything a
+sandbox changes (``apt-get install`` writing ``/usr`` and ``/var/lib/dpkg`` included) lands in
+the upper layer, so it counts against the cap; nothing is copied before it is written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -28,6 +35,8 @@ from paperbench.sandbox._base import DiskUsage
 IMAGE_NAME = "disk.img"
 _TOOL_TIMEOUT_S = 60.0
 UNCAPPED_HINT = "pass --allow-uncapped-disk to run without a disk cap"
+_MOUNT_OPTIONS_MAX = 4096
+"""The kernel reads at most a page of mount options."""
 
 
 class DiskCapUnavailableError(SandboxUnavailableError):
@@ -88,6 +97,7 @@ class DiskCap:
             mountpoint.mkdir(exist_ok=True)
             _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", str(image)])
             _run(["mount", "-o", "loop,nosuid,nodev", str(image), str(mountpoint)])
+            _direct_io(mountpoint)
         except OSError as exc:
             cap.remove()
             raise DiskCapUnavailableError(
@@ -97,6 +107,31 @@ class DiskCap:
             cap.remove()
             raise
         return cap
+
+    def overlay(self, lower: list[str]) -> Path:
+        """Mount an overlay of the read-only folders ``lower`` (topmost first) with its upper
+        layer on this disk; return its mount point (``<mountpoint>/root``).
+
+        Raises:
+            DiskCapUnavailableError: the overlay could not be mounted (said why).
+        """
+        if not lower:
+            raise DiskCapUnavailableError("cannot cap the sandbox disk: no lower layer to overlay")
+        for layer in lower:
+            if ":" in layer or "," in layer or not Path(layer).is_dir():
+                raise DiskCapUnavailableError(
+                    f"cannot cap the sandbox disk: {layer} cannot be an overlay layer here"
+                )
+        root, upper, work = (self.mountpoint / n for n in ("root", "upper", "work"))
+        for folder in (root, upper, work):
+            folder.mkdir(exist_ok=True)
+        options = f"lowerdir={':'.join(lower)},upperdir={upper},workdir={work}"
+        if len(options) >= _MOUNT_OPTIONS_MAX:
+            raise DiskCapUnavailableError(
+                f"cannot cap the sandbox disk: {len(lower)} image layers are too many to overlay"
+            )
+        _run(["mount", "-t", "overlay", "overlay", "-o", f"nosuid,nodev,{options}", str(root)])
+        return root
 
     def usage(self) -> DiskUsage | None:
         try:
@@ -112,6 +147,47 @@ class DiskCap:
         unmount_under(self.folder)
         with contextlib.suppress(FileNotFoundError):
             (self.folder / IMAGE_NAME).unlink()
+
+
+_LOOP_SET_DIRECT_IO = 0x4C08
+
+
+def _direct_io(mountpoint: Path) -> bool:
+    """Switch the loop device under ``mountpoint`` to direct I/O on its image: no second copy
+    of every block in the host's page cache (rewriting 200 MB with fsync on a loop-mounted
+    image, measured by hand: ~0.5 s buffered, ~0.13 s direct). Only speed is at stake: where
+    the host's file system cannot (no O_DIRECT), the device stays buffered; returns whether it
+    switched."""
+    source = _mount_source(mountpoint)
+    if source is None or not source.startswith("/dev/loop"):
+        return False
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.ioctl(fd, _LOOP_SET_DIRECT_IO, 1)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _mount_source(mountpoint: Path) -> str | None:
+    """The device mounted at ``mountpoint`` (from /proc/self/mountinfo), or None."""
+    point = os.path.realpath(mountpoint)
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    source = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4 and fields[4].encode().decode("unicode_escape") == point:
+            after = fields[fields.index("-") + 1 :] if "-" in fields else []
+            source = after[1] if len(after) > 1 else None  # the last mount there wins
+    return source
 
 
 def mounts_under(folder: Path) -> list[Path]:

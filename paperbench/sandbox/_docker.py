@@ -13,13 +13,19 @@ Isolation and limits:
   right after the start (``_docker_user``), while PID 1 and the backend's own work stay root;
 - ``cpus`` → ``nano_cpus``; ``memory_mb`` → ``mem_limit`` = ``memswap_limit`` (no swap);
   ``pids`` → ``pids_limit``; ``gpu`` → ``device_requests``;
-- ``disk_mb``: overlay2 ``storage_opt`` size where the engine supports it (xfs with pquota);
-  otherwise the root filesystem is read-only and the writable folders (``WRITABLE_DIRS``:
-  /submission, /home, /root, /tmp, /var, /etc, /usr/local) are volumes bound to one sparse
-  ext4 image of ``disk_mb`` MB loop-mounted on the host (``_disk``), filled from the image on
-  first use; ``/run`` is a 16 MB tmpfs. The image is unmounted and deleted with the sandbox.
-  When neither can be done the start is refused unless ``limits.allow_uncapped_disk`` (then
-  a warning, and ``disk_cap == "none"``);
+- ``disk_mb``: overlay2 ``storage_opt`` size where the engine supports it (its data root on
+  xfs with pquota: what ``scripts/ensure-docker.sh`` gives the dockerd it starts). Otherwise a
+  sparse ext4 image of ``disk_mb`` MB loop-mounted on the host (``_disk``) holds the upper layer
+  of an overlay of the image's own layers (``loop-overlay``): every top-level folder of that
+  overlay (/usr, /var, /etc, /home, /tmp, ...; and /submission) is bound into the container, so
+  everything stays writable (``apt-get install`` works) and every write counts against the cap;
+  only new top-level entries fail (the root itself is read-only), and ``/run`` is a 16 MB tmpfs.
+  When the image's layers are not overlay2 folders on this host (another storage driver, a
+  remote engine), only ``WRITABLE_DIRS`` (/submission, /home, /root, /tmp, /var, /etc,
+  /usr/local) are volumes on the image, filled from the image on first use, and the rest of the
+  root is read-only (``loop-ext4``): said as a warning and in ``disk_cap_note``, with the fix.
+  The image is unmounted and deleted with the sandbox. When neither can be done the start is
+  refused unless ``limits.allow_uncapped_disk`` (then a warning, and ``disk_cap == "none"``);
 - the environment is ``spec.env`` (plus ``spec.proxy_env`` and CA variables when asked), never
   the host's; the Docker socket is never mounted;
 - network ``none`` → no interface; ``full`` → a routed bridge network of its own, closed to
@@ -92,7 +98,8 @@ from paperbench.sandbox._docker_user import SandboxUser
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
 
 WRITABLE_DIRS = ("/submission", "/home", "/root", "/tmp", "/var", "/etc", "/usr/local")
-"""Folders kept writable (on the capped disk) when the root filesystem is read-only."""
+"""Folders kept writable (on the capped disk) when the root filesystem is read-only
+(``loop-ext4``); under ``loop-overlay`` all are, and these are made when missing."""
 RUN_TMPFS = {"/run": "rw,nosuid,nodev,size=16m,mode=755"}
 
 log = logging.getLogger("paperbench.sandbox")
@@ -246,9 +253,10 @@ def _default_gateway(api: Any) -> EgressGateway:
 class DockerBackend(SandboxBackend):
     """Sandboxes as Docker containers.
 
-    ``work_dirs`` are the folders kept writable, on a loop-mounted image of ``disk_mb`` MB,
-    when the engine has no ``storage_opt`` support (the rest of the root filesystem is then
-    read-only). ``egress`` provides the proxy for ``network=filtered``.
+    ``work_dirs`` are folders kept writable on a loop-mounted image of ``disk_mb`` MB when the
+    engine has no ``storage_opt`` support: under ``loop-overlay`` their top folders are made when
+    the image lacks them; under ``loop-ext4`` they are the only writable ones.
+    ``egress`` provides the proxy for ``network=filtered``.
     ``fast_exec`` (default: on unless ``PAPERBENCH_DOCKER_FAST_EXEC=0``) runs commands through
     the in-container exec server (see the module docstring).
     """
@@ -466,14 +474,13 @@ class DockerBackend(SandboxBackend):
     async def _disk_volumes(
         self, sb: DockerSandbox, disk_mb: int, base_labels: dict[str, str]
     ) -> tuple[list[Any], dict[str, str]]:
-        """Volumes for ``work_dirs`` on a loop-mounted image of ``disk_mb`` MB (see the module
-        docstring); none when the cap cannot be made and an uncapped disk was allowed.
+        """Mounts putting the sandbox's writable space on a loop-mounted image of ``disk_mb`` MB
+        (see the module docstring); none when the cap cannot be made and an uncapped disk was
+        allowed.
 
         Raises:
             DiskCapUnavailableError: the cap cannot be made and an uncapped disk was not allowed.
         """
-        from docker.types import Mount
-
         root = self.disk_root or Path(tempfile.gettempdir())
         folder = root / f"{WORKSPACE_PREFIX}{sb.id}-disk"
         try:
@@ -491,12 +498,52 @@ class DockerBackend(SandboxBackend):
             log.warning("the sandbox's disk is NOT capped (allowed): %s", exc)
             sb.disk_cap = "none"
             return [], {}
-        sb.disk_cap = "loop-ext4"
         sb.read_only_root = True
+        layers, why = await self._image_layers(sb)
+        if layers is not None:
+            try:
+                top = await asyncio.to_thread(sb.disk.overlay, layers)
+                dirs = await asyncio.to_thread(
+                    _overlay_dirs, top, _writable(self.work_dirs, sb.spec.writable_dirs)
+                )
+            except (DiskCapUnavailableError, OSError) as exc:
+                why = str(exc)
+            else:
+                sb.disk_cap = "loop-overlay"
+                sb.writable_dirs = dirs
+                return _binds(top, dirs), dict(RUN_TMPFS)
+        sb.disk_cap = "loop-ext4"
+        sb.disk_cap_note = read_only_note(why)
+        log.warning("%s", sb.disk_cap_note)
+        return await self._work_volumes(sb, sb.disk, base_labels), dict(RUN_TMPFS)
+
+    async def _image_layers(self, sb: DockerSandbox) -> tuple[list[str] | None, str]:
+        """The host folders of the image's layers, topmost first (None, and why, when the
+        engine does not keep them in overlay2 folders on this host)."""
+        try:
+            info = await asyncio.to_thread(sb.api.inspect_image, sb.spec.image)
+        except Exception as exc:
+            raise self._create_error(exc, sb.spec) from exc
+        driver = info.get("GraphDriver") or {}
+        data = driver.get("Data") or {}
+        if driver.get("Name") != "overlay2" or not data.get("UpperDir"):
+            return None, f"the engine's storage driver is {driver.get('Name') or 'unknown'}"
+        layers = [data["UpperDir"], *(d for d in (data.get("LowerDir") or "").split(":") if d)]
+        missing = [d for d in layers if not await asyncio.to_thread(os.path.isdir, d)]
+        if missing:
+            return None, f"the image's layers are not on this host ({missing[0]})"
+        return layers, ""
+
+    async def _work_volumes(
+        self, sb: DockerSandbox, disk: DiskCap, base_labels: dict[str, str]
+    ) -> list[Any]:
+        """Volumes for ``work_dirs`` on the capped disk, filled from the image on first use."""
+        from docker.types import Mount
+
         sb.writable_dirs = _writable(self.work_dirs, sb.spec.writable_dirs)
         mounts = []
         for i, folder_in in enumerate(sb.writable_dirs):
-            source = sb.disk.mountpoint / f"d{i}"
+            source = disk.mountpoint / f"d{i}"
             await asyncio.to_thread(source.mkdir)
             name = f"{sb.id}-disk{i}"
             await asyncio.to_thread(
@@ -508,7 +555,7 @@ class DockerBackend(SandboxBackend):
             )
             sb.volumes.append(name)
             mounts.append(Mount(target=folder_in, source=name, type="volume"))
-        return mounts, dict(RUN_TMPFS)
+        return mounts
 
     @staticmethod
     def _create_error(exc: Exception, spec: SandboxSpec) -> SandboxError:
@@ -544,10 +591,13 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
         self.disk: DiskCap | None = None
         self.disk_folder: Path | None = None
         self.disk_cap: DiskCapKind | None = None
-        """How ``limits.disk_mb`` is enforced: ``storage_opt``, ``loop-ext4`` or ``none``."""
+        """How ``limits.disk_mb`` is enforced: ``storage_opt``, ``loop-overlay``, ``loop-ext4``
+        or ``none``."""
+        self.disk_cap_note: str | None = None
+        """What the disk cap leaves out (a read-only root under ``loop-ext4``), with the fix."""
 
     def disk_usage(self) -> DiskUsage | None:
-        """Space on the capped disk (loop-ext4 only)."""
+        """Space on the capped disk (loop caps only; storage_opt reports none)."""
         return self.disk.usage() if self.disk is not None else None
 
     def __repr__(self) -> str:
@@ -607,6 +657,41 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
                 self.networks.remove(net)
             except Exception:  # still in use by the proxy: removed after it closes
                 pass
+
+
+NOT_BOUND = frozenset({"dev", "proc", "sys", "run"})
+"""Top-level folders the engine provides (and ``/run``, a tmpfs): never bound from the disk."""
+
+
+def _overlay_dirs(top: Path, wanted: tuple[str, ...]) -> tuple[str, ...]:
+    """The top-level folders of the overlaid root ``top`` to bind into the container: every
+    real folder of the image, and the top folder of each of ``wanted`` (made when missing)."""
+    names = {e.name for e in os.scandir(top) if e.is_dir(follow_symlinks=False)}
+    mtab = top / "etc" / "mtab"
+    if "etc" in names and not os.path.lexists(mtab):  # as the engine's init layer has it
+        mtab.symlink_to("/proc/mounts")
+    for folder in wanted:
+        first = posixpath.normpath(folder).strip("/").split("/")[0]
+        if first and first not in names and not (top / first).is_symlink():
+            (top / first).mkdir(mode=0o755)
+            names.add(first)
+    return tuple(f"/{n}" for n in sorted(names - NOT_BOUND))
+
+
+def _binds(top: Path, dirs: tuple[str, ...]) -> list[Any]:
+    from docker.types import Mount
+
+    return [Mount(target=d, source=str(top / d.lstrip("/")), type="bind") for d in dirs]
+
+
+def read_only_note(why: str) -> str:
+    """What a loop-ext4 cap leaves out, why, and the fixes (said and recorded)."""
+    return (
+        f"the sandbox's root file system is read-only under this disk cap (loop-ext4: {why}); "
+        f"only {', '.join(WRITABLE_DIRS)} are writable, so apt-get install fails. Fix: run "
+        "scripts/ensure-docker.sh (dockerd on an XFS data root with pquota, storage_opt caps) "
+        "or pass --allow-uncapped-disk"
+    )
 
 
 def _writable(base: tuple[str, ...], extra: tuple[str, ...]) -> tuple[str, ...]:
