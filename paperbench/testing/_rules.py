@@ -79,10 +79,20 @@ class Issued:
 
 
 def check(
-    protocol: str, body: dict[str, Any], issued: Issued, window: int | None = None
+    protocol: str,
+    body: dict[str, Any],
+    issued: Issued,
+    window: int | None = None,
+    *,
+    plain_reasoning: bool = False,
 ) -> Refusal | None:
     """The refusal of the real API for this request, or ``None``; ``window`` is the model's
-    context window (``None``: not checked)."""
+    context window (``None``: not checked); ``plain_reasoning`` refuses reasoning
+    parameters sent to OpenAI models that do not reason."""
+    if plain_reasoning and protocol != "messages":
+        refusal = _reasoning_on_plain_model(protocol, body)
+        if refusal is not None:
+            return refusal
     if protocol == "chat":
         refusal = _check_chat(body)
     elif protocol == "responses":
@@ -92,6 +102,18 @@ def check(
     if refusal is None and window is not None:
         refusal = _check_window(protocol, body, window)
     return refusal
+
+
+def _reasoning_on_plain_model(protocol: str, body: dict[str, Any]) -> Refusal | None:
+    plain = str(body.get("model", "")).startswith(PLAIN_PREFIXES)
+    if plain and ("reasoning_effort" in body or "reasoning" in body):
+        name = "reasoning_effort" if protocol == "chat" else "reasoning.effort"
+        return Refusal(
+            f"Unsupported parameter: '{name}' is not supported with this model.",
+            name,
+            "unsupported_parameter",
+        )
+    return None
 
 
 def _check_window(protocol: str, body: dict[str, Any], window: int) -> Refusal | None:
@@ -154,14 +176,6 @@ def _openai_common(
     model = str(body.get("model", ""))
     reasoning = model.startswith(REASONING_PREFIXES)
     effort = body.get("reasoning_effort") or (body.get("reasoning") or {}).get("effort")
-    plain = model.startswith(PLAIN_PREFIXES)
-    if plain and ("reasoning_effort" in body or "reasoning" in body):
-        name = "reasoning_effort" if protocol == "chat" else "reasoning.effort"
-        return Refusal(
-            f"Unsupported parameter: '{name}' is not supported with this model.",
-            name,
-            "unsupported_parameter",
-        )
     if reasoning and "temperature" in body and effort != "none":
         return Refusal(
             f"Unsupported value: 'temperature' does not support {body['temperature']} with "

@@ -182,6 +182,7 @@ class FakeLLMServer:
         *,
         validate: bool = True,
         context_windows: dict[str, int] | None = None,
+        refuse_plain_reasoning: bool = False,
     ) -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError("the fake server binds to loopback only")
@@ -190,6 +191,10 @@ class FakeLLMServer:
         """Model name (as requests name it, no provider) -> context window in tokens; a
         dated snapshot falls back to its family. Over it, a request gets the provider's
         context-length refusal (with ``validate``). Default: the model layer's table."""
+        self.refuse_plain_reasoning = refuse_plain_reasoning
+        """Refuse ``reasoning_effort`` / ``reasoning`` sent to an OpenAI model that does not
+        reason (gpt-4o, gpt-4.1, ...), as OpenAI does. Off by default for now: the judge
+        still sends its role's effort when its model is overridden with such a model."""
         self.prompt_cache = PromptCache()
         """The prefixes seen or written, for the simulated prompt caches."""
         self.issued = Issued()
@@ -270,7 +275,13 @@ class FakeLLMServer:
         if not self.validate:
             return None
         window = self.context_window(request.model)
-        refusal = check(request.protocol, request.body, self.issued, window)
+        refusal = check(
+            request.protocol,
+            request.body,
+            self.issued,
+            window,
+            plain_reasoning=self.refuse_plain_reasoning,
+        )
         if refusal is not None:
             with self._lock:
                 self.requests.append(request)

@@ -245,8 +245,8 @@ def test_anthropic_refuses_unpaired_blocks(
     assert _anthropic_message(info.value) == text
 
 
-def test_reasoning_parameters_are_refused_on_plain_models(fake_llm: FakeLLMServer) -> None:
-    with _openai(fake_llm) as client:
+def test_reasoning_parameters_are_refused_on_plain_models() -> None:
+    with FakeLLMServer(refuse_plain_reasoning=True) as server, _openai(server) as client:
         with pytest.raises(openai.BadRequestError) as chat:
             client.chat.completions.create(model="gpt-4o", messages=HI, reasoning_effort="low")
         with pytest.raises(openai.BadRequestError) as responses:
@@ -255,6 +255,11 @@ def test_reasoning_parameters_are_refused_on_plain_models(fake_llm: FakeLLMServe
         "Unsupported parameter: 'reasoning_effort' is not supported with this model."
     )
     assert _error(responses.value)["param"] == "reasoning.effort"
+
+
+def test_reasoning_parameters_on_plain_models_pass_unless_asked(fake_llm: FakeLLMServer) -> None:
+    with _openai(fake_llm) as client:
+        assert client.chat.completions.create(model="gpt-4o", messages=HI, reasoning_effort="low")
 
 
 def test_a_fifth_cache_breakpoint_is_refused(fake_llm: FakeLLMServer) -> None:
