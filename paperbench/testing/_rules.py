@@ -8,11 +8,19 @@ the installed ``openai`` and ``anthropic`` SDKs; the rest are the rules the APIs
   strict JSON Schemas that break strict mode (an object not closed with
   ``additionalProperties: false``, a property not required, an unsupported keyword, a ``$ref``
   with siblings); Responses reasoning items sent back without their encrypted content while
-  ``store`` is false, or with content the server did not issue.
+  ``store`` is false, or with content the server did not issue, or with no item after them;
+  Chat assistant turns with null content and no tool calls, tool messages answering no call,
+  tool calls left unanswered; Responses function calls without their output or outputs
+  without their call; reasoning parameters for a model that does not reason (when asked:
+  ``refuse_plain_reasoning``); a request over the model's context window
+  (``context_length_exceeded``).
 - Anthropic: unknown or missing parameters (``max_tokens`` is required); empty text blocks;
   a first turn that is not the user's, or turns that do not alternate; thinking blocks without
   a signature, with a signature the server did not issue for that text, or (in a tool loop
-  with thinking on) not exactly the blocks issued with that turn; a schema object not closed.
+  with thinking on) not exactly the blocks issued with that turn; a schema object not closed;
+  a tool_use not answered by a tool_result in the next message, or a tool_result answering
+  no tool_use of the message before; more than four ``cache_control`` breakpoints; a prompt
+  over the model's context window ("prompt is too long").
 """
 
 from __future__ import annotations

@@ -9,7 +9,10 @@ else from a callback (``server.handler = lambda request: FakeReply(...)``), else
 default reply: the smallest JSON that fits a requested schema, or ``"ok"``. Every request is
 recorded (``server.requests``) for assertions. Requests the real APIs refuse (an unknown
 parameter, an empty Anthropic text block, a strict schema that breaks OpenAI's rules, a
-thinking block sent back changed, ...) get the real APIs' 400 and error body. Faults on
+thinking block sent back changed, a tool call left unanswered, a conversation over the model's
+context window, ...) get the real APIs' 400 and error body. Usage is counted from the
+request, with simulated prompt caches (OpenAI's automatic prefix cache, Anthropic's
+breakpoints: :mod:`paperbench.testing._prompt`). Faults on
 demand: any HTTP status with headers (429 with ``retry-after``, 500, 401, ...), a slow
 answer, a malformed body, an HTML page, a dropped connection; a schema mismatch is simply a
 :class:`FakeReply` whose ``text`` does not fit.
