@@ -63,7 +63,7 @@ def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
 
 
 _OPENAI_WINDOW = re.compile(
-    r"maximum context length is (\d+) tokens.*?resulted in (\d+) tokens", re.DOTALL
+    r"maximum context length is (\d+) tokens.*?(?:resulted in|requested) (\d+) tokens", re.DOTALL
 )
 _ANTHROPIC_WINDOW = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
 _WINDOW_HINTS = (

@@ -23,7 +23,9 @@ from paperbench.llm import (
     count_message_tokens,
 )
 from paperbench.llm._anthropic import AnthropicAPI
+from paperbench.llm._cache import cache_key
 from paperbench.llm._registry import resolve
+from paperbench.llm._retry import status_error
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, FakeUsage
 from tests.llm.helpers import config_for, gen
 
@@ -101,6 +103,30 @@ def test_a_context_window_refusal_is_a_context_length_error(protocol: str) -> No
             assert info.value.tokens > 100
         [record] = model.ledger.records
         assert record.outcome == "failed" and record.cost_usd == 0.0
+
+
+@pytest.mark.parametrize(
+    ("message", "tokens", "limit"),
+    [
+        (
+            "This model's maximum context length is 128000 tokens. However, you requested "
+            "130512 tokens (129000 in the messages, 1512 in the completion). Please reduce "
+            "the length of the messages or completion.",
+            130512,
+            128000,
+        ),
+        ("prompt is too long: 210345 tokens > 200000 maximum", 210345, 200000),
+        ("Your input exceeds the context window of this model.", None, None),
+    ],
+)
+def test_the_counts_are_read_from_each_wording(
+    message: str, tokens: int | None, limit: int | None
+) -> None:
+    error = status_error(400, message, headers={}, model="m", key_hint="K")
+    assert isinstance(error, ContextLengthError)
+    assert (error.tokens, error.limit) == (tokens, limit)
+    other = status_error(400, "Invalid value for 'content'", headers={}, model="m", key_hint="K")
+    assert not isinstance(other, ContextLengthError)
 
 
 def test_the_servers_count_is_the_model_layers_count_for_openai() -> None:
@@ -421,6 +447,23 @@ def test_the_prompt_cache_key_reaches_custom_endpoints_only_when_asked(
     forced = config_for("chat", fake_llm, options={"prompt_cache_key": True})
     gen(Model(forced), "q", prompt_cache_key="k")
     assert fake_llm.requests[-1].body["prompt_cache_key"] == "k"
+
+
+def test_the_prompt_cache_key_does_not_change_the_response_cache_key() -> None:
+    from paperbench.llm import ModelRequest
+
+    request = ModelRequest(messages=(UserMessage(content="q"),))
+    keyed = request.model_copy(update={"prompt_cache_key": "run-1"})
+    where: dict[str, Any] = {
+        "model": "openai/gpt-4o",
+        "provider": "openai",
+        "base_url": None,
+        "options": {},
+        "version": None,
+    }
+    assert cache_key(request=request, **where) == cache_key(request=keyed, **where)
+    other = ModelRequest(messages=(UserMessage(content="r"),))
+    assert cache_key(request=request, **where) != cache_key(request=other, **where)
 
 
 def test_a_scripted_usage_still_wins(fake_llm: FakeLLMServer) -> None:
