@@ -77,8 +77,9 @@ class FakeReply:
     tool_calls: tuple[FakeToolCall, ...] = ()
     usage: FakeUsage | None = None
     """Default: the request's tokens as the server counts them (see
-    :mod:`paperbench.testing._prompt`), with what its simulated prompt cache read and wrote,
-    and the reply's size over four for the output."""
+    :mod:`paperbench.testing._prompt`; below :data:`SMALL_REQUEST` tokens, its JSON size over
+    four), with what its simulated prompt cache read and wrote, and the reply's size over four
+    for the output."""
     stop: Literal["stop", "max_tokens", "length", "tool_calls"] | None = None
     """Default: ``tool_calls`` with tool calls, else ``stop``. ``max_tokens`` (or its alias
     ``length``) is an answer cut off at the output limit: Chat ``finish_reason: length``,
@@ -159,6 +160,10 @@ class RecordedRequest:
 
 
 Handler = Callable[[RecordedRequest], "FakeReply | Fault"]
+
+SMALL_REQUEST = 1024
+"""Below this many counted input tokens (and with no prompt-cache activity) the default usage
+is the request's JSON size over four; from it on, the counted tokens."""
 
 _ROUTES: dict[str, Protocol] = {
     "/v1/chat/completions": "chat",
@@ -340,8 +345,14 @@ def _estimate_usage(server: FakeLLMServer, request: RecordedRequest, reply: Fake
     cache = server.prompt_cache.use(request.protocol, request.body)
     if reply.usage is not None:
         return reply.usage
+    counted = cache.input
+    if counted < SMALL_REQUEST and not cache.read and not cache.written:
+        # a small request is billed by its JSON size over four, as before the server counted
+        # tokens: tests that price a few calls rely on these numbers
+        size = len(json.dumps(request.body.get("messages") or request.body.get("input") or ""))
+        counted = size // 4
     return FakeUsage(
-        input=max(1, cache.input),
+        input=max(1, counted),
         cached_input=cache.read,
         cache_write=cache.written,
         output=max(1, len(reply.body_text()) // 4),
