@@ -49,6 +49,16 @@ TokenCountKind = Literal["exact", "estimate"]
 _VOCABULARY_PACKAGE = "bpe_openai"
 
 
+_OPENAI_FAMILIES = ("gpt-", "o1", "o3", "o4", "codex", "chatgpt")
+
+
+def _openai_family(model: str) -> bool:
+    """An OpenAI model, whose tokenizer is known (``openai/qwen3`` behind a compatible server
+    is not one)."""
+    provider, _, name = model.partition("/")
+    return provider == "openai" and name.startswith(_OPENAI_FAMILIES)
+
+
 def _encoding_for(model: str) -> str:
     name = model.partition("/")[2] or model
     if name.startswith(("gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4", "codex", "chatgpt")):
@@ -112,9 +122,10 @@ def _encoding(encoding: str) -> Any:
 
 
 def token_count_kind(model: str) -> TokenCountKind:
-    """``exact`` when :func:`count_tokens` gives ``model`` the provider's own count (OpenAI
-    models), ``estimate`` otherwise (keep a wider margin then)."""
-    return "exact" if model.startswith("openai/") else "estimate"
+    """``exact`` when :func:`count_tokens` gives ``model`` the provider's own count (OpenAI's
+    models: ``openai/gpt-*``, ``o1``/``o3``/``o4``, ``codex``), ``estimate`` otherwise (keep
+    a wider margin then), including other models reached through the ``openai`` provider."""
+    return "exact" if _openai_family(model) else "estimate"
 
 
 # Pieces as BPE pre-tokenizers split text: a word (an optional leading mark, capitals then
@@ -163,7 +174,7 @@ def count_tokens(text: str, model: str = "openai/gpt-4o") -> int:
     estimate for the others (see :func:`token_count_kind`)."""
     if not text:
         return 0
-    if model.startswith("openai/"):
+    if _openai_family(model):
         return len(_encoding(_encoding_for(model)).encode(text, disallowed_special=()))
     estimate = estimate_tokens(text)
     if model.startswith("anthropic/"):

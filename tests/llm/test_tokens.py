@@ -42,6 +42,8 @@ def test_which_models_get_exact_counts() -> None:
     assert token_count_kind("openai/gpt-4o") == "exact"
     assert token_count_kind("anthropic/claude-sonnet-4-5") == "estimate"
     assert token_count_kind("vllm/qwen3") == "estimate"
+    assert token_count_kind("openai/qwen3-32b") == "estimate"  # behind a compatible server
+    assert count_tokens("word " * 40, "openai/qwen3-32b") == estimate_tokens("word " * 40)
 
 
 def test_the_bundled_vocabulary_must_have_tiktokens_hash() -> None:
