@@ -14,6 +14,9 @@ Providers are chosen by the ``provider/model`` string: ``openai``, ``anthropic``
 The public names serve two readers: whoever calls models (a judge, an agent: the model,
 its config, messages, outputs, costs and budgets, the cache) and whoever adds a provider
 (:class:`ModelAPI`, :class:`Target`, :class:`TransientError`, :func:`register_provider`).
+Whoever plans a long conversation counts it (:func:`count_message_tokens`, exact for OpenAI
+models and an estimate otherwise: :func:`token_count_kind`) against the model's limits
+(:func:`context_window`, :func:`max_output_tokens`).
 Whoever spreads a group of runs over processes installs a :class:`Coordinator` in each
 (:func:`set_coordinator`): the group's budget, connection limits and rate-limit pauses are
 then shared by all of them (:class:`LocalCoordinator` in one process, :class:`RayCoordinator`
@@ -33,6 +36,7 @@ from paperbench.llm._costs import (
     PriceTable,
     read_cost_journal,
 )
+from paperbench.llm._limits import context_window, max_output_tokens
 from paperbench.llm._model import Model
 from paperbench.llm._registry import ModelAPI, Target, providers, register_provider
 from paperbench.llm._retry import TransientError
@@ -46,9 +50,9 @@ from paperbench.llm._shared import (
     set_coordinator,
 )
 from paperbench.llm._tokens import (
+    TokenCountKind,
     count_message_tokens,
     count_tokens,
-    max_output_tokens,
     token_count_kind,
 )
 from paperbench.llm._types import (
@@ -99,12 +103,14 @@ __all__ = [
     "StopReason",
     "SystemMessage",
     "Target",
+    "TokenCountKind",
     "ToolCall",
     "ToolDef",
     "ToolMessage",
     "TransientError",
     "Usage",
     "UserMessage",
+    "context_window",
     "count_message_tokens",
     "count_tokens",
     "current_coordinator",

@@ -4,6 +4,10 @@ Tool use, structured output (``output_config.format``), prompt caching and exten
 Prompt caching: every message marked ``cache=True`` gets a ``cache_control`` breakpoint (the
 last four count, the API's limit); when none is marked, the system prompt gets one, so a
 long shared system prefix is cached by default (``options: {prompt_cache: false}`` to stop).
+A call with a ``prompt_cache_key`` (a tool loop) also gets a rolling breakpoint on the last
+block of the conversation (then the latest three marks are kept), so each step reads what
+the step before wrote. A context-window refusal ("prompt is too long") raises
+:class:`~paperbench.errors.ContextLengthError`.
 Extended thinking: ``options: {thinking_budget: N}``; thinking and redacted_thinking blocks
 are kept on the output (``reasoning_items``) and sent back unchanged, in order, so a tool loop
 with extended thinking replays as it was sent.
@@ -19,7 +23,7 @@ from anthropic.types import Message as AnthropicMessage
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.errors import ModelRequestError
-from paperbench.llm._registry import SDKModelAPI, Target, parse_options, usage_count
+from paperbench.llm._registry import SDKModelAPI, Target, cut_calls, parse_options, usage_count
 from paperbench.llm._retry import TransientError, status_error
 from paperbench.llm._schema import anthropic_schema
 from paperbench.llm._types import (
@@ -84,7 +88,11 @@ class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
 
     def params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``messages.create`` for ``request``."""
-        system, messages = _convert(request.messages, auto_cache=self.options.prompt_cache)
+        system, messages = _convert(
+            request.messages,
+            auto_cache=self.options.prompt_cache,
+            rolling=request.prompt_cache_key is not None,
+        )
         max_tokens = request.max_tokens or self.options.default_max_tokens
         params: dict[str, Any] = {
             "model": self.target.model_name,
@@ -153,13 +161,14 @@ class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
             output_tokens=usage_count(u, "output_tokens"),
             reasoning_tokens=usage_count(u, "output_tokens_details", "thinking_tokens"),
         )
+        stop = _STOP.get(response.stop_reason or "", "unknown")
         return ModelOutput(
             model=self.target.model,
             text="".join(texts),
-            tool_calls=calls,
+            tool_calls=cut_calls(calls, stop),
             reasoning="\n".join(r.text for r in reasoning if r.text) or None,
             reasoning_items=reasoning,
-            stop_reason=_STOP.get(response.stop_reason or "", "unknown"),
+            stop_reason=stop,
             usage=usage,
         )
 
@@ -194,19 +203,26 @@ def _reasoning_block(item: ReasoningItem) -> dict[str, Any] | None:
 
 
 def _convert(
-    messages: tuple[Message, ...], *, auto_cache: bool
+    messages: tuple[Message, ...], *, auto_cache: bool, rolling: bool = False
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """System blocks and alternating user/assistant turns, with cache breakpoints.
 
     Consecutive messages of one role become one turn; empty text is left out, and a turn left
-    with no blocks (an empty assistant answer in a re-ask) is dropped, so the turns still
-    alternate. An assistant turn's thinking blocks go first, each exactly as it came.
+    with no blocks (an empty assistant answer: no text, no tool calls, no thinking) is
+    dropped, so the turns still alternate (the user turns around it become one). An assistant
+    turn's thinking blocks go first, each exactly as it came.
+
+    Breakpoints: each message marked ``cache=True`` (else, with ``auto_cache``, the last
+    system message); with ``rolling``, also the last block of the conversation, so each step
+    of a tool loop reads the prefix the step before wrote. Never more than
+    :data:`MAX_BREAKPOINTS` (the API refuses a fifth): the rolling one and the latest marks.
     """
     marked = [i for i, m in enumerate(messages) if getattr(m, "cache", False)]
     if not marked and auto_cache:
         systems = [i for i, m in enumerate(messages) if isinstance(m, SystemMessage)]
         marked = systems[-1:]
-    breakpoints = set(marked[-MAX_BREAKPOINTS:])
+    keep = MAX_BREAKPOINTS - 1 if rolling else MAX_BREAKPOINTS
+    breakpoints = set(marked[-keep:])
 
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
@@ -241,6 +257,10 @@ def _convert(
                 for c in message.tool_calls
             )
             add("assistant", blocks)
+    if rolling and turns:
+        last = turns[-1]["content"][-1]
+        if last.get("type") not in ("thinking", "redacted_thinking"):
+            last["cache_control"] = _EPHEMERAL
     return system, turns
 
 

@@ -80,7 +80,8 @@ def cache_key(
         "base_url": base_url,
         "options": dict(options),
         "cache_version": version,
-        "request": request.model_dump(mode="json"),
+        # the prompt cache key only routes the call to a provider cache: same answer
+        "request": request.model_dump(mode="json", exclude={"prompt_cache_key"}),
     }
     canonical = json.dumps(
         payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str

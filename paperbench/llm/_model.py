@@ -158,10 +158,15 @@ class Model:
             label: the purpose of the call, for the cost report (see ``LABELS``).
             stage: the stage, for the cost report and the stage's budget cap.
             cache: use the response cache (default: ``config.cache``).
+            prompt_cache_key: calls sharing this key (the steps of one tool loop) share the
+                provider's prompt cache: OpenAI gets ``prompt_cache_key``, Anthropic a
+                rolling cache breakpoint on the last block of the conversation.
 
         Raises:
             MissingKeyError, UnknownProviderError, ProviderNotInstalledError: set-up problems.
             ModelRequestError: the provider refused the request (400/401/403/404).
+            ContextLengthError: (a ModelRequestError) the conversation does not fit the
+                model's context window; ``tokens``/``limit`` when the provider named them.
             ModelUnavailableError: retries exhausted (429/5xx/timeouts/dropped connections).
             IncompleteAnswerError: with ``output``, the answer did not end normally.
             StructuredOutputError: the answer never matched ``output``.
@@ -180,6 +185,7 @@ class Model:
             max_tokens=max_tokens if max_tokens is not None else config.max_tokens,
             temperature=temperature if temperature is not None else config.temperature,
             reasoning_effort=reasoning_effort or config.reasoning_effort,
+            prompt_cache_key=prompt_cache_key,
         )
         use_cache = config.cache if cache is None else cache
         key = None

@@ -23,7 +23,7 @@ from openai.types.responses import Response
 from pydantic import BaseModel, ConfigDict
 
 from paperbench.errors import ModelRequestError
-from paperbench.llm._registry import SDKModelAPI, Target, parse_options, usage_count
+from paperbench.llm._registry import SDKModelAPI, Target, cut_calls, parse_options, usage_count
 from paperbench.llm._retry import TransientError, status_error
 from paperbench.llm._schema import openai_schema
 from paperbench.llm._types import (
@@ -49,8 +49,10 @@ class OpenAIOptions(BaseModel):
     api: Literal["auto", "chat", "responses"] = "auto"
     """``auto``: Responses for reasoning models on OpenAI's endpoint, else Chat Completions."""
     prompt_cache_key: bool | None = None
-    """Send a ``prompt_cache_key`` derived from the messages marked ``cache=True`` (the shared
-    prefix), so calls sharing it reach the same prompt cache. Default: on OpenAI's endpoint."""
+    """Send a ``prompt_cache_key``: the call's own (``generate(prompt_cache_key=...)``), else
+    one derived from the messages marked ``cache=True`` (the shared prefix), so calls sharing
+    it reach the same prompt cache. Default: on OpenAI's endpoint only (other servers may
+    refuse the parameter); ``true`` sends it to any server."""
     official: bool | None = None
     """The base URL serves OpenAI's own API (a gateway or proxy in front of it): use OpenAI's
     parameter names and the Responses API for reasoning models. Default: only for a base URL
@@ -89,8 +91,12 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
         wanted = self.options.prompt_cache_key
         if wanted is None:
             wanted = not self.custom_endpoint
+        if not wanted:
+            return None
+        if request.prompt_cache_key is not None:
+            return request.prompt_cache_key
         marked = [i for i, m in enumerate(request.messages) if getattr(m, "cache", False)]
-        if not wanted or not marked:
+        if not marked:
             return None
         prefix = [m.model_dump(mode="json") for m in request.messages[: marked[-1] + 1]]
         digest = hashlib.sha256(json.dumps(prefix, sort_keys=True).encode()).hexdigest()
@@ -191,7 +197,7 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
         return ModelOutput(
             model=self.target.model,
             text=message.content or "",
-            tool_calls=calls,
+            tool_calls=cut_calls(calls, stop),
             reasoning=reasoning if isinstance(reasoning, str) else None,
             stop_reason=stop,
             usage=usage,
@@ -282,7 +288,7 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
         return ModelOutput(
             model=self.target.model,
             text="".join(texts),
-            tool_calls=calls,
+            tool_calls=cut_calls(calls, stop),
             reasoning="\n".join(r.text for r in reasoning if r.text) or None,
             reasoning_items=reasoning,
             stop_reason=stop,
@@ -317,7 +323,9 @@ def _tool_call(call_id: str, name: str, arguments: Any) -> ToolCall:
 
 def _chat_message(message: Any) -> dict[str, Any]:
     if isinstance(message, AssistantMessage):
-        out: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+        # an empty answer goes back as "" (the API refuses null content without tool calls)
+        content = message.content or (None if message.tool_calls else "")
+        out: dict[str, Any] = {"role": "assistant", "content": content}
         if message.tool_calls:
             out["tool_calls"] = [
                 {
@@ -336,7 +344,11 @@ def _chat_message(message: Any) -> dict[str, Any]:
 def _responses_items(message: Any) -> list[dict[str, Any]]:
     if isinstance(message, AssistantMessage):
         # the turn's reasoning items first, in order (store is false: only items carrying
-        # their encrypted content can be sent back), then its text and function calls
+        # their encrypted content can be sent back), then its text and function calls; a
+        # turn cut off while reasoning (nothing after its reasoning) sends nothing, since
+        # the API refuses a reasoning item without the item it belongs to
+        if not message.content and not message.tool_calls:
+            return []
         items: list[dict[str, Any]] = [
             {
                 "type": "reasoning",
@@ -386,8 +398,16 @@ def _translate(exc: openai.APIError, target: Target) -> Exception:
             headers=exc.response.headers,
             model=model,
             key_hint="OPENAI_API_KEY",
+            code=_error_code(exc),
         )
     return TransientError(f"malformed response: {exc}")
+
+
+def _error_code(exc: openai.APIStatusError) -> str | None:
+    body = exc.body
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    code = inner.get("code") if isinstance(inner, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def _error_message(exc: openai.APIStatusError) -> str:

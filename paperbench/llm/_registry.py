@@ -35,6 +35,8 @@ from paperbench.llm._types import (
     ModelConfig,
     ModelOutput,
     ModelRequest,
+    StopReason,
+    ToolCall,
     check_base_url,
     env_value,
 )
@@ -133,6 +135,24 @@ class SDKModelAPI(ModelAPI, Generic[ClientT]):
         if self._client is not None:
             await self._client.close()  # type: ignore[attr-defined]
             self._client = None
+
+
+def cut_calls(calls: list[ToolCall], stop: StopReason) -> list[ToolCall]:
+    """``calls`` as they must be read when the answer stopped for ``stop``: cut off at the
+    output limit, each may be incomplete, so each is marked ``truncated`` and given a
+    ``parse_error`` (the caller must not run it)."""
+    if stop != "max_tokens":
+        return calls
+    return [
+        c.model_copy(
+            update={
+                "truncated": True,
+                "parse_error": c.parse_error
+                or "the answer was cut off at max_tokens while this call was being written",
+            }
+        )
+        for c in calls
+    ]
 
 
 def usage_count(usage: Any, *names: str) -> int:

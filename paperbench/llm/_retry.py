@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from paperbench.errors import ModelRequestError, ModelUnavailableError
+from paperbench.errors import ContextLengthError, ModelRequestError, ModelUnavailableError
 
 log = logging.getLogger("paperbench.llm")
 
@@ -61,10 +62,55 @@ def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
         return None
 
 
+_OPENAI_WINDOW = re.compile(
+    r"maximum context length is (\d+) tokens.*?(?:resulted in|requested) (\d+) tokens", re.DOTALL
+)
+_ANTHROPIC_WINDOW = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
+_WINDOW_HINTS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "exceeds the context window",
+    "prompt is too long",
+)
+
+
+def context_length_error(
+    status: int, message: str, *, code: str | None, model: str
+) -> ContextLengthError | None:
+    """The provider's "the conversation does not fit the window" refusal as a typed error,
+    with the token counts it named; ``None`` for any other answer. Never retried."""
+    if status not in (400, 413):
+        return None
+    text = " ".join(message.split())
+    if code != "context_length_exceeded" and not any(h in text for h in _WINDOW_HINTS):
+        return None
+    tokens = limit = None
+    if found := _OPENAI_WINDOW.search(text):
+        limit, tokens = int(found.group(1)), int(found.group(2))
+    elif found := _ANTHROPIC_WINDOW.search(text):
+        tokens, limit = int(found.group(1)), int(found.group(2))
+    counts = f" ({tokens} tokens > {limit})" if tokens is not None else ""
+    return ContextLengthError(
+        f"{model}: the conversation does not fit the model's context window{counts}: {text[:300]}",
+        tokens=tokens,
+        limit=limit,
+    )
+
+
 def status_error(
-    status: int, message: str, *, headers: Any, model: str, key_hint: str
+    status: int,
+    message: str,
+    *,
+    headers: Any,
+    model: str,
+    key_hint: str,
+    code: str | None = None,
 ) -> Exception:
-    """The error for an HTTP status: retry 408/409/429/5xx, refuse the rest at once."""
+    """The error for an HTTP status: retry 408/409/429/5xx, refuse the rest at once (a
+    context-window refusal as :class:`ContextLengthError`)."""
+    window = context_length_error(status, message, code=code, model=model)
+    if window is not None:
+        return window
     message = " ".join(message.split())[:300]
     if status in (408, 409, 429) or status >= 500:
         return TransientError(

@@ -61,7 +61,12 @@ class ToolCall(_Frozen):
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     parse_error: str | None = None
-    """Set when the model's arguments were not a JSON object; ``arguments`` is then empty."""
+    """Set when the call must not be run: its arguments were not a JSON object
+    (``arguments`` is then empty), or the answer was cut off at the output limit while the
+    call was being written (:attr:`truncated`)."""
+    truncated: bool = False
+    """The answer stopped at ``max_tokens`` (``stop_reason == "max_tokens"``): the call may be
+    incomplete even when its arguments parse, so it carries a ``parse_error`` too."""
 
 
 class ReasoningItem(_Frozen):
@@ -148,6 +153,10 @@ class ModelRequest(_Frozen):
     max_tokens: int | None = None
     temperature: float | None = None
     reasoning_effort: ReasoningEffort | None = None
+    prompt_cache_key: str | None = None
+    """Calls sharing this key share a prompt cache: OpenAI gets ``prompt_cache_key``, and
+    Anthropic a rolling ``cache_control`` breakpoint on the last block of the conversation.
+    Not part of the response-cache key (it never changes the answer)."""
 
 
 class Usage(_Frozen):

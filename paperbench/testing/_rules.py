@@ -8,11 +8,19 @@ the installed ``openai`` and ``anthropic`` SDKs; the rest are the rules the APIs
   strict JSON Schemas that break strict mode (an object not closed with
   ``additionalProperties: false``, a property not required, an unsupported keyword, a ``$ref``
   with siblings); Responses reasoning items sent back without their encrypted content while
-  ``store`` is false, or with content the server did not issue.
+  ``store`` is false, or with content the server did not issue, or with no item after them;
+  Chat assistant turns with null content and no tool calls, tool messages answering no call,
+  tool calls left unanswered; Responses function calls without their output or outputs
+  without their call; reasoning parameters for a model that does not reason (when asked:
+  ``refuse_plain_reasoning``); a request over the model's context window
+  (``context_length_exceeded``).
 - Anthropic: unknown or missing parameters (``max_tokens`` is required); empty text blocks;
   a first turn that is not the user's, or turns that do not alternate; thinking blocks without
   a signature, with a signature the server did not issue for that text, or (in a tool loop
-  with thinking on) not exactly the blocks issued with that turn; a schema object not closed.
+  with thinking on) not exactly the blocks issued with that turn; a schema object not closed;
+  a tool_use not answered by a tool_result in the next message, or a tool_result answering
+  no tool_use of the message before; more than four ``cache_control`` breakpoints; a prompt
+  over the model's context window ("prompt is too long").
 """
 
 from __future__ import annotations
@@ -25,6 +33,11 @@ from typing import Any
 from paperbench.llm._schema import OPENAI_STRICT_UNSUPPORTED
 
 REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5", "codex")
+PLAIN_PREFIXES = ("gpt-4", "gpt-3.5", "chatgpt-4o")
+"""OpenAI models that do not reason (they refuse reasoning parameters); other names (open
+models behind a compatible server) may take them."""
+MAX_BREAKPOINTS = 4
+"""Anthropic: blocks with ``cache_control`` in one request."""
 """OpenAI models that reason (they refuse ``max_tokens`` and a temperature)."""
 
 ANTHROPIC_UNSUPPORTED = frozenset(
@@ -73,12 +86,65 @@ class Issued:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def check(protocol: str, body: dict[str, Any], issued: Issued) -> Refusal | None:
+def check(
+    protocol: str,
+    body: dict[str, Any],
+    issued: Issued,
+    window: int | None = None,
+    *,
+    plain_reasoning: bool = False,
+) -> Refusal | None:
+    """The refusal of the real API for this request, or ``None``; ``window`` is the model's
+    context window (``None``: not checked); ``plain_reasoning`` refuses reasoning
+    parameters sent to OpenAI models that do not reason."""
+    if plain_reasoning and protocol != "messages":
+        refusal = _reasoning_on_plain_model(protocol, body)
+        if refusal is not None:
+            return refusal
     if protocol == "chat":
-        return _check_chat(body)
+        refusal = _check_chat(body)
+    elif protocol == "responses":
+        refusal = _check_responses(body, issued)
+    else:
+        refusal = _check_messages(body, issued)
+    if refusal is None and window is not None:
+        refusal = _check_window(protocol, body, window)
+    return refusal
+
+
+def _reasoning_on_plain_model(protocol: str, body: dict[str, Any]) -> Refusal | None:
+    plain = str(body.get("model", "")).startswith(PLAIN_PREFIXES)
+    if plain and ("reasoning_effort" in body or "reasoning" in body):
+        name = "reasoning_effort" if protocol == "chat" else "reasoning.effort"
+        return Refusal(
+            f"Unsupported parameter: '{name}' is not supported with this model.",
+            name,
+            "unsupported_parameter",
+        )
+    return None
+
+
+def _check_window(protocol: str, body: dict[str, Any], window: int) -> Refusal | None:
+    from paperbench.testing._prompt import request_tokens
+
+    tokens = request_tokens(protocol, body)
+    if tokens <= window:
+        return None
+    if protocol == "chat":
+        return Refusal(
+            f"This model's maximum context length is {window} tokens. However, your messages "
+            f"resulted in {tokens} tokens. Please reduce the length of the messages.",
+            "messages",
+            "context_length_exceeded",
+        )
     if protocol == "responses":
-        return _check_responses(body, issued)
-    return _check_messages(body, issued)
+        return Refusal(
+            "Your input exceeds the context window of this model. Please adjust your input "
+            "and try again.",
+            "input",
+            "context_length_exceeded",
+        )
+    return Refusal(f"prompt is too long: {tokens} tokens > {window} maximum")
 
 
 # -- OpenAI -------------------------------------------------------------------------------
@@ -132,6 +198,9 @@ def _check_chat(body: dict[str, Any]) -> Refusal | None:
     refusal = _openai_common("chat", body, ("model", "messages"))
     if refusal is not None:
         return refusal
+    refusal = _chat_turns(body.get("messages"))
+    if refusal is not None:
+        return refusal
     if str(body["model"]).startswith(REASONING_PREFIXES) and "max_tokens" in body:
         return Refusal(
             "Unsupported parameter: 'max_tokens' is not supported with this model. "
@@ -153,6 +222,79 @@ def _check_chat(body: dict[str, Any]) -> Refusal | None:
     return None
 
 
+def _chat_turns(messages: Any) -> Refusal | None:
+    """Chat Completions' rules on the order of assistant tool calls and tool answers."""
+    if not isinstance(messages, list):
+        return None
+    open_calls: list[str] = []  # ids of the last assistant turn's calls not yet answered
+    answerable: set[str] = set()
+    asked_at = 0
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role == "tool":
+            call_id = str(message.get("tool_call_id"))
+            if call_id not in answerable:
+                return Refusal(
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    "preceeding message with 'tool_calls'.",
+                    f"messages.[{i}].role",
+                )
+            if call_id in open_calls:
+                open_calls.remove(call_id)
+            continue
+        if open_calls:
+            return _unanswered(asked_at, open_calls)
+        answerable = set()
+        if role != "assistant":
+            continue
+        calls = [str(c.get("id")) for c in message.get("tool_calls") or []]
+        if message.get("content") is None and not calls:
+            return Refusal(
+                "Invalid value for 'content': expected a string, got null.",
+                f"messages.[{i}].content",
+            )
+        open_calls, answerable, asked_at = list(calls), set(calls), i
+    if open_calls:
+        return _unanswered(asked_at, open_calls)
+    return None
+
+
+def _unanswered(index: int, ids: list[str]) -> Refusal:
+    return Refusal(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding "
+        "to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+        + ", ".join(ids),
+        f"messages.[{index}].role",
+    )
+
+
+def _responses_calls(items: list[Any]) -> Refusal | None:
+    """Every function call has its output in the input, and every output its call."""
+    calls = [
+        i.get("call_id") for i in items if isinstance(i, dict) and i.get("type") == "function_call"
+    ]
+    outputs = [
+        i.get("call_id")
+        for i in items
+        if isinstance(i, dict) and i.get("type") == "function_call_output"
+    ]
+    seen: set[Any] = set()
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call":
+            seen.add(item.get("call_id"))
+        elif item.get("type") == "function_call_output" and item.get("call_id") not in seen:
+            return Refusal(
+                f"No tool call found for function call output with call_id {item.get('call_id')}.",
+                "input",
+            )
+    for call_id in calls:
+        if call_id not in outputs:
+            return Refusal(f"No tool output found for function call {call_id}.", "input")
+    return None
+
+
 def _check_responses(body: dict[str, Any], issued: Issued) -> Refusal | None:
     refusal = _openai_common("responses", body, ("model",))
     if refusal is not None:
@@ -169,6 +311,9 @@ def _check_responses(body: dict[str, Any], issued: Issued) -> Refusal | None:
     items = body.get("input")
     if not isinstance(items, list):
         return None
+    refusal = _responses_calls(items)
+    if refusal is not None:
+        return refusal
     for i, item in enumerate(items):
         if not isinstance(item, dict) or item.get("type") != "reasoning":
             continue
@@ -264,7 +409,71 @@ def _check_messages(body: dict[str, Any], issued: Issued) -> Refusal | None:
         problem = _anthropic_schema_problem(schema)
         if problem is not None:
             return Refusal(f"output_config.format.schema: {problem}")
+    refusal = _check_breakpoints(body)
+    if refusal is not None:
+        return refusal
     return _check_turns(body["messages"], thinking, issued)
+
+
+def _check_breakpoints(body: dict[str, Any]) -> Refusal | None:
+    blocks: list[Any] = list(body.get("tools") or [])
+    if isinstance(body.get("system"), list):
+        blocks.extend(body["system"])
+    for message in body.get("messages") or []:
+        if isinstance(message.get("content"), list):
+            blocks.extend(message["content"])
+    found = sum(isinstance(b, dict) and "cache_control" in b for b in blocks)
+    if found > MAX_BREAKPOINTS:
+        return Refusal(
+            f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {found}."
+        )
+    return None
+
+
+def _tool_pairs(messages: list[Any]) -> Refusal | None:
+    """Each tool_use is answered by a tool_result in the very next (user) message, and each
+    tool_result answers a tool_use of the message just before it."""
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else []
+        if message.get("role") == "user":
+            before = messages[i - 1].get("content") if i else None
+            uses = (
+                {
+                    b.get("id")
+                    for b in before or []
+                    if isinstance(b, dict) and b.get("type") == "tool_use"
+                }
+                if isinstance(before, list)
+                else set()
+            )
+            for j, block in enumerate(blocks):
+                if block.get("type") == "tool_result" and block.get("tool_use_id") not in uses:
+                    return Refusal(
+                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in "
+                        f"`tool_result` blocks: {block.get('tool_use_id')}. Each `tool_result` "
+                        "block must have a corresponding `tool_use` block in the previous "
+                        "message."
+                    )
+            continue
+        uses_here = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+        if not uses_here:
+            continue
+        after = messages[i + 1].get("content") if i + 1 < len(messages) else None
+        answered = {
+            b.get("tool_use_id")
+            for b in (after if isinstance(after, list) else [])
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        }
+        missing = [u for u in uses_here if u not in answered]
+        if missing:
+            return Refusal(
+                f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(str(m) for m in missing)}. Each `tool_use` "
+                "block must have a corresponding `tool_result` block in the next message."
+            )
+    return None
 
 
 def _check_turns(messages: Any, thinking: bool, issued: Issued) -> Refusal | None:
@@ -291,6 +500,9 @@ def _check_turns(messages: Any, thinking: bool, issued: Issued) -> Refusal | Non
             refusal = _check_block(block, f"messages.{i}.content.{j}", issued)
             if refusal is not None:
                 return refusal
+    refusal = _tool_pairs(messages)
+    if refusal is not None:
+        return refusal
     if thinking:
         return _check_tool_loop(messages, issued)
     return None

@@ -9,7 +9,10 @@ else from a callback (``server.handler = lambda request: FakeReply(...)``), else
 default reply: the smallest JSON that fits a requested schema, or ``"ok"``. Every request is
 recorded (``server.requests``) for assertions. Requests the real APIs refuse (an unknown
 parameter, an empty Anthropic text block, a strict schema that breaks OpenAI's rules, a
-thinking block sent back changed, ...) get the real APIs' 400 and error body. Faults on
+thinking block sent back changed, a tool call left unanswered, a conversation over the model's
+context window, ...) get the real APIs' 400 and error body. Usage is counted from the
+request, with simulated prompt caches (OpenAI's automatic prefix cache, Anthropic's
+breakpoints: :mod:`paperbench.testing._prompt`). Faults on
 demand: any HTTP status with headers (429 with ``retry-after``, 500, 401, ...), a slow
 answer, a malformed body, an HTML page, a dropped connection; a schema mismatch is simply a
 :class:`FakeReply` whose ``text`` does not fit.
@@ -38,6 +41,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
+from paperbench.llm._limits import default_context_windows
+from paperbench.testing._prompt import PromptCache
 from paperbench.testing._rules import Issued, Refusal, check
 
 Protocol = Literal["chat", "responses", "messages"]
@@ -48,7 +53,9 @@ class FakeToolCall:
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
     raw_arguments: str | None = None
-    """Send these exact argument bytes instead (OpenAI protocols), e.g. invalid JSON."""
+    """Send these exact argument bytes instead (OpenAI protocols), e.g. invalid JSON or a
+    call cut off mid-way (``'{"cmd": "ls -'``). Anthropic gets the parsed object, or ``{}``
+    when they do not parse (as its API does for a tool use cut off by ``max_tokens``)."""
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,16 @@ class FakeReply:
     json: Any = None
     tool_calls: tuple[FakeToolCall, ...] = ()
     usage: FakeUsage | None = None
-    """Default: estimated from the request and reply sizes."""
-    stop: Literal["stop", "max_tokens", "tool_calls"] | None = None
+    """Default: the request's tokens as the server counts them (see
+    :mod:`paperbench.testing._prompt`; below :data:`SMALL_REQUEST` tokens, its JSON size over
+    four), with what its simulated prompt cache read and wrote, and the reply's size over four
+    for the output."""
+    stop: Literal["stop", "max_tokens", "length", "tool_calls"] | None = None
+    """Default: ``tool_calls`` with tool calls, else ``stop``. ``max_tokens`` (or its alias
+    ``length``) is an answer cut off at the output limit: Chat ``finish_reason: length``,
+    Responses ``status: incomplete`` (its function calls ``incomplete`` too), Anthropic
+    ``stop_reason: max_tokens``; with ``tool_calls`` (say with cut ``raw_arguments``) it is a
+    call cut off mid-way; with only ``reasoning``, a Responses answer cut off mid-reasoning."""
     reasoning: str | None = None
     """Anthropic: a signed thinking block. Responses: a reasoning item with this summary (and
     its encrypted content when the request asks for it). Chat: ``reasoning_content``."""
@@ -146,6 +161,10 @@ class RecordedRequest:
 
 Handler = Callable[[RecordedRequest], "FakeReply | Fault"]
 
+SMALL_REQUEST = 1024
+"""Below this many counted input tokens (and with no prompt-cache activity) the default usage
+is the request's JSON size over four; from it on, the counted tokens."""
+
 _ROUTES: dict[str, Protocol] = {
     "/v1/chat/completions": "chat",
     "/chat/completions": "chat",
@@ -164,10 +183,28 @@ class FakeLLMServer:
     loosely compatible server would.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, validate: bool = True) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        validate: bool = True,
+        context_windows: dict[str, int] | None = None,
+        refuse_plain_reasoning: bool = False,
+    ) -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError("the fake server binds to loopback only")
         self.validate = validate
+        self.context_windows = {**default_context_windows(), **(context_windows or {})}
+        """Model name (as requests name it, no provider) -> context window in tokens; a
+        dated snapshot falls back to its family. Over it, a request gets the provider's
+        context-length refusal (with ``validate``). Default: the model layer's table."""
+        self.refuse_plain_reasoning = refuse_plain_reasoning
+        """Refuse ``reasoning_effort`` / ``reasoning`` sent to an OpenAI model that does not
+        reason (gpt-4o, gpt-4.1, ...), as OpenAI does. Off by default for now: the judge
+        still sends its role's effort when its model is overridden with such a model."""
+        self.prompt_cache = PromptCache()
+        """The prefixes seen or written, for the simulated prompt caches."""
         self.issued = Issued()
         self._script: deque[FakeReply | Fault] = deque()
         self._lock = threading.Lock()
@@ -233,10 +270,26 @@ class FakeLLMServer:
     def next_id(self) -> int:
         return next(self._ids)
 
+    def context_window(self, model: str) -> int | None:
+        """The window the server holds ``model`` to, or ``None`` (not checked)."""
+        best = None
+        for name, window in self.context_windows.items():
+            fits = model == name or model.startswith((name + "-", name + "."))
+            if fits and (best is None or len(name) > len(best[0])):
+                best = (name, window)
+        return best[1] if best else None
+
     def _refusal_for(self, request: RecordedRequest) -> Refusal | None:
         if not self.validate:
             return None
-        refusal = check(request.protocol, request.body, self.issued)
+        window = self.context_window(request.model)
+        refusal = check(
+            request.protocol,
+            request.body,
+            self.issued,
+            window,
+            plain_reasoning=self.refuse_plain_reasoning,
+        )
         if refusal is not None:
             with self._lock:
                 self.requests.append(request)
@@ -286,9 +339,24 @@ def requested_schema(request: RecordedRequest) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def _estimate_usage(request: RecordedRequest, reply: FakeReply) -> FakeUsage:
-    size = len(json.dumps(request.body.get("messages") or request.body.get("input") or ""))
-    return FakeUsage(input=max(1, size // 4), output=max(1, len(reply.body_text()) // 4))
+def _estimate_usage(server: FakeLLMServer, request: RecordedRequest, reply: FakeReply) -> FakeUsage:
+    """The usage of ``reply``; the prompt cache sees every answered request (it remembers
+    the prefix even when the reply scripts its own usage)."""
+    cache = server.prompt_cache.use(request.protocol, request.body)
+    if reply.usage is not None:
+        return reply.usage
+    counted = cache.input
+    if counted < SMALL_REQUEST and not cache.read and not cache.written:
+        # a small request is billed by its JSON size over four, as before the server counted
+        # tokens: tests that price a few calls rely on these numbers
+        size = len(json.dumps(request.body.get("messages") or request.body.get("input") or ""))
+        counted = size // 4
+    return FakeUsage(
+        input=max(1, counted),
+        cached_input=cache.read,
+        cache_write=cache.written,
+        output=max(1, len(reply.body_text()) // 4),
+    )
 
 
 def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
@@ -404,10 +472,12 @@ def _render(server: FakeLLMServer, request: RecordedRequest, reply: FakeReply) -
 def _render_body(
     server: FakeLLMServer, request: RecordedRequest, reply: FakeReply
 ) -> dict[str, Any]:
-    usage = reply.usage or _estimate_usage(request, reply)
+    usage = _estimate_usage(server, request, reply)
     text = reply.body_text()
     n = server.next_id()
     stop = reply.stop or ("tool_calls" if reply.tool_calls else "stop")
+    if stop == "length":
+        stop = "max_tokens"
     model = request.model
     if request.protocol == "chat":
         message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
@@ -469,7 +539,7 @@ def _render_body(
                 "call_id": f"call_{n}_{i}",
                 "name": c.name,
                 "arguments": _args(c),
-                "status": "completed",
+                "status": "incomplete" if stop == "max_tokens" else "completed",
             }
             for i, c in enumerate(reply.tool_calls)
         )
@@ -503,7 +573,7 @@ def _render_body(
     if text:
         content.append({"type": "text", "text": text})
     uses = [
-        {"type": "tool_use", "id": f"toolu_{n}_{i}", "name": c.name, "input": c.arguments}
+        {"type": "tool_use", "id": f"toolu_{n}_{i}", "name": c.name, "input": _input(c)}
         for i, c in enumerate(reply.tool_calls)
     ]
     content.extend(uses)
@@ -537,3 +607,13 @@ def _render_body(
 
 def _args(call: FakeToolCall) -> str:
     return call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments)
+
+
+def _input(call: FakeToolCall) -> dict[str, Any]:
+    if call.raw_arguments is None:
+        return call.arguments
+    try:
+        parsed = json.loads(call.raw_arguments)
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}

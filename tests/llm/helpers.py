@@ -43,6 +43,7 @@ PROVIDERS = {
 def config_for(protocol: str, server: FakeLLMServer, **kwargs: Any) -> ModelConfig:
     """A fast config that talks ``protocol`` (chat, responses, messages) to ``server``."""
     model, attr, extra = PROVIDERS[protocol]
+    model = kwargs.pop("model", model)
     return fast(model, getattr(server, attr), **{**extra, **kwargs})
 
 

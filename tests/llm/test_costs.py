@@ -163,10 +163,11 @@ def test_public_names_are_pinned() -> None:
         "CostLedger", "CostRecord", "CostReport", "CostTotal", "Grant", "GroupSpend",
         "LocalCoordinator", "Message", "Model", "ModelAPI", "ModelConfig", "ModelOutput",
         "ModelPrice", "ModelRequest", "OutputSchema", "PriceTable", "RayCoordinator",
-        "ReasoningEffort", "ResponseCache", "StopReason", "SystemMessage", "Target", "ToolCall",
-        "ToolDef", "ToolMessage", "TransientError", "Usage", "UserMessage", "count_message_tokens",
-        "count_tokens", "current_coordinator", "default_cache_path", "providers",
-        "read_cost_journal", "register_provider", "set_coordinator",
+        "ReasoningEffort", "ResponseCache", "StopReason", "SystemMessage", "Target",
+        "TokenCountKind", "ToolCall", "ToolDef", "ToolMessage", "TransientError", "Usage",
+        "UserMessage", "context_window", "count_message_tokens", "count_tokens",
+        "current_coordinator", "default_cache_path", "max_output_tokens", "providers",
+        "read_cost_journal", "register_provider", "set_coordinator", "token_count_kind",
     }  # fmt: skip
     # every public name is re-exported from one of the package's private modules, under
     # its own name; nothing else in the package namespace looks public
