@@ -3,6 +3,8 @@ answers to what long runs meet: empty answers, tool calls cut off at the output 
 
 from __future__ import annotations
 
+import random
+import string
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +31,19 @@ def _basic(**fields: Any) -> BasicConfig:
     return BasicConfig.model_validate({"type": "basic", **fields})
 
 
+def _noise(seed: int, chars: int) -> str:
+    """Text as dense in tokens as real tool output (repeated letters would compress)."""
+    return "".join(random.Random(seed).choices(string.ascii_letters + string.digits, k=chars))
+
+
 def _conversation(turns: int, output_chars: int = 4_000) -> list[Message]:
     messages: list[Message] = [SystemMessage(content="sys"), UserMessage(content="Begin")]
     for n in range(turns):
         call = ToolCall(id=f"call_{n}", name="bash", arguments={"command": f"step {n}"})
         messages.append(AssistantMessage(content=f"thinking {n}", tool_calls=(call,)))
-        messages.append(ToolMessage(tool_call_id=call.id, content=f"{n}:" + "x" * output_chars))
+        messages.append(
+            ToolMessage(tool_call_id=call.id, content=f"{n}:" + _noise(n, output_chars))
+        )
         if n % 3 == 2:
             messages.append(UserMessage(content="keep going"))
     return messages

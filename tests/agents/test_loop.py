@@ -142,10 +142,10 @@ def test_iterative_has_no_submit_and_goes_on_until_its_time_is_up(
 def test_context_trimming_shortens_the_oldest_tool_outputs_first_and_records_it(
     tmp_path: Path, fake_llm: FakeLLMServer
 ) -> None:
-    big = "head -c 3000 /dev/zero | tr '\\0' a"
+    big = "head -c 2400 /dev/urandom | base64 -w 0"  # 3,200 characters dense in tokens
     fake_llm.script(*(bash(f"echo out{n}; {big}") for n in range(6)), SUBMIT)
     model = model_for("chat", fake_llm)
-    config = _basic(context_window=4096, answer_tokens=256)
+    config = _basic(context_window=8192, answer_tokens=256)
 
     async def body(rig: Rig) -> AgentOutcome:
         return await BasicAgent(config, PROMPTS, model).run(rig.ctx)

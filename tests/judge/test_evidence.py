@@ -212,9 +212,9 @@ def test_code_execution_is_shown_the_log_lines_that_speak_of_its_criterion(
     fake_llm.handler = ScriptedJudge(lambda _: 1.0)
     rng = random.Random(0)
     vocabulary = [f"{a}{b}" for a in "bcdfgklmnprstvz" for b in ("ar", "el", "ion", "ox", "um")]
-    lines = [" ".join(rng.choice(vocabulary) for _ in range(12)) for _ in range(6000)]
-    lines[3100] = "kangaroo sweep started with emu regularisation"
-    lines[3101] = "kangaroo sweep finished: emu regularisation helped, accuracy 0.91"
+    lines = [" ".join(rng.choice(vocabulary) for _ in range(12)) for _ in range(3000)]
+    lines[1500] = "kangaroo sweep started with emu regularisation"
+    lines[1501] = "kangaroo sweep finished: emu regularisation helped, accuracy 0.91"
     log = tmp_path / "reproduce.log"
     log.write_text("\n".join(lines) + "\n")
     rubric = _rubric().to_dict()
@@ -242,6 +242,6 @@ def test_code_execution_is_shown_the_log_lines_that_speak_of_its_criterion(
     assert view.log is not None
     held = view.log.text.split("\n")  # the log as the view holds it (lines numbered from 1)
     assert shown[0][0] == 1 and shown[-1][1] == len(held)  # the head, the tail
-    at = held.index(lines[3101]) + 1
+    at = held.index(lines[1501]) + 1
     assert any(first <= at <= last for first, last in shown)  # the kangaroo lines, in place
     assert sum(last - first + 1 for first, last in shown) < len(held)
