@@ -247,3 +247,37 @@ def test_dropped_turns_can_be_summarised_by_the_model(
     assert "SUMMARY 1:" not in last[1]["content"]  # each summary covers the earlier ones
     assert "SUMMARY 1:" in summaries[1]
     assert REMOVED_MARK in last[1]["content"]
+
+
+def test_a_context_refusal_refits_and_the_run_goes_on(
+    tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    """The agent believes in a 128k window; the server's is 6,000 tokens. Its refusal (the
+    real error shape, through the real SDK) makes the loop learn the limit and drop turns,
+    and the run ends normally."""
+    fake_llm.context_windows["gpt-4o"] = 6_000
+    steps = [
+        FakeReply(
+            text=f"step {i}",
+            tool_calls=(
+                FakeToolCall("bash", {"command": "head -c 1200 /dev/urandom | base64 -w 0"}),
+            ),
+        )
+        for i in range(12)
+    ]
+    fake_llm.script(*steps, SUBMIT)
+    model = model_for("chat", fake_llm)
+
+    async def body(rig: Rig) -> tuple[AgentOutcome, list[Any]]:
+        outcome = await BasicAgent(_basic(), PROMPTS, model).run(rig.ctx)
+        return outcome, rig.events()
+
+    outcome, events = run(with_context(tmp_path, body, model=model))
+    assert outcome.status == "submitted", outcome
+    refused = [e for e in events if isinstance(e, NoteEvent) and e.kind == "context_refused"]
+    assert refused and refused[0].data["limit"] == 6_000
+    assert refused[0].data["provider_tokens"] > 6_000
+    trimmed = [e for e in events if isinstance(e, NoteEvent) and e.kind == "context_trimmed"]
+    assert trimmed and trimmed[-1].data["window"] == 6_000
+    # after learning, no request went over the server's window again
+    assert len(refused) <= 2
