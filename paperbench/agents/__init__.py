@@ -42,6 +42,7 @@ from paperbench.agents._replay import ReplayAgent
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import (
     RolloutConfig,
+    RolloutPausedError,
     RolloutResult,
     RolloutStatus,
     load_status,
@@ -93,6 +94,7 @@ __all__ = [
     "ReplayAgent",
     "ReplayConfig",
     "RolloutConfig",
+    "RolloutPausedError",
     "RolloutResult",
     "RolloutStatus",
     "RunContext",

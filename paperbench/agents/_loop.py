@@ -26,7 +26,7 @@ from paperbench.agents._base import (
 from paperbench.agents._config import BasicConfig, DummyConfig, IterativeConfig, ReplayConfig
 from paperbench.agents._tools import ToolSet, run_tool, tool_defs
 from paperbench.agents._transcript import MessageEvent, ModelCallEvent, NoteEvent
-from paperbench.errors import BudgetExhaustedError, ModelError
+from paperbench.errors import BudgetExhaustedError, ModelError, ModelUnavailableError
 from paperbench.llm import (
     AssistantMessage,
     Message,
@@ -91,6 +91,8 @@ class ToolLoopAgent(Agent):
             except BudgetExhaustedError as exc:
                 self._note(ctx, "limit", str(exc), {"limit": "dollars"})
                 return AgentOutcome(status="limit", limit="dollars", summary=str(exc))
+            except ModelUnavailableError:
+                raise
             except ModelError as exc:
                 self._note(ctx, "error", str(exc))
                 return AgentOutcome(status="error", error=str(exc))

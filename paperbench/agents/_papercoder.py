@@ -54,7 +54,7 @@ from paperbench.agents._papercoder_parts import (
     parse_json_answer,
 )
 from paperbench.agents._transcript import MessageEvent, ModelCallEvent, NoteEvent, ToolEvent
-from paperbench.errors import ModelError, SandboxError
+from paperbench.errors import ModelError, ModelUnavailableError, SandboxError, SandboxLostError
 from paperbench.llm import AssistantMessage, Message, Model, ModelOutput, SystemMessage, UserMessage
 
 _T = TypeVar("_T")
@@ -100,7 +100,11 @@ class PapercoderAgent(Agent):
         except LimitReached as exc:
             pipeline.note("limit", str(exc))
             return AgentOutcome(status="limit", limit=exc.kind, error=str(exc))
+        except (ModelUnavailableError, SandboxLostError):
+            raise  # the rollout pauses, or goes on in a new sandbox
         except (_Failed, ModelError, SandboxError) as exc:
+            if isinstance(exc, SandboxError) and not await ctx.sandbox.alive():
+                raise
             pipeline.note("error", str(exc))
             return AgentOutcome(status="error", error=str(exc))
         return AgentOutcome(status="submitted", summary=summary)

@@ -7,9 +7,11 @@ import importlib
 import json
 import logging
 import math
+import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import click
 import typer
 from pydantic import ValidationError
 from rich.logging import RichHandler
@@ -19,7 +21,9 @@ from paperbench._console import console, err_console, warning
 from paperbench.agents._base import AgentLimits
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import (
+    DEFAULT_MAX_RESTARTS,
     DEFAULT_SNAPSHOT_EVERY_S,
+    RolloutPausedError,
     RolloutResult,
     RolloutStatus,
 )
@@ -30,6 +34,10 @@ from paperbench.sandbox import NetworkPolicy, SandboxConfig
 
 EXIT_ERROR = 3
 """Exit code when the rollout ran but ended in an error (the agent or its sandbox failed)."""
+EXIT_PAUSED = 4
+"""Exit code when the run paused before its end (the model provider stayed unavailable past
+its retries, or the sandbox was lost more often than --max-restarts): it is kept without
+status.json and goes on with the command printed (the same flags and --resume)."""
 DEFAULT_RUNS = Path("runs")
 
 
@@ -173,11 +181,21 @@ def rollout_command(
     max_tokens: Annotated[
         int | None, typer.Option(min=1, help="Token limit (default: the agent config's).")
     ] = None,
+    max_restarts: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="New sandboxes (from the last snapshot) started when the sandbox is lost, "
+            "before the run pauses.",
+        ),
+    ] = DEFAULT_MAX_RESTARTS,
     as_json: Annotated[bool, typer.Option("--json", help="Print status.json.")] = False,
 ) -> None:
     """Run an agent on a paper in a fresh sandbox; write the run folder (config.json,
     transcript.jsonl, costs.jsonl, snapshots/, submission.tar.gz, status.json last). Exit
-    code 0 when the agent submitted or reached a limit, 3 when it ended in an error."""
+    code 0 when the agent submitted or reached a limit, 3 when it ended in an error, 4 when the
+    run paused (provider unavailable past its retries, sandbox lost too often): it prints the
+    command that continues it."""
     _log_to_stderr()
     model_config = _model_config(model, base_url)
     the_paper = PaperSource.resolve(data_dir).load(paper)
@@ -196,28 +214,54 @@ def rollout_command(
         model_config = ModelConfig(model=loaded.config.model)
     if allow_unsandboxed:
         warning("--allow-unsandboxed: without bubblewrap the agent runs on the host itself")
-    with err_console.status(f"rollout of {the_paper.id} into {out_dir} ..."):
-        result = asyncio.run(
-            rollout(
-                the_paper,
-                loaded,
-                out_dir=out_dir,
-                model_config=model_config,
-                seed=seed,
-                sandbox=SandboxConfig(backend=sandbox, allow_unsandboxed=allow_unsandboxed),
-                network=network,
-                code_dev=code_dev,
-                snapshot_every_s=snapshot_every * 60,
-                resume=resume,
-                limits=limits,
+    try:
+        with err_console.status(f"rollout of {the_paper.id} into {out_dir} ..."):
+            result = asyncio.run(
+                rollout(
+                    the_paper,
+                    loaded,
+                    out_dir=out_dir,
+                    model_config=model_config,
+                    seed=seed,
+                    sandbox=SandboxConfig(backend=sandbox, allow_unsandboxed=allow_unsandboxed),
+                    network=network,
+                    code_dev=code_dev,
+                    snapshot_every_s=snapshot_every * 60,
+                    resume=resume,
+                    limits=limits,
+                    max_restarts=max_restarts,
+                )
             )
+    except RolloutPausedError as exc:
+        again = _resume_command(out_dir)
+        console.print(
+            f"paused ({exc.kind}): {' '.join(exc.reason.split())}; continue with: {again}",
+            markup=False,
+            soft_wrap=True,
         )
+        raise typer.Exit(EXIT_PAUSED) from None
     if as_json:
         console.print(json.dumps(result.status.model_dump(mode="json"), indent=2), markup=False)
     else:
         _summary(result)
     if result.status.status == "error":
         raise typer.Exit(EXIT_ERROR)
+
+
+def _resume_command(out_dir: Path) -> str:
+    """This command again with the flags it was given, ``--out`` and ``--resume``."""
+    ctx = click.get_current_context()
+    words = ["paperbench", *ctx.command_path.split()[1:]]
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name in ("out", "resume", "as_json"):
+            continue
+        value = ctx.params.get(param.name or "")
+        if value is None or value == param.default or (param.is_flag and not value):
+            continue
+        flag = param.opts[0]
+        words += [flag] if param.is_flag else [flag, str(getattr(value, "value", value))]
+    words += ["--out", str(out_dir), "--resume"]
+    return shlex.join(words)
 
 
 def _summary(result: RolloutResult) -> None:
@@ -232,7 +276,7 @@ def _summary(result: RolloutResult) -> None:
     console.print(
         f"[bold {colour}]{s.status}{limit}[/]  {s.steps} steps  {s.wall_time_s:.0f} s  "
         f"{s.costs.calls} model calls, {s.costs.usage.total_tokens} tokens, {cost}  "
-        f"attempts {s.attempts}"
+        f"attempts {s.attempts}" + (f", restarts {s.restarts}" if s.restarts else "")
     )
     console.print(
         f"agent {escape(s.agent)}, model {escape(s.model or '-')}, sandbox "
@@ -241,4 +285,7 @@ def _summary(result: RolloutResult) -> None:
     )
     if s.error:
         console.print(f"[red]{escape(s.error)}[/]")
+    if s.left_out:
+        files = ", ".join(f"{f.path} ({f.size} bytes)" for f in s.left_out)
+        console.print(f"not kept (over 10 MB): {escape(files)}")
     console.print(f"run folder {result.out_dir}", markup=False)

@@ -28,6 +28,7 @@ from paperbench._io import read_json
 from paperbench.agents import (
     AgentLimits,
     MonitorReport,
+    RolloutPausedError,
     RolloutStatus,
     load_agent,
     load_status,
@@ -86,6 +87,10 @@ class RunSpec(BaseModel):
     @property
     def folder(self) -> Path:
         return self.key.folder(Path(self.group_dir))
+
+
+PAUSED = "paused"
+"""How the reason of a run whose rollout paused (resumable) begins."""
 
 
 class StageFailed(Exception):
@@ -214,20 +219,25 @@ async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
         resume = (folder / "config.json").is_file()
         if resume:
             rec.log("rollout: resuming from its snapshots and transcript")
-        result = await rollout(
-            paper,
-            agent,
-            out_dir=folder,
-            model_config=model_config,
-            seed=spec.key.seed,
-            sandbox=_sandbox(config),
-            code_dev=config.mode == "code-dev",
-            resume=resume,
-            limits=limits,
-            labels=_labels(spec),
-            others=(RUN_FILE, RUN_LOG),
-            snapshot_every_s=config.snapshot_every_s,
-        )
+        try:
+            result = await rollout(
+                paper,
+                agent,
+                out_dir=folder,
+                model_config=model_config,
+                seed=spec.key.seed,
+                sandbox=_sandbox(config),
+                code_dev=config.mode == "code-dev",
+                resume=resume,
+                limits=limits,
+                labels=_labels(spec),
+                others=(RUN_FILE, RUN_LOG),
+                snapshot_every_s=config.snapshot_every_s,
+            )
+        except RolloutPausedError as exc:
+            # Like a lost sandbox: the run is kept and goes on when the group is run again.
+            rec.log(f"rollout: paused ({exc.kind}); it resumes when the group is run again")
+            raise StageFailed(f"{PAUSED} ({exc.kind}): {' '.join(exc.reason.split())}") from exc
         status = result.status
     return _after_rollout(spec, status)
 
