@@ -103,8 +103,8 @@ class PapercoderAgent(Agent):
         except (ModelUnavailableError, SandboxLostError):
             raise  # the rollout pauses, or goes on in a new sandbox
         except (_Failed, ModelError, SandboxError) as exc:
-            if isinstance(exc, SandboxError) and not await ctx.sandbox.alive():
-                raise
+            if not await ctx.sandbox.alive():
+                raise SandboxLostError(f"the sandbox is gone ({exc})") from exc
             pipeline.note("error", str(exc))
             return AgentOutcome(status="error", error=str(exc))
         return AgentOutcome(status="submitted", summary=summary)

@@ -11,7 +11,6 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import click
 import typer
 from pydantic import ValidationError
 from rich.logging import RichHandler
@@ -102,6 +101,7 @@ def _model_config(model: str | None, base_url: str | None) -> ModelConfig | None
 
 
 def rollout_command(
+    ctx: typer.Context,
     paper: Annotated[str, typer.Option("--paper", help="The paper id.")],
     agent: Annotated[
         str, typer.Option("--agent", help="An agent from the catalog, or a YAML file.")
@@ -233,7 +233,7 @@ def rollout_command(
                 )
             )
     except RolloutPausedError as exc:
-        again = _resume_command(out_dir)
+        again = _resume_command(ctx, out_dir)
         console.print(
             f"paused ({exc.kind}): {' '.join(exc.reason.split())}; continue with: {again}",
             markup=False,
@@ -248,18 +248,18 @@ def rollout_command(
         raise typer.Exit(EXIT_ERROR)
 
 
-def _resume_command(out_dir: Path) -> str:
+def _resume_command(ctx: typer.Context, out_dir: Path) -> str:
     """This command again with the flags it was given, ``--out`` and ``--resume``."""
-    ctx = click.get_current_context()
     words = ["paperbench", *ctx.command_path.split()[1:]]
     for param in ctx.command.params:
-        if not isinstance(param, click.Option) or param.name in ("out", "resume", "as_json"):
+        if param.param_type_name != "option" or param.name in ("out", "resume", "as_json"):
             continue
         value = ctx.params.get(param.name or "")
-        if value is None or value == param.default or (param.is_flag and not value):
+        flag_only = bool(getattr(param, "is_flag", False))
+        if value is None or value == param.default or (flag_only and not value):
             continue
         flag = param.opts[0]
-        words += [flag] if param.is_flag else [flag, str(getattr(value, "value", value))]
+        words += [flag] if flag_only else [flag, str(getattr(value, "value", value))]
     words += ["--out", str(out_dir), "--resume"]
     return shlex.join(words)
 

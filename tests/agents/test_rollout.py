@@ -32,7 +32,7 @@ from paperbench.agents import (
 )
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import RolloutPausedError, RolloutResult, used_before
-from paperbench.errors import ConfigError, SandboxError, UsageError
+from paperbench.errors import ConfigError, UsageError
 from paperbench.llm import Model, ModelConfig, read_cost_journal
 from paperbench.papers import Paper, PaperSource, load_data_dir_paper
 from paperbench.sandbox import NetworkPolicy, SandboxConfig

@@ -74,9 +74,10 @@ def _rollout(out: Path, server: FakeLLMServer, **kw: Any) -> RolloutResult:
         "limits": AgentLimits(wall_time_s=300, steps=40),
     }
     options.update(kw)
+    agent = options.pop("agent", BASIC)
 
     async def bounded() -> RolloutResult:
-        return await asyncio.wait_for(rollout(_paper(), BASIC, out_dir=out, **options), 240)
+        return await asyncio.wait_for(rollout(_paper(), agent, out_dir=out, **options), 240)
 
     return asyncio.run(bounded())
 
@@ -284,3 +285,45 @@ def test_snapshots_leave_out_large_files_and_are_pruned(
     assert len(deleted) == status.snapshots_pruned == len(snaps) - 2
     assert not any((out / name).exists() for name in deleted)
     assert any(e.left_out and e.left_out[0].path == "big.bin" for e in snaps)
+
+
+def test_papercoder_pauses_on_an_outage_and_pays_nothing_after_it(
+    tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.handler = lambda request: Fault.server_error(503)
+    out = tmp_path / "run"
+    with pytest.raises(RolloutPausedError) as paused:
+        _rollout(
+            out,
+            fake_llm,
+            model_config=_model(fake_llm, max_retry_wait_s=0.2),
+            snapshot_every_s=None,
+            agent=load_agent("papercoder"),
+        )
+    assert paused.value.kind == "provider"
+    assert not (out / "status.json").exists()
+    assert not any(r.outcome == "ok" for r in read_cost_journal(out / "costs.jsonl"))
+    events = read_transcript(out / "transcript.jsonl")
+    assert isinstance(events[-1], EndEvent) and events[-1].status == "paused"
+
+
+def test_pruning_keeps_the_newest_within_the_count_and_the_size_cap() -> None:
+    from paperbench.agents._snapshots import to_prune
+
+    snaps = [(Path(f"{i:04d}.tar.gz"), size) for i, size in enumerate([5, 5, 5, 5, 50])]
+    assert to_prune(snaps, keep=10, max_total_bytes=None) == []
+    assert to_prune(snaps, keep=3, max_total_bytes=None) == [
+        Path("0000.tar.gz"),
+        Path("0001.tar.gz"),
+    ]
+    # over the cap the oldest go first, but never the newest, however large it is
+    assert to_prune(snaps, keep=10, max_total_bytes=60) == [
+        Path("0000.tar.gz"),
+        Path("0001.tar.gz"),
+    ]
+    assert [p.name for p in to_prune(snaps, keep=10, max_total_bytes=10)] == [
+        "0000.tar.gz",
+        "0001.tar.gz",
+        "0002.tar.gz",
+        "0003.tar.gz",
+    ]
