@@ -97,6 +97,11 @@ class StageFailed(Exception):
     """A stage could not finish; the run stops there (recorded, resumable)."""
 
 
+class StagePaused(PaperbenchError):
+    """A stage stopped before its end and is kept (a paused rollout): recorded as failed with
+    this reason, and continued when the group is run again."""
+
+
 class _Ended(Exception):
     """The run ends early with this outcome (disqualified, no submission)."""
 
@@ -237,7 +242,7 @@ async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
         except RolloutPausedError as exc:
             # Like a lost sandbox: the run is kept and goes on when the group is run again.
             rec.log(f"rollout: paused ({exc.kind}); it resumes when the group is run again")
-            raise StageFailed(f"{PAUSED} ({exc.kind}): {' '.join(exc.reason.split())}") from exc
+            raise StagePaused(f"{PAUSED} ({exc.kind}): {' '.join(exc.reason.split())}") from exc
         status = result.status
     return _after_rollout(spec, status)
 
