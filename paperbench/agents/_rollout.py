@@ -17,6 +17,24 @@ repository and runs the agent under its limits. The run folder::
 
 A run folder without status.json is resumed (``resume=True``) in a new sandbox from its last
 snapshot and its transcript, with the time, steps and budget that remain.
+
+What goes wrong around a long run:
+
+- **A lost sandbox** (a tool finds it gone; see :func:`run_tool`) stops the agent before
+  another model call; the same call starts a new sandbox from the last snapshot, rebuilds the
+  agent's context from the transcript and tells it of the restart (a NoteEvent
+  ``environment_restarted`` with the reason and the snapshot), up to ``max_restarts`` times.
+  The time a restart takes is not the agent's.
+- **Paused**: once the restarts are used up, or when the provider stays unavailable past the
+  model layer's retries (ModelUnavailableError), the run ends without status.json (a NoteEvent
+  ``paused`` and an EndEvent ``paused``) and :class:`RolloutPausedError` is raised; a resume
+  goes on from there.
+- **Snapshots** leave out files over 10 MB (named in each SnapshotEvent and in status.json's
+  ``left_out``) and are pruned to the newest ``keep_snapshots`` within
+  ``snapshots_max_bytes`` (never the newest; each prune a NoteEvent ``snapshots_pruned``).
+
+``max_restarts``, ``keep_snapshots`` and ``snapshots_max_bytes`` are recorded in config.json
+but a resume may change them: they decide how a run is kept, not what it does.
 """
 
 from __future__ import annotations
@@ -335,8 +353,9 @@ async def rollout(
         ConfigError: resuming with a configuration that differs from config.json.
         LfsPointerError: paper.md is a Git LFS pointer, not the paper.
         SandboxUnavailableError: the sandbox backend asked for does not answer.
-        SandboxError: the sandbox could not be started or was lost; the run folder is kept
-            without status.json, to be resumed.
+        RolloutPausedError: the run paused (the provider unavailable past its retries, or
+            the sandbox lost or not started, more often than ``max_restarts``); the run folder
+            is kept without status.json, to be resumed.
     """
     if paper.paper_md_is_lfs_pointer:
         raise LfsPointerError(LFS_POINTER_MESSAGE, file=paper.paper_md)

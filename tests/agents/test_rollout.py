@@ -354,6 +354,13 @@ def test_time_used_counts_each_attempt_from_its_start_to_its_last_event() -> Non
         EndEvent(status="submitted", time=520.0, step=5),
     ]
     assert used_before(events) == (50.0, 5, 2)  # the time between attempts does not count
+    restart = NoteEvent(
+        kind="environment_restarted",
+        time=510.0,
+        step=4,
+        data={"cause": "sandbox_lost", "restart_s": 4.0},
+    )
+    assert used_before([*events[:3], restart, events[3]]) == (46.0, 5, 2)  # nor a restart
 
 
 class _LosesItsSandboxOnce(Agent):
