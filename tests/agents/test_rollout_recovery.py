@@ -256,9 +256,16 @@ def test_an_outage_longer_than_the_retry_budget_pauses_then_resume_finishes(
     assert sizes == sorted(sizes)  # never an earlier request sent again
 
 
+@pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
 def test_snapshots_leave_out_large_files_and_are_pruned(
-    tmp_path: Path, fake_llm: FakeLLMServer
+    tmp_path: Path, fake_llm: FakeLLMServer, request: pytest.FixtureRequest, backend: str
 ) -> None:
+    options: dict[str, Any] = {}
+    if backend == "docker":
+        request.getfixturevalue("docker_images")
+        client = request.getfixturevalue("docker_client")
+        options = {"sandbox": SandboxConfig(backend="docker"), "labels": TEST_LABELS}
+        request.addfinalizer(lambda: sweep(client))
     fake_llm.script(
         _bash(
             "head -c 11000000 /dev/urandom > big.bin && echo small > small.txt && "
@@ -268,7 +275,7 @@ def test_snapshots_leave_out_large_files_and_are_pruned(
         SUBMIT,
     )
     out = tmp_path / "run"
-    result = _rollout(out, fake_llm, snapshot_every_s=0.2, keep_snapshots=2)
+    result = _rollout(out, fake_llm, snapshot_every_s=0.2, keep_snapshots=2, **options)
     status = result.status
     assert status.status == "submitted", status
     assert [(f.path, f.size) for f in status.left_out] == [("big.bin", 11000000)]
