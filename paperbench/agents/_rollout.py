@@ -203,6 +203,8 @@ class _Run:
         self.started_at = _now()
         self.snapshot_lock = asyncio.Lock()
         self.snapshots = sorted((out_dir / "snapshots").glob("[0-9][0-9][0-9][0-9].tar.gz"))
+        for stale in (out_dir / "snapshots").glob("*.tar.gz.*"):  # cut short by a kill
+            stale.unlink(missing_ok=True)
         self.writer: TranscriptWriter | None = None
         self.inflight: asyncio.Future[Path] | None = None
         self.tracker: LimitTracker | None = None
@@ -482,7 +484,12 @@ async def rollout(
                 NoteEvent(
                     kind="environment_restarted",
                     text=f"new sandbox; /home/submission restored from {restored}",
-                    data={"snapshot": restored, "used_s": seconds, "steps": steps},
+                    data={
+                        "cause": "resume",
+                        "snapshot": restored,
+                        "used_s": seconds,
+                        "steps": steps,
+                    },
                     step=steps,
                 )
             )

@@ -2,7 +2,8 @@
 
 :func:`tool_defs` gives the definitions to send to the model, :func:`run_tool` runs one call.
 A tool that fails (bad arguments, unknown tool, a command that cannot start, a sandbox error)
-gives a :class:`ToolResult` with ``is_error`` set, never an exception out of the loop.
+gives a :class:`ToolResult` with ``is_error`` set, never an exception out of the loop, except
+when the sandbox itself is gone: then :class:`SandboxLostError` (the rollout restarts it).
 
 Background jobs: ``bash`` with ``background: true`` starts the command and returns at once.
 The job is kept running by the agent process (one sandbox exec that lives as long as the
