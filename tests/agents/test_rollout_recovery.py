@@ -9,6 +9,7 @@ import asyncio
 import json
 import tarfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -99,13 +100,26 @@ class _Killer:
     """The fake model's handler: the scripted work of the basic agent, with the rollout's
     container killed (``docker kill``) as the answer to chosen calls is sent."""
 
-    def __init__(self, client: Any, case: str, kill_at: set[int]) -> None:
+    def __init__(self, client: Any, case: str, kill_at: set[int], out: Path) -> None:
         self.client = client
         self.case = case
         self.kill_at = kill_at
+        self.out = out
         self.calls = 0
         self.killed_at: list[int] = []
         self.lock = threading.Lock()
+        self.work_done_at: float | None = None
+
+    def wait_for_a_snapshot_of_the_work(self) -> None:
+        """Until a snapshot taken after step one's tool ran (so a restart has one.txt)."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            snaps = (self.out / "snapshots").glob("[0-9]*.tar.gz")
+            # two finished since: the second began after the work was done
+            if sum(p.stat().st_mtime > (self.work_done_at or 0) for p in snaps) >= 2:
+                return
+            time.sleep(0.05)
+        raise AssertionError("no snapshot of the work before the kill")
 
     def kill(self) -> None:
         flt = {"label": f"paperbench.case={self.case}", "status": "running"}
@@ -116,7 +130,10 @@ class _Killer:
         with self.lock:
             self.calls += 1
             n = self.calls
+        if n == 2:
+            self.work_done_at = time.time()
         if n in self.kill_at:
+            self.wait_for_a_snapshot_of_the_work()
             self.kill()
             self.killed_at.append(n)
             return _bash("echo lost > lost.txt")  # runs in no sandbox: it is gone
@@ -135,7 +152,7 @@ def _docker_run(
     request.getfixturevalue("docker_images")
     client = request.getfixturevalue("docker_client")
     case = uuid.uuid4().hex[:12]
-    killer = _Killer(client, case, kw.pop("kill_at"))
+    killer = _Killer(client, case, kw.pop("kill_at"), tmp_path / "run")
     fake_llm.handler = killer
     options = {
         "sandbox": SandboxConfig(backend="docker"),
