@@ -43,6 +43,7 @@ from paperbench.agents._resources import AgentResources, ResolvedResources, RunR
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import (
     RolloutConfig,
+    RolloutPausedError,
     RolloutResult,
     RolloutStatus,
     load_status,
@@ -96,6 +97,7 @@ __all__ = [
     "ReplayConfig",
     "ResolvedResources",
     "RolloutConfig",
+    "RolloutPausedError",
     "RolloutResult",
     "RolloutStatus",
     "RunContext",

@@ -44,9 +44,9 @@ class AgentLimits(BaseModel):
     tokens: int | None = Field(default=None, ge=1)
     """Input + output tokens over every model call of the run."""
     dollars: float | None = Field(default=None, gt=0)
-    exclude_retry_wait: bool = False
+    exclude_retry_wait: bool = True
     """Do not count time the model layer spent waiting on provider retries (429/5xx) against
-    ``wall_time_s``."""
+    ``wall_time_s`` (as PaperBench's time limit does). ``False`` counts it."""
 
 
 class LimitReached(Exception):

@@ -61,7 +61,7 @@ from paperbench.agents._papercoder_parts import (
     parse_json_answer,
 )
 from paperbench.agents._transcript import MessageEvent, ModelCallEvent, NoteEvent, ToolEvent
-from paperbench.errors import ModelError, SandboxError
+from paperbench.errors import ModelError, ModelUnavailableError, SandboxError, SandboxLostError
 from paperbench.llm import AssistantMessage, Message, Model, ModelOutput, SystemMessage, UserMessage
 
 _T = TypeVar("_T")
@@ -107,7 +107,11 @@ class PapercoderAgent(Agent):
         except LimitReached as exc:
             pipeline.note("limit", str(exc))
             return AgentOutcome(status="limit", limit=exc.kind, error=str(exc))
+        except (ModelUnavailableError, SandboxLostError):
+            raise  # the rollout pauses, or goes on in a new sandbox
         except (_Failed, ModelError, SandboxError) as exc:
+            if not await ctx.sandbox.alive():
+                raise SandboxLostError(f"the sandbox is gone ({exc})") from exc
             pipeline.note("error", str(exc))
             return AgentOutcome(status="error", error=str(exc))
         return AgentOutcome(status="submitted", summary=summary)

@@ -17,6 +17,24 @@ repository and runs the agent under its limits. The run folder::
 
 A run folder without status.json is resumed (``resume=True``) in a new sandbox from its last
 snapshot and its transcript, with the time, steps and budget that remain.
+
+What goes wrong around a long run:
+
+- **A lost sandbox** (a tool finds it gone; see :func:`run_tool`) stops the agent before
+  another model call; the same call starts a new sandbox from the last snapshot, rebuilds the
+  agent's context from the transcript and tells it of the restart (a NoteEvent
+  ``environment_restarted`` with the reason and the snapshot), up to ``max_restarts`` times.
+  The time a restart takes is not the agent's.
+- **Paused**: once the restarts are used up, or when the provider stays unavailable past the
+  model layer's retries (ModelUnavailableError), the run ends without status.json (a NoteEvent
+  ``paused`` and an EndEvent ``paused``) and :class:`RolloutPausedError` is raised; a resume
+  goes on from there.
+- **Snapshots** leave out files over 10 MB (named in each SnapshotEvent and in status.json's
+  ``left_out``) and are pruned to the newest ``keep_snapshots`` within
+  ``snapshots_max_bytes`` (never the newest; each prune a NoteEvent ``snapshots_pruned``).
+
+``max_restarts``, ``keep_snapshots`` and ``snapshots_max_bytes`` are recorded in config.json
+but a resume may change them: they decide how a run is kept, not what it does.
 """
 
 from __future__ import annotations
@@ -27,6 +45,7 @@ import hashlib
 import importlib
 import os
 import shutil
+import tarfile
 import tempfile
 import time
 from collections.abc import Collection
@@ -48,6 +67,7 @@ from paperbench.agents._base import (
     LimitTracker,
     RunContext,
     TranscriptWriter,
+    read_transcript,
 )
 from paperbench.agents._notes import additional_notes
 from paperbench.agents._resources import (
@@ -57,29 +77,41 @@ from paperbench.agents._resources import (
     resolve,
 )
 from paperbench.agents._rollout_files import (
+    DEFAULT_MAX_RESTARTS,
     DEFAULT_SNAPSHOT_EVERY_S,
     JournalLedger,
     RolloutConfig,
+    RolloutPausedError,
     RolloutResult,
     RolloutStatus,
     check_out_dir,
     used_before,
+)
+from paperbench.agents._snapshots import (
+    DEFAULT_KEEP_SNAPSHOTS,
+    DEFAULT_SNAPSHOTS_MAX_BYTES,
+    to_prune,
+    without_large_files,
 )
 from paperbench.agents._transcript import (
     EndEvent,
     NoteEvent,
     SnapshotEvent,
     StartEvent,
+    TranscriptEvent,
 )
 from paperbench.errors import (
     BudgetExhaustedError,
     LfsPointerError,
+    ModelUnavailableError,
     SandboxError,
+    SandboxLostError,
     UsageError,
 )
 from paperbench.llm import BudgetCaps, Model, ModelConfig
 from paperbench.papers import LFS_POINTER_MESSAGE, Paper
 from paperbench.sandbox import (
+    LeftOutFile,
     NetworkPolicy,
     Sandbox,
     SandboxBackend,
@@ -167,16 +199,38 @@ def _default_instructions(code_dev: bool, agent: object = None) -> str:
 class _Run:
     """One attempt of a rollout (the first, or a resume)."""
 
-    def __init__(self, out_dir: Path, config: RolloutConfig, snapshot_every_s: float | None):
+    def __init__(
+        self,
+        out_dir: Path,
+        config: RolloutConfig,
+        snapshot_every_s: float | None,
+        history: list[TranscriptEvent],
+    ):
         self.out = out_dir
         self.config = config
         self.snapshot_every_s = snapshot_every_s
         self.started_at = _now()
         self.snapshot_lock = asyncio.Lock()
         self.snapshots = sorted((out_dir / "snapshots").glob("[0-9][0-9][0-9][0-9].tar.gz"))
+        for stale in (out_dir / "snapshots").glob("*.tar.gz.*"):  # cut short by a kill
+            stale.unlink(missing_ok=True)
         self.writer: TranscriptWriter | None = None
         self.inflight: asyncio.Future[Path] | None = None
         self.tracker: LimitTracker | None = None
+        self.taken = sum(isinstance(e, SnapshotEvent) for e in history)
+        self.pruned = sum(
+            len(e.data.get("deleted", []))
+            for e in history
+            if isinstance(e, NoteEvent) and e.kind == "snapshots_pruned"
+        )
+        self.restarts = sum(
+            isinstance(e, NoteEvent)
+            and e.kind == "environment_restarted"
+            and e.data.get("cause") == "sandbox_lost"
+            for e in history
+        )
+        self.left_out: list[LeftOutFile] = []
+        """What the newest snapshot left out."""
 
     def next_snapshot(self) -> Path:
         last = int(self.snapshots[-1].name.split(".")[0]) if self.snapshots else -1
@@ -187,14 +241,50 @@ class _Run:
         async with self.snapshot_lock:
             dest = self.next_snapshot()
             dest.parent.mkdir(parents=True, exist_ok=True)
-            await sb.snapshot(SUBMISSION_DIR, dest)
+            raw = dest.with_name(dest.name + ".raw")
+            try:
+                await sb.snapshot(SUBMISSION_DIR, raw)
+                left_out = await asyncio.to_thread(without_large_files, raw, dest)
+            except (OSError, tarfile.TarError) as exc:
+                raise SandboxError(f"snapshot {dest.name} could not be packed: {exc}") from exc
+            finally:
+                raw.unlink(missing_ok=True)
             self.snapshots.append(dest)
+            self.taken += 1
+            self.left_out = left_out
+            step = self.tracker.steps if self.tracker else 0
             if self.writer is not None:
-                step = self.tracker.steps if self.tracker else 0
                 rel = dest.relative_to(self.out).as_posix()
                 size = dest.stat().st_size
-                self.writer.append(SnapshotEvent(path=rel, bytes=size, step=step))
+                self.writer.append(
+                    SnapshotEvent(path=rel, bytes=size, step=step, left_out=left_out)
+                )
+            await asyncio.to_thread(self.prune, step)
             return dest
+
+    def prune(self, step: int) -> None:
+        """Delete the snapshots beyond ``keep_snapshots`` and the size cap (never the newest)."""
+        sizes = [(p, p.stat().st_size) for p in self.snapshots]
+        doomed = to_prune(sizes, self.config.keep_snapshots, self.config.snapshots_max_bytes)
+        if not doomed:
+            return
+        freed = 0
+        for path in doomed:
+            freed += path.stat().st_size
+            path.unlink()
+            self.snapshots.remove(path)
+        self.pruned += len(doomed)
+        if self.writer is not None:
+            names = [p.relative_to(self.out).as_posix() for p in doomed]
+            self.writer.append(
+                NoteEvent(
+                    kind="snapshots_pruned",
+                    text=f"deleted {len(names)} old snapshot(s), {freed} bytes: "
+                    + ", ".join(names),
+                    data={"deleted": names, "bytes": freed, "kept": len(self.snapshots)},
+                    step=step,
+                )
+            )
 
     async def snapshot_loop(self, sb: Sandbox) -> None:
         assert self.snapshot_every_s is not None
@@ -257,6 +347,9 @@ async def rollout(
     labels: dict[str, str] | None = None,
     others: Collection[str] = (),
     resources: AgentResources | None = None,
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+    keep_snapshots: int = DEFAULT_KEEP_SNAPSHOTS,
+    snapshots_max_bytes: int | None = DEFAULT_SNAPSHOTS_MAX_BYTES,
 ) -> RolloutResult:
     """Run ``agent`` on ``paper`` into ``out_dir``; see the module docstring.
 
@@ -282,8 +375,9 @@ async def rollout(
             to a backend other than Docker.
         LfsPointerError: paper.md is a Git LFS pointer, not the paper.
         SandboxUnavailableError: the sandbox backend asked for does not answer.
-        SandboxError: the sandbox could not be started or was lost; the run folder is kept
-            without status.json, to be resumed.
+        RolloutPausedError: the run paused (the provider unavailable past its retries, or
+            the sandbox lost or not started, more often than ``max_restarts``); the run folder
+            is kept without status.json, to be resumed.
     """
     if paper.paper_md_is_lfs_pointer:
         raise LfsPointerError(LFS_POINTER_MESSAGE, file=paper.paper_md)
@@ -340,6 +434,9 @@ async def rollout(
         image=resolved.image,
         instructions_sha=hashlib.sha256(text.encode()).hexdigest(),
         resources=resolved,
+        max_restarts=max_restarts,
+        keep_snapshots=keep_snapshots,
+        snapshots_max_bytes=snapshots_max_bytes,
     )
     history = check_out_dir(out, config, resume, others)
     seconds, steps, starts = used_before(history)
@@ -356,10 +453,10 @@ async def rollout(
         assert not isinstance(agent, Agent)
         built = agent.build(model)  # e.g. an agent that needs a model: refused before any file
     out.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        atomic_write_json(out / "config.json", config.model_dump(mode="json"))
+    # On resume only the fields a resume may change (NOT_COMPARED) can differ: recorded anew.
+    atomic_write_json(out / "config.json", config.model_dump(mode="json"))
 
-    run = _Run(out, config, snapshot_every_s)
+    run = _Run(out, config, snapshot_every_s, history)
     if agent_limits.exclude_retry_wait:
         seconds = max(0.0, seconds - ledger.earlier_retry_wait_s)
     tracker = LimitTracker(limits=agent_limits, ledger=ledger, used_s=seconds, steps=steps)
@@ -391,7 +488,7 @@ async def rollout(
     run.writer = writer
     sb: Sandbox | None = None
     cancelled = False
-    lost: SandboxError | None = None
+    paused: RolloutPausedError | None = None
     try:
         status.sandbox_image = await resolve_agent_image(backend, resolved.image)
         spec = SandboxSpec(
@@ -432,52 +529,85 @@ async def rollout(
                 NoteEvent(
                     kind="environment_restarted",
                     text=f"new sandbox; /home/submission restored from {restored}",
-                    data={"snapshot": restored, "used_s": seconds, "steps": steps},
+                    data={
+                        "cause": "resume",
+                        "snapshot": restored,
+                        "used_s": seconds,
+                        "steps": steps,
+                    },
                     step=steps,
                 )
             )
-        ctx = RunContext(
-            sandbox=sb,
-            model=model,
-            instructions=text,
-            transcript=writer,
-            limits=tracker,
-            paper_id=paper.id,
-            seed=seed,
-            code_dev=code_dev,
-            history=history,
-            resumed=starts > 0,
-            run_dir=out,
-            resources=RunResources(
-                **resolved.model_dump(),
-                hours=agent_limits.wall_time_s / 3600 if agent_limits.wall_time_s else None,
-            ),
-        )
-        outcome = await _run_agent(built, ctx, run, sb)
+        restarted, restarts_here = starts > 0, 0
+        while True:
+            ctx = RunContext(
+                sandbox=sb,
+                model=model,
+                instructions=text,
+                transcript=writer,
+                limits=tracker,
+                paper_id=paper.id,
+                seed=seed,
+                code_dev=code_dev,
+                history=history,
+                resumed=restarted,
+                run_dir=out,
+                resources=RunResources(
+                    **resolved.model_dump(),
+                    hours=agent_limits.wall_time_s / 3600 if agent_limits.wall_time_s else None,
+                ),
+            )
+            try:
+                outcome = await _run_agent(built, ctx, run, sb)
+                break
+            except SandboxError as exc:
+                if restarts_here >= config.max_restarts:
+                    raise
+                restarts_here += 1
+                dead, sb = sb, None
+                with contextlib.suppress(Exception):
+                    await dead.stop()
+                sb = await _restart(run, backend, spec, paper, text, exc)
+                history = read_transcript(writer.path)
+                restarted = True
         status.status, status.limit = outcome.status, outcome.limit
         status.error, status.summary = outcome.error, outcome.summary
     except asyncio.CancelledError:
         cancelled = True
         status.status, status.error = "cancelled", "the rollout was cancelled"
+    except ModelUnavailableError as exc:
+        paused = RolloutPausedError(out, "provider", f"the model provider is unavailable: {exc}")
     except SandboxError as exc:
-        lost = exc
-        status.status, status.error = "error", f"the sandbox failed: {exc}"
+        tried = f" ({run.restarts} restart(s) used)" if config.max_restarts else ""
+        paused = RolloutPausedError(out, "sandbox", f"the sandbox failed{tried}: {exc}")
     finally:
         try:
-            if sb is not None:
+            if sb is not None and (paused is None or paused.kind == "provider"):
                 await _finish_submission(run, sb, status)
         finally:
             status.steps = tracker.steps
             status.wall_time_s = tracker.elapsed_s()
             status.retry_wait_s = ledger.earlier_retry_wait_s + tracker.retry_wait_s
-            status.snapshots = len(run.snapshots)
+            status.snapshots = run.taken
+            status.snapshots_pruned = run.pruned
+            status.restarts = run.restarts
+            status.left_out = run.left_out
             status.costs = ledger.report().total
             status.finished_at = _now()
+            if paused is not None:
+                writer.append(
+                    NoteEvent(
+                        kind="paused",
+                        text=paused.reason,
+                        data={"cause": paused.kind},
+                        step=tracker.steps,
+                    )
+                )
             writer.append(
                 EndEvent(
-                    status=status.status,
+                    status="paused" if paused is not None else status.status,
                     limit=status.limit,
-                    error=status.error,
+                    error=paused.reason if paused is not None else status.error,
                     step=tracker.steps,
                 )
             )
@@ -488,15 +618,62 @@ async def rollout(
                     await model.aclose()
             if sb is not None:
                 await sb.stop()
-            if not cancelled and lost is None:  # else the run stays resumable
+            if not cancelled and paused is None:  # else the run stays resumable
                 atomic_write_text(status_file, status.model_dump_json(indent=2))
     if cancelled:
         raise asyncio.CancelledError
-    if lost is not None:
-        raise SandboxError(
-            f"{out}: {status.error}; the run is kept: continue it with --resume"
-        ) from lost
+    if paused is not None:
+        raise paused
     return RolloutResult(status=status, out_dir=out)
+
+
+async def _restart(
+    run: _Run,
+    backend: SandboxBackend,
+    spec: SandboxSpec,
+    paper: Paper,
+    instructions: str,
+    cause: SandboxError,
+) -> Sandbox:
+    """A new sandbox holding the last snapshot, after the one the agent worked in was lost.
+    The time it takes is not the agent's: it is left out of the wall time (``restart_s``).
+
+    Raises:
+        SandboxError: the new sandbox could not be started or prepared.
+    """
+    began = time.monotonic()
+    sb = await backend.start(spec)
+    try:
+        last = run.snapshots[-1] if run.snapshots else None
+        with tempfile.TemporaryDirectory(prefix="paperbench-rollout-") as tmp:
+            await _prepare(sb, paper, instructions, last, Path(tmp))
+    except BaseException:
+        await sb.stop()
+        raise
+    took = time.monotonic() - began
+    step = 0
+    if run.tracker is not None:
+        run.tracker.started += took
+        step = run.tracker.steps
+    run.restarts += 1
+    restored = last.relative_to(run.out).as_posix() if last else "an empty repository"
+    if run.writer is not None:
+        run.writer.append(
+            NoteEvent(
+                kind="environment_restarted",
+                text=f"the sandbox was lost ({cause}); new sandbox, /home/submission "
+                f"restored from {restored} (restart {run.restarts})",
+                data={
+                    "cause": "sandbox_lost",
+                    "reason": str(cause),
+                    "snapshot": restored,
+                    "restart": run.restarts,
+                    "restart_s": took,
+                },
+                step=step,
+            )
+        )
+    return sb
 
 
 async def _run_agent(agent: Agent, ctx: RunContext, run: _Run, sb: Sandbox) -> AgentOutcome:
@@ -514,9 +691,11 @@ async def _run_agent(agent: Agent, ctx: RunContext, run: _Run, sb: Sandbox) -> A
         return AgentOutcome(status="limit", limit=exc.kind, error=None, summary=str(exc))
     except BudgetExhaustedError as exc:
         return AgentOutcome(status="limit", limit="dollars", summary=str(exc))
+    except ModelUnavailableError:
+        raise  # the provider stayed down past the retries: the run pauses
     except SandboxError as exc:
-        if not await _alive(sb):
-            raise  # the sandbox is gone: the run can be resumed in a new one
+        if isinstance(exc, SandboxLostError) or not await sb.alive():
+            raise  # the sandbox is gone: the run goes on in a new one
         return AgentOutcome(status="error", error=f"{type(exc).__name__}: {exc}")
     except TimeoutError:
         return AgentOutcome(
@@ -534,14 +713,6 @@ async def _run_agent(agent: Agent, ctx: RunContext, run: _Run, sb: Sandbox) -> A
         if run.inflight is not None:  # its failure, if any, is in the transcript already
             with contextlib.suppress(SandboxError):
                 await run.inflight
-
-
-async def _alive(sb: Sandbox) -> bool:
-    try:
-        result = await sb.exec("true", timeout=_COMMAND_TIMEOUT_S)
-    except SandboxError:
-        return False
-    return result.exit_code == 0
 
 
 async def _finish_submission(run: _Run, sb: Sandbox, status: RolloutStatus) -> None:

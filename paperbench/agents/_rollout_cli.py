@@ -7,6 +7,7 @@ import importlib
 import json
 import logging
 import math
+import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,7 +21,9 @@ from paperbench.agents._base import AgentLimits
 from paperbench.agents._resources import AgentResources, ResolvedResources, read_env_file
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import (
+    DEFAULT_MAX_RESTARTS,
     DEFAULT_SNAPSHOT_EVERY_S,
+    RolloutPausedError,
     RolloutResult,
     RolloutStatus,
 )
@@ -31,6 +34,10 @@ from paperbench.sandbox import NetworkPolicy, SandboxConfig
 
 EXIT_ERROR = 3
 """Exit code when the rollout ran but ended in an error (the agent or its sandbox failed)."""
+EXIT_PAUSED = 4
+"""Exit code when the run paused before its end (the model provider stayed unavailable past
+its retries, or the sandbox was lost more often than --max-restarts): it is kept without
+status.json and goes on with the command printed (the same flags and --resume)."""
 DEFAULT_RUNS = Path("runs")
 
 
@@ -162,6 +169,7 @@ def _model_config(model: str | None, base_url: str | None) -> ModelConfig | None
 
 
 def rollout_command(
+    ctx: typer.Context,
     paper: Annotated[str, typer.Option("--paper", help="The paper id.")],
     agent: Annotated[
         str, typer.Option("--agent", help="An agent from the catalog, or a YAML file.")
@@ -251,11 +259,21 @@ def rollout_command(
     agent_env: Annotated[
         Path | None, typer.Option("--agent-env", metavar="FILE", help=AGENT_ENV_HELP)
     ] = None,
+    max_restarts: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="New sandboxes (from the last snapshot) started when the sandbox is lost, "
+            "before the run pauses.",
+        ),
+    ] = DEFAULT_MAX_RESTARTS,
     as_json: Annotated[bool, typer.Option("--json", help="Print status.json.")] = False,
 ) -> None:
     """Run an agent on a paper in a fresh sandbox; write the run folder (config.json,
     transcript.jsonl, costs.jsonl, snapshots/, submission.tar.gz, status.json last). Exit
-    code 0 when the agent submitted or reached a limit, 3 when it ended in an error."""
+    code 0 when the agent submitted or reached a limit, 3 when it ended in an error, 4 when the
+    run paused (provider unavailable past its retries, sandbox lost too often): it prints the
+    command that continues it."""
     _log_to_stderr()
     model_config = _model_config(model, base_url)
     the_paper = PaperSource.resolve(data_dir).load(paper)
@@ -284,29 +302,55 @@ def rollout_command(
         model_config = ModelConfig(model=loaded.config.model)
     if allow_unsandboxed:
         warning("--allow-unsandboxed: without bubblewrap the agent runs on the host itself")
-    with err_console.status(f"rollout of {the_paper.id} into {out_dir} ..."):
-        result = asyncio.run(
-            rollout(
-                the_paper,
-                loaded,
-                out_dir=out_dir,
-                model_config=model_config,
-                seed=seed,
-                sandbox=SandboxConfig(backend=sandbox, allow_unsandboxed=allow_unsandboxed),
-                network=network,
-                code_dev=code_dev,
-                snapshot_every_s=snapshot_every * 60,
-                resume=resume,
-                limits=limits,
-                resources=resources,
+    try:
+        with err_console.status(f"rollout of {the_paper.id} into {out_dir} ..."):
+            result = asyncio.run(
+                rollout(
+                    the_paper,
+                    loaded,
+                    out_dir=out_dir,
+                    model_config=model_config,
+                    seed=seed,
+                    sandbox=SandboxConfig(backend=sandbox, allow_unsandboxed=allow_unsandboxed),
+                    network=network,
+                    code_dev=code_dev,
+                    snapshot_every_s=snapshot_every * 60,
+                    resume=resume,
+                    limits=limits,
+                    max_restarts=max_restarts,
+                    resources=resources,
+                )
             )
+    except RolloutPausedError as exc:
+        again = _resume_command(ctx, out_dir)
+        console.print(
+            f"paused ({exc.kind}): {' '.join(exc.reason.split())}; continue with: {again}",
+            markup=False,
+            soft_wrap=True,
         )
+        raise typer.Exit(EXIT_PAUSED) from None
     if as_json:
         console.print(json.dumps(result.status.model_dump(mode="json"), indent=2), markup=False)
     else:
         _summary(result)
     if result.status.status == "error":
         raise typer.Exit(EXIT_ERROR)
+
+
+def _resume_command(ctx: typer.Context, out_dir: Path) -> str:
+    """This command again with the flags it was given, ``--out`` and ``--resume``."""
+    words = ["paperbench", *ctx.command_path.split()[1:]]
+    for param in ctx.command.params:
+        if param.param_type_name != "option" or param.name in ("out", "resume", "as_json"):
+            continue
+        value = ctx.params.get(param.name or "")
+        flag_only = bool(getattr(param, "is_flag", False))
+        if value is None or value == param.default or (flag_only and not value):
+            continue
+        flag = param.opts[0]
+        words += [flag] if flag_only else [flag, str(getattr(value, "value", value))]
+    words += ["--out", str(out_dir), "--resume"]
+    return shlex.join(words)
 
 
 def _summary(result: RolloutResult) -> None:
@@ -321,7 +365,7 @@ def _summary(result: RolloutResult) -> None:
     console.print(
         f"[bold {colour}]{s.status}{limit}[/]  {s.steps} steps  {s.wall_time_s:.0f} s  "
         f"{s.costs.calls} model calls, {s.costs.usage.total_tokens} tokens, {cost}  "
-        f"attempts {s.attempts}"
+        f"attempts {s.attempts}" + (f", restarts {s.restarts}" if s.restarts else "")
     )
     console.print(
         f"agent {escape(s.agent)}, model {escape(s.model or '-')}, sandbox "
@@ -332,6 +376,9 @@ def _summary(result: RolloutResult) -> None:
         console.print(f"resources: {resources_line(s.resources)}", markup=False)
     if s.error:
         console.print(f"[red]{escape(s.error)}[/]")
+    if s.left_out:
+        files = ", ".join(f"{f.path} ({f.size} bytes)" for f in s.left_out)
+        console.print(f"not kept (over 10 MB): {escape(files)}")
     console.print(f"run folder {result.out_dir}", markup=False)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,13 +21,15 @@ from paperbench.agents._base import (
     read_transcript,
 )
 from paperbench.agents._resources import ResolvedResources
-from paperbench.agents._transcript import StartEvent, TranscriptEvent
-from paperbench.errors import ConfigError, InputError, UsageError
+from paperbench.agents._snapshots import DEFAULT_KEEP_SNAPSHOTS, DEFAULT_SNAPSHOTS_MAX_BYTES
+from paperbench.agents._transcript import NoteEvent, StartEvent, TranscriptEvent
+from paperbench.errors import ConfigError, InputError, PaperbenchError, UsageError
 from paperbench.llm import BudgetCaps, CostJournal, CostRecord, CostTotal
-from paperbench.sandbox import IsolationKind, NetworkPolicy, SandboxConfig
+from paperbench.sandbox import IsolationKind, LeftOutFile, NetworkPolicy, SandboxConfig
 
 SCHEMA_VERSION = 1
 DEFAULT_SNAPSHOT_EVERY_S = 600.0
+DEFAULT_MAX_RESTARTS = 3
 
 
 class RolloutConfig(BaseModel):
@@ -52,6 +54,19 @@ class RolloutConfig(BaseModel):
     instructions_sha: str = ""
     resources: ResolvedResources = Field(default_factory=ResolvedResources)
     """GPUs, CPUs, memory, disk, image and the environment's names (never its values)."""
+    max_restarts: int = Field(default=DEFAULT_MAX_RESTARTS, ge=0)
+    """New sandboxes (from the last snapshot) a rollout call starts when its sandbox is lost;
+    once they are used up the run is left resumable."""
+    keep_snapshots: int = Field(default=DEFAULT_KEEP_SNAPSHOTS, ge=1)
+    """The newest snapshots kept; older ones are deleted (each prune is a NoteEvent)."""
+    snapshots_max_bytes: int | None = Field(default=DEFAULT_SNAPSHOTS_MAX_BYTES, ge=1)
+    """The total size of the snapshots kept; the oldest beyond it are deleted, never the
+    newest (None: no cap)."""
+
+
+NOT_COMPARED = frozenset({"max_restarts", "keep_snapshots", "snapshots_max_bytes"})
+"""RolloutConfig fields a resume may change (they decide how a run is kept, not what it
+does): config.json then records the resume's values."""
 
 
 class RolloutStatus(BaseModel):
@@ -89,10 +104,31 @@ class RolloutStatus(BaseModel):
     resources: ResolvedResources | None = None
     """What the sandbox was given (the environment's names only)."""
     snapshots: int = 0
+    """Snapshots taken over every attempt (pruned ones included)."""
+    snapshots_pruned: int = 0
+    restarts: int = 0
+    """New sandboxes started when one was lost, over every attempt."""
+    left_out: list[LeftOutFile] = Field(default_factory=list)
+    """Files not kept in submission.tar.gz (over 10 MB): path and size."""
     submission: str | None = None
     """``submission.tar.gz`` when the final submission was saved."""
     submission_bytes: int = 0
     costs: CostTotal = Field(default_factory=CostTotal)
+
+
+PauseKind = Literal["provider", "sandbox"]
+
+
+class RolloutPausedError(PaperbenchError):
+    """The rollout stopped before its end and is kept resumable (no status.json): the
+    provider stayed unavailable past the model layer's retries (``provider``), or the sandbox
+    was lost more often than ``max_restarts`` (``sandbox``)."""
+
+    def __init__(self, out_dir: Path, kind: PauseKind, reason: str) -> None:
+        super().__init__(f"{out_dir}: the run is paused: {reason}")
+        self.out_dir = out_dir
+        self.kind: PauseKind = kind
+        self.reason = reason
 
 
 @dataclass
@@ -136,12 +172,16 @@ class JournalLedger(CostJournal):
 
 def used_before(history: list[TranscriptEvent]) -> tuple[float, int, int]:
     """(seconds, steps, starts) of the attempts in ``history``: each attempt counts from its
-    StartEvent to its last event."""
+    StartEvent to its last event, less the time its sandbox restarts took."""
     seconds, steps, starts = 0.0, 0, 0
     began: float | None = None
     last = 0.0
     for event in history:
         steps = max(steps, event.step)
+        if isinstance(event, NoteEvent) and event.kind == "environment_restarted":
+            restart_s = event.data.get("restart_s")
+            if isinstance(restart_s, int | float):
+                seconds -= float(restart_s)
         if isinstance(event, StartEvent):
             if began is not None:
                 seconds += last - began
@@ -149,7 +189,7 @@ def used_before(history: list[TranscriptEvent]) -> tuple[float, int, int]:
         last = event.time
     if began is not None:
         seconds += last - began
-    return seconds, steps, starts
+    return max(0.0, seconds), steps, starts
 
 
 def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "$") -> str | None:
@@ -186,7 +226,10 @@ def check_out_dir(
         raise ConfigError("expected an object", file=config_file)
     if "resources" not in old and config.resources == ResolvedResources():
         del new["resources"]  # a run recorded before resources were
-    changed = config_diff(old, new)
+    changed = config_diff(
+        {k: v for k, v in old.items() if k not in NOT_COMPARED},
+        {k: v for k, v in new.items() if k not in NOT_COMPARED},
+    )
     if changed:
         raise ConfigError(
             "the configuration differs from the run's (resume with the same flags, or give "

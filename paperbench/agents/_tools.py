@@ -2,7 +2,8 @@
 
 :func:`tool_defs` gives the definitions to send to the model, :func:`run_tool` runs one call.
 A tool that fails (bad arguments, unknown tool, a command that cannot start, a sandbox error)
-gives a :class:`ToolResult` with ``is_error`` set, never an exception out of the loop.
+gives a :class:`ToolResult` with ``is_error`` set, never an exception out of the loop, except
+when the sandbox itself is gone: then :class:`SandboxLostError` (the rollout restarts it).
 
 Background jobs: ``bash`` with ``background: true`` starts the command and returns at once.
 The job is kept running by the agent process (one sandbox exec that lives as long as the
@@ -25,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from paperbench.agents._base import RunContext
 from paperbench.agents._config import ToolSettings
 from paperbench.agents._transcript import ToolEvent
-from paperbench.errors import SandboxError
+from paperbench.errors import SandboxError, SandboxLostError
 from paperbench.llm import ToolCall, ToolDef
 from paperbench.sandbox import NetworkPolicy, Sandbox
 
@@ -333,9 +334,16 @@ _RUNNERS = {
 
 async def run_tool(ctx: RunContext, call: ToolCall, tools: ToolSet) -> ToolResult:
     """Run one tool call in the sandbox and record it as a ToolEvent. Never raises for a
-    tool's failure: that is a result with ``is_error``."""
+    tool's failure: that is a result with ``is_error``.
+
+    Raises:
+        SandboxLostError: the tool failed because the sandbox is gone (asked of the sandbox
+            after a SandboxError); the ToolEvent is recorded first. Nothing more can run,
+            so the loop stops before paying for another model call.
+    """
     started = time.monotonic()
     error: str | None = None
+    lost: SandboxError | None = None
     if call.parse_error is not None:
         error = f"the arguments were not a JSON object ({call.parse_error}); call again"
     elif call.name not in tools.names:
@@ -351,6 +359,8 @@ async def run_tool(ctx: RunContext, call: ToolCall, tools: ToolSet) -> ToolResul
         except SandboxError as exc:
             error = str(exc)
             result = ToolResult(output=f"error: {exc}", is_error=True)
+            if isinstance(exc, SandboxLostError) or not await ctx.sandbox.alive():
+                lost, error = exc, f"the sandbox is gone: {exc}"
     ctx.transcript.append(
         ToolEvent(
             step=ctx.limits.steps,
@@ -364,4 +374,6 @@ async def run_tool(ctx: RunContext, call: ToolCall, tools: ToolSet) -> ToolResul
             error=error,
         )
     )
+    if lost is not None:
+        raise SandboxLostError(f"the sandbox is gone ({lost})") from lost
     return result

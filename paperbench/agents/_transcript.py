@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.llm import Message, ModelOutput, Usage
+from paperbench.sandbox import LeftOutFile
 
 TRANSCRIPT_VERSION = 1
 
@@ -93,7 +94,9 @@ class ToolEvent(_Event):
 
 class NoteEvent(_Event):
     """Something the run did to the conversation or its environment: context trimmed (what
-    was cut), environment restarted, a limit reached, an artifact saved."""
+    was cut), environment restarted (``environment_restarted``: why, from which snapshot),
+    snapshots pruned (``snapshots_pruned``), the run paused (``paused``: the provider's last
+    error), a limit reached, an artifact saved."""
 
     type: Literal["note"] = "note"
     kind: str
@@ -108,6 +111,8 @@ class SnapshotEvent(_Event):
     path: str
     """Relative to the run folder, e.g. ``snapshots/0003.tar.gz``."""
     bytes: int = 0
+    left_out: list[LeftOutFile] = Field(default_factory=list)
+    """Files not kept in it (over 10 MB): path and size."""
 
 
 class EndEvent(_Event):
@@ -115,7 +120,8 @@ class EndEvent(_Event):
 
     type: Literal["end"] = "end"
     status: str
-    """``submitted``, ``limit``, ``error``, ``cancelled``."""
+    """``submitted``, ``limit``, ``error``, ``cancelled``, or ``paused``: the run stopped
+    before its end (provider unavailable, sandbox lost) and is resumable."""
     limit: str | None = None
     """``wall_time``, ``steps``, ``tokens`` or ``dollars`` when a limit stopped the run."""
     error: str | None = None

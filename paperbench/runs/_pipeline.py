@@ -31,6 +31,7 @@ from paperbench.agents import (
     LoadedAgent,
     MonitorReport,
     PapercoderConfig,
+    RolloutPausedError,
     RolloutStatus,
     load_agent,
     load_status,
@@ -92,8 +93,17 @@ class RunSpec(BaseModel):
         return self.key.folder(Path(self.group_dir))
 
 
+PAUSED = "paused"
+"""How the reason of a run whose rollout paused (resumable) begins."""
+
+
 class StageFailed(Exception):
     """A stage could not finish; the run stops there (recorded, resumable)."""
+
+
+class StagePaused(PaperbenchError):
+    """A stage stopped before its end and is kept (a paused rollout): recorded as failed with
+    this reason, and continued when the group is run again."""
 
 
 class _Ended(Exception):
@@ -262,22 +272,27 @@ async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
         resume = (folder / "config.json").is_file()
         if resume:
             rec.log("rollout: resuming from its snapshots and transcript")
-        result = await rollout(
-            paper,
-            agent,
-            out_dir=folder,
-            model_config=model_config,
-            seed=spec.key.seed,
-            sandbox=_sandbox(config),
-            code_dev=config.mode == "code-dev",
-            resume=resume,
-            limits=limits,
-            labels=_labels(spec),
-            others=(RUN_FILE, RUN_LOG),
-            snapshot_every_s=config.snapshot_every_s,
-            resources=config.resources,
-            sandbox_limits=SandboxLimits(allow_uncapped_disk=_uncapped_disk(config)),
-        )
+        try:
+            result = await rollout(
+                paper,
+                agent,
+                out_dir=folder,
+                model_config=model_config,
+                seed=spec.key.seed,
+                sandbox=_sandbox(config),
+                code_dev=config.mode == "code-dev",
+                resume=resume,
+                limits=limits,
+                labels=_labels(spec),
+                others=(RUN_FILE, RUN_LOG),
+                snapshot_every_s=config.snapshot_every_s,
+                resources=config.resources,
+                sandbox_limits=SandboxLimits(allow_uncapped_disk=_uncapped_disk(config)),
+            )
+        except RolloutPausedError as exc:
+            # Like a lost sandbox: the run is kept and goes on when the group is run again.
+            rec.log(f"rollout: paused ({exc.kind}); it resumes when the group is run again")
+            raise StagePaused(f"{PAUSED} ({exc.kind}): {' '.join(exc.reason.split())}") from exc
         status = result.status
     return _after_rollout(spec, status)
 

@@ -20,7 +20,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from paperbench.runs._pipeline import load_outcome, load_state
+from paperbench.runs._pipeline import PAUSED, load_outcome, load_state
 from paperbench.runs._store import GRADING_DIR, STAGES, RunKey
 
 MAX_ROWS = 16
@@ -77,6 +77,8 @@ class GroupProgress:
             outcome = load_outcome(run.folder)
             if outcome is not None:
                 run.stage, run.status = "finished", outcome.status
+                if outcome.status == "failed" and (outcome.reason or "").startswith(PAUSED):
+                    run.status = PAUSED  # resumable: it goes on when the group runs again
             elif (run.folder / "run.json").is_file():
                 state = load_state(run.folder, run.key)
                 running = [s for s in STAGES if state.stages[s].status == "running"]
@@ -105,7 +107,12 @@ class GroupProgress:
         table.add_column("leaves", justify="right")
         table.add_column("$", justify="right")
         for run in shown:
-            style = {"failed": "red", "disqualified": "red", "running": "cyan"}.get(run.status, "")
+            style = {
+                "failed": "red",
+                "disqualified": "red",
+                "running": "cyan",
+                PAUSED: "yellow",
+            }.get(run.status, "")
             stage = run.stage if run.stage == "pending" else f"{run.stage} {run.status}"
             table.add_row(
                 run.key.label,

@@ -8,6 +8,7 @@ Paths given to a sandbox are *sandbox paths* (absolute POSIX paths such as
 from __future__ import annotations
 
 import abc
+import asyncio
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -224,6 +225,15 @@ class Sandbox(abc.ABC):
         Raises:
             SandboxError: ``path`` does not exist or the archive could not be written.
         """
+
+    async def alive(self) -> bool:
+        """Whether the sandbox still runs (a cheap probe; never raises). The default runs
+        ``true`` with a short timeout; backends with a direct way to ask override it."""
+        try:
+            result = await asyncio.wait_for(self.exec("true", timeout=15), 30)
+        except (SandboxError, TimeoutError):
+            return False
+        return result.exit_code == 0
 
     @abc.abstractmethod
     async def stop(self) -> None:

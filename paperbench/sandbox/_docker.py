@@ -610,6 +610,12 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
             raise SandboxError(f"sandbox {self.id} is gone: {self._dead}")
         return self.container_id
 
+    async def alive(self) -> bool:
+        """The container still runs (asked of the engine, not by an exec)."""
+        if self._stopped or self._dead or self.container_id is None:
+            return False
+        return await self._alive()
+
     # ------------------------------------------------------------------ stop
 
     async def stop(self) -> None:

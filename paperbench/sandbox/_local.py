@@ -627,6 +627,10 @@ class LocalSandbox(Sandbox):
 
     # ------------------------------------------------------------------ files
 
+    async def alive(self) -> bool:
+        """Not stopped, and its workspace is still there."""
+        return not self._stopped and self.workspace.is_dir()
+
     def _check_alive(self) -> None:
         if self._stopped:
             raise SandboxError("the sandbox is stopped")

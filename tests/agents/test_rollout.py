@@ -31,8 +31,8 @@ from paperbench.agents import (
     read_transcript,
 )
 from paperbench.agents._rollout import rollout
-from paperbench.agents._rollout_files import RolloutResult, used_before
-from paperbench.errors import ConfigError, SandboxError, UsageError
+from paperbench.agents._rollout_files import RolloutPausedError, RolloutResult, used_before
+from paperbench.errors import ConfigError, UsageError
 from paperbench.llm import Model, ModelConfig, read_cost_journal
 from paperbench.papers import Paper, PaperSource, load_data_dir_paper
 from paperbench.sandbox import NetworkPolicy, SandboxConfig
@@ -354,6 +354,13 @@ def test_time_used_counts_each_attempt_from_its_start_to_its_last_event() -> Non
         EndEvent(status="submitted", time=520.0, step=5),
     ]
     assert used_before(events) == (50.0, 5, 2)  # the time between attempts does not count
+    restart = NoteEvent(
+        kind="environment_restarted",
+        time=510.0,
+        step=4,
+        data={"cause": "sandbox_lost", "restart_s": 4.0},
+    )
+    assert used_before([*events[:3], restart, events[3]]) == (46.0, 5, 2)  # nor a restart
 
 
 class _LosesItsSandboxOnce(Agent):
@@ -373,16 +380,37 @@ class _LosesItsSandboxOnce(Agent):
         return AgentOutcome(status="submitted")
 
 
-def test_a_lost_sandbox_leaves_the_run_resumable(tmp_path: Path) -> None:
+def test_a_lost_sandbox_without_restarts_leaves_the_run_resumable(tmp_path: Path) -> None:
+    _LosesItsSandboxOnce.attempts = 0
     out = tmp_path / "run"
-    with pytest.raises(SandboxError, match="--resume"):
-        _run(out, _LosesItsSandboxOnce(), snapshot_every_s=0.1)
+    with pytest.raises(RolloutPausedError, match="paused") as paused:
+        _run(out, _LosesItsSandboxOnce(), snapshot_every_s=0.1, max_restarts=0)
+    assert paused.value.kind == "sandbox"
     assert not (out / "status.json").exists()
-    end = read_transcript(out / "transcript.jsonl")[-1]
-    assert isinstance(end, EndEvent) and end.status == "error"
+    events = read_transcript(out / "transcript.jsonl")
+    end = events[-1]
+    assert isinstance(end, EndEvent) and end.status == "paused"
+    note = events[-2]
+    assert isinstance(note, NoteEvent) and note.kind == "paused" and note.data["cause"] == "sandbox"
     result = _run(out, _LosesItsSandboxOnce(), snapshot_every_s=0.1, resume=True)
     assert (result.status.status, result.status.attempts) == ("submitted", 2)
     assert {"kept.txt", "after.txt"} <= _members(out / "submission.tar.gz")
+
+
+def test_a_lost_sandbox_restarts_from_the_last_snapshot_in_the_same_call(tmp_path: Path) -> None:
+    _LosesItsSandboxOnce.attempts = 0
+    out = tmp_path / "run"
+    result = _run(out, _LosesItsSandboxOnce(), snapshot_every_s=0.1)
+    status = result.status
+    assert (status.status, status.attempts, status.restarts) == ("submitted", 1, 1)
+    assert {"kept.txt", "after.txt"} <= _members(out / "submission.tar.gz")
+    events = read_transcript(out / "transcript.jsonl")
+    restarts = [e for e in events if isinstance(e, NoteEvent) and e.kind == "environment_restarted"]
+    assert len(restarts) == 1
+    assert restarts[0].data["cause"] == "sandbox_lost"
+    assert restarts[0].data["snapshot"].startswith("snapshots/")
+    assert "stopped" in restarts[0].data["reason"]
+    assert json.loads((out / "status.json").read_text())["restarts"] == 1
 
 
 class _ReadsAMissingFile(Agent):

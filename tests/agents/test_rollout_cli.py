@@ -112,3 +112,31 @@ def test_cli_kill_9_then_resume_repeats_no_model_call(
     assert {"a.txt", "c.txt"} <= _members(out / "submission.tar.gz")
     starts = [e for e in read_transcript(out / "transcript.jsonl") if isinstance(e, StartEvent)]
     assert [s.resumed for s in starts] == [0, 1]
+
+
+def test_a_paused_run_says_why_and_how_to_continue_and_exits_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from paperbench.agents import _rollout_cli
+    from paperbench.agents._rollout_files import RolloutPausedError
+
+    seen: dict[str, object] = {}
+
+    async def paused(paper: object, agent: object, *, out_dir: Path, **kw: object) -> None:
+        seen.update(kw)
+        raise RolloutPausedError(out_dir, "provider", "the model provider is unavailable: 503")
+
+    monkeypatch.setattr(_rollout_cli, "rollout", paused)
+    out = tmp_path / "run"
+    args = ["rollout", "--paper", "calibration-binning", "--agent", "dummy", *LOCAL]
+    result = CliRunner().invoke(
+        app, [*args, "--seed", "2", "--max-restarts", "1", "--out", str(out)]
+    )
+    assert result.exit_code == _rollout_cli.EXIT_PAUSED == 4, result.output
+    assert seen["max_restarts"] == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("paused (provider): the model provider is unavailable: 503; ")
+    assert line.endswith(
+        "continue with: paperbench rollout --paper calibration-binning --agent dummy --seed 2 "
+        f"--sandbox local --network none --max-restarts 1 --out {out} --resume"
+    )

@@ -100,6 +100,17 @@ def test_exec_exit_code_stdout_stderr(in_sandbox: InSandbox) -> None:
     in_sandbox(body)
 
 
+def test_alive_until_stopped(in_sandbox: InSandbox) -> None:
+    async def body(sb: Sandbox) -> None:
+        assert await sb.alive() is True
+        await sb.stop()
+        assert await sb.alive() is False
+        with pytest.raises(SandboxError):
+            await sb.exec("true", timeout=30)
+
+    in_sandbox(body)
+
+
 def test_exec_output_capped_head_and_tail(in_sandbox: InSandbox) -> None:
     async def body(sb: Sandbox) -> None:
         cmd = (

@@ -1,0 +1,66 @@
+"""What a rollout keeps of /home/submission: files over :data:`MAX_FILE_BYTES` are left out of
+every snapshot (as the instructions say), and old snapshots are pruned so that a long run
+does not fill the disk.
+
+Leaving out is done on the host while the archive the sandbox gave is packed again, so it is
+the same on every backend. Pruning keeps the newest ``keep`` snapshots, then deletes the
+oldest while the total is over ``max_total_bytes``; the newest (the one a resume restores) is
+never deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+
+from paperbench.sandbox import LeftOutFile
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+"""Files larger than this (10 MB) are not kept in snapshots nor in submission.tar.gz."""
+DEFAULT_KEEP_SNAPSHOTS = 10
+DEFAULT_SNAPSHOTS_MAX_BYTES = 2 * 1024**3
+"""2 GB of snapshots per run at most (the newest is kept whatever its size)."""
+
+
+def without_large_files(
+    src: Path, dest: Path, max_file_bytes: int = MAX_FILE_BYTES
+) -> list[LeftOutFile]:
+    """Copy the tar.gz ``src`` into ``dest`` (atomically) without its regular files over
+    ``max_file_bytes``; return those left out (path, size). ``src`` is left in place."""
+    left_out: list[LeftOutFile] = []
+    partial = dest.with_name(dest.name + ".partial")
+    try:
+        with (
+            tarfile.open(src, "r|gz") as inp,
+            tarfile.open(partial, "w:gz", format=tarfile.PAX_FORMAT) as out,
+        ):
+            for member in inp:
+                if member.isfile() and member.size > max_file_bytes:
+                    left_out.append(
+                        LeftOutFile(
+                            path=member.name.removeprefix("./"),
+                            size=member.size,
+                            reason=f"larger than {max_file_bytes} bytes",
+                        )
+                    )
+                    continue
+                out.addfile(member, inp.extractfile(member) if member.isfile() else None)
+        os.replace(partial, dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    return left_out
+
+
+def to_prune(sizes: list[tuple[Path, int]], keep: int, max_total_bytes: int | None) -> list[Path]:
+    """Which of the snapshots ``sizes`` (oldest first, with their bytes) to delete: all but the
+    newest ``keep``, then the oldest while the rest total more than ``max_total_bytes``.
+    The newest is never among them."""
+    kept = list(sizes)
+    doomed: list[Path] = []
+    while len(kept) > max(keep, 1):
+        doomed.append(kept.pop(0)[0])
+    if max_total_bytes is not None:
+        while len(kept) > 1 and sum(size for _, size in kept) > max_total_bytes:
+            doomed.append(kept.pop(0)[0])
+    return doomed
