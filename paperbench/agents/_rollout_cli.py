@@ -348,6 +348,12 @@ def _resume_command(ctx: typer.Context, out_dir: Path) -> str:
         if value is None or value == param.default or (flag_only and not value):
             continue
         flag = param.opts[0]
+        if isinstance(value, list | tuple):  # a repeated option: once per value
+            if not value:
+                continue
+            for item in value:
+                words += [flag, str(item)]
+            continue
         words += [flag] if flag_only else [flag, str(getattr(value, "value", value))]
     words += ["--out", str(out_dir), "--resume"]
     return shlex.join(words)
