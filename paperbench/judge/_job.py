@@ -23,7 +23,14 @@ from paperbench.judge._config import LoadedJudge, RoleModel
 from paperbench.judge._context import ContextCategory, SubmissionIndex
 from paperbench.judge._types import CallCost, InvalidReason, LeafGrade, SampleGrade
 from paperbench.judge._view import SubmissionView
-from paperbench.llm import CostLedger, Message, Model, ModelConfig, ModelOutput
+from paperbench.llm import (
+    CostLedger,
+    Message,
+    Model,
+    ModelConfig,
+    ModelOutput,
+    takes_reasoning_effort,
+)
 from paperbench.rubric import NodePath, TaskNode, prior_criteria
 
 PRIOR_SIBLINGS = 20
@@ -105,12 +112,15 @@ class Job:
         """The model of a role for one sample: sample ``i > 0`` salts the response cache
         (``cache_version``) so that it is a new verdict, not the first one again."""
         name = self.settings.model or role.model
-        key = (f"{name}|{role.reasoning_effort}|{role.max_output_tokens}", sample)
+        # A role's effort is for its own model: a model put in its place that does not reason
+        # (--model openai/gpt-4o for an o3 role) is not sent one, which OpenAI would refuse.
+        effort = role.reasoning_effort if takes_reasoning_effort(name) else None
+        key = (f"{name}|{effort}|{role.max_output_tokens}", sample)
         if key not in self._models:
             config = ModelConfig(
                 model=name,
                 base_url=self.settings.base_url,
-                reasoning_effort=role.reasoning_effort,
+                reasoning_effort=effort,
                 max_tokens=role.max_output_tokens,
                 cache=True,
                 cache_version=f"judge-sample-{sample}" if sample else None,

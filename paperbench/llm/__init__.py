@@ -36,7 +36,7 @@ from paperbench.llm._costs import (
     PriceTable,
     read_cost_journal,
 )
-from paperbench.llm._limits import context_window, max_output_tokens
+from paperbench.llm._limits import context_window, max_output_tokens, takes_reasoning_effort
 from paperbench.llm._model import Model
 from paperbench.llm._registry import ModelAPI, Target, providers, register_provider
 from paperbench.llm._retry import TransientError
@@ -120,5 +120,6 @@ __all__ = [
     "read_cost_journal",
     "register_provider",
     "set_coordinator",
+    "takes_reasoning_effort",
     "token_count_kind",
 ]

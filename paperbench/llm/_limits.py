@@ -55,3 +55,15 @@ def max_output_tokens(model: str) -> int | None:
 def default_context_windows() -> dict[str, int]:
     """The table's windows by model name without provider (as requests name models)."""
     return {prefix.partition("/")[2]: window for prefix, window, _ in _LIMITS}
+
+
+_OPENAI_REASONING = ("o1", "o3", "o4", "gpt-5", "codex")
+
+
+def takes_reasoning_effort(model: str) -> bool:
+    """False for an OpenAI model known not to reason (``gpt-4o``, ``gpt-4.1``, ...): OpenAI
+    refuses a reasoning effort for it. True for every other model (the provider decides)."""
+    provider, _, name = model.partition("/")
+    if provider != "openai" or _limits(model) is None:
+        return True
+    return name.startswith(_OPENAI_REASONING)

@@ -11,8 +11,8 @@ the installed ``openai`` and ``anthropic`` SDKs; the rest are the rules the APIs
   ``store`` is false, or with content the server did not issue, or with no item after them;
   Chat assistant turns with null content and no tool calls, tool messages answering no call,
   tool calls left unanswered; Responses function calls without their output or outputs
-  without their call; reasoning parameters for a model that does not reason (when asked:
-  ``refuse_plain_reasoning``); a request over the model's context window
+  without their call; reasoning parameters for a model that does not reason (unless
+  ``refuse_plain_reasoning`` is off); a request over the model's context window
   (``context_length_exceeded``).
 - Anthropic: unknown or missing parameters (``max_tokens`` is required); empty text blocks;
   a first turn that is not the user's, or turns that do not alternate; thinking blocks without

@@ -190,7 +190,7 @@ class FakeLLMServer:
         *,
         validate: bool = True,
         context_windows: dict[str, int] | None = None,
-        refuse_plain_reasoning: bool = False,
+        refuse_plain_reasoning: bool = True,
     ) -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError("the fake server binds to loopback only")
@@ -201,8 +201,8 @@ class FakeLLMServer:
         context-length refusal (with ``validate``). Default: the model layer's table."""
         self.refuse_plain_reasoning = refuse_plain_reasoning
         """Refuse ``reasoning_effort`` / ``reasoning`` sent to an OpenAI model that does not
-        reason (gpt-4o, gpt-4.1, ...), as OpenAI does. Off by default for now: the judge
-        still sends its role's effort when its model is overridden with such a model."""
+        reason (gpt-4o, gpt-4.1, ...), as OpenAI does. ``False`` acts as a server that
+        ignores them."""
         self.prompt_cache = PromptCache()
         """The prefixes seen or written, for the simulated prompt caches."""
         self.issued = Issued()

@@ -167,7 +167,8 @@ def test_public_names_are_pinned() -> None:
         "TokenCountKind", "ToolCall", "ToolDef", "ToolMessage", "TransientError", "Usage",
         "UserMessage", "context_window", "count_message_tokens", "count_tokens",
         "current_coordinator", "default_cache_path", "max_output_tokens", "providers",
-        "read_cost_journal", "register_provider", "set_coordinator", "token_count_kind",
+        "read_cost_journal", "register_provider", "set_coordinator", "takes_reasoning_effort",
+        "token_count_kind",
     }  # fmt: skip
     # every public name is re-exported from one of the package's private modules, under
     # its own name; nothing else in the package namespace looks public

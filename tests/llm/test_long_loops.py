@@ -283,8 +283,8 @@ def test_reasoning_parameters_are_refused_on_plain_models() -> None:
     assert _error(responses.value)["param"] == "reasoning.effort"
 
 
-def test_reasoning_parameters_on_plain_models_pass_unless_asked(fake_llm: FakeLLMServer) -> None:
-    with _openai(fake_llm) as client:
+def test_reasoning_parameters_on_plain_models_pass_on_a_server_that_ignores_them() -> None:
+    with FakeLLMServer(refuse_plain_reasoning=False) as server, _openai(server) as client:
         assert client.chat.completions.create(model="gpt-4o", messages=HI, reasoning_effort="low")
 
 

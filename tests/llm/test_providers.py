@@ -202,10 +202,11 @@ def test_anthropic_extended_thinking_and_effort(fake_llm: FakeLLMServer) -> None
 
 
 def test_openai_reasoning_effort_and_max_tokens(fake_llm: FakeLLMServer) -> None:
-    gen(Model(config_for("chat", fake_llm)), "q", reasoning_effort="low", max_tokens=64)
-    body = fake_llm.requests[-1].body
-    assert body["reasoning_effort"] == "low"
-    assert body["max_tokens"] == 64  # a custom base URL gets the widely supported name
+    gen(Model(config_for("chat", fake_llm, model="openai/o3-mini")), "q", reasoning_effort="low")
+    assert fake_llm.requests[-1].body["reasoning_effort"] == "low"
+    gen(Model(config_for("chat", fake_llm)), "q", max_tokens=64)
+    # a custom base URL gets the widely supported name
+    assert fake_llm.requests[-1].body["max_tokens"] == 64
 
     fake_llm.script(FakeReply(text="a", reasoning="summary"))
     out = gen(Model(config_for("responses", fake_llm)), "q", reasoning_effort="high")
