@@ -21,24 +21,10 @@ from dotenv.parser import parse_stream
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from paperbench.errors import ConfigError, PaperbenchError, UsageError
-from paperbench.sandbox import GpuRequest, SandboxLimits
+from paperbench.sandbox import CA_BUNDLE_VARS, GpuRequest, SandboxLimits
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SANDBOX_SET = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "TMPDIR",
-        "SSL_CERT_FILE",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-        "PIP_CERT",
-        "GIT_SSL_CAINFO",
-        "NODE_EXTRA_CA_CERTS",
-        "NPM_CONFIG_CAFILE",
-        "AWS_CA_BUNDLE",
-    }
-)
+_SANDBOX_SET = frozenset({"PATH", "HOME", "TMPDIR", *(name.upper() for name in CA_BUNDLE_VARS)})
 """Variables the sandbox sets itself (its paths and the egress proxy's CA), in upper case."""
 
 

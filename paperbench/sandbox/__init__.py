@@ -42,6 +42,7 @@ from paperbench.sandbox._select import (
 )
 
 _LAZY = {
+    "CA_BUNDLE_VARS": "paperbench.sandbox._egress",
     "DockerBackend": "paperbench.sandbox._docker",
     "DockerEgressGateway": "paperbench.sandbox._egress_gateway",
     "EgressProxy": "paperbench.sandbox._egress",
@@ -57,6 +58,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CA_BUNDLE_VARS",
     "DEFAULT_OUTPUT_LIMIT",
     "LOCAL_IMAGE",
     "Blacklist",

@@ -461,6 +461,19 @@ def proxy_inputs(spec: SandboxSpec, log_dir: Path | None, name: str) -> tuple[Bl
     return blacklist, folder / f"{name}.jsonl"
 
 
+CA_BUNDLE_VARS = (
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+    "GIT_SSL_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
+    "npm_config_cafile",
+    "AWS_CA_BUNDLE",
+)
+"""The variables that name a CA bundle, each set to the egress proxy's CA in a sandbox."""
+
+
 def sandbox_env(
     endpoint: EgressEndpoint,
     proxy_host: str | None = None,
@@ -480,17 +493,7 @@ def sandbox_env(
     skip = ",".join(no_proxy)
     env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
     env |= {"NO_PROXY": skip, "no_proxy": skip}
-    ca_vars = (
-        "SSL_CERT_FILE",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-        "PIP_CERT",
-        "GIT_SSL_CAINFO",
-        "NODE_EXTRA_CA_CERTS",
-        "npm_config_cafile",
-        "AWS_CA_BUNDLE",
-    )
-    env |= dict.fromkeys(ca_vars, ca_path)
+    env |= dict.fromkeys(CA_BUNDLE_VARS, ca_path)
     return env
 
 
