@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from paperbench.agents._resources import RunResources
 from paperbench.agents._transcript import TranscriptEvent
 from paperbench.errors import InputError
-from paperbench.llm import CostLedger, Model
+from paperbench.llm import CostLedger, Model, ReasoningEffort, takes_reasoning_effort
 from paperbench.sandbox import Sandbox
 
 PAPER_DIR = "/home/paper"
@@ -207,3 +207,9 @@ class Agent(abc.ABC):
     @abc.abstractmethod
     async def run(self, ctx: RunContext) -> AgentOutcome:
         """Work until done or a limit; raise nothing for a limit (return ``status="limit"``)."""
+
+
+def effort_for(model: str, effort: ReasoningEffort | None) -> ReasoningEffort | None:
+    """``effort`` unless ``model`` is one that refuses a reasoning effort (an agent config's
+    effort is for its own model; ``--model openai/gpt-4o`` in its place gets none)."""
+    return effort if takes_reasoning_effort(model) else None

@@ -27,6 +27,7 @@ from paperbench.agents._base import (
     AgentOutcome,
     LimitReached,
     RunContext,
+    effort_for,
 )
 from paperbench.agents._config import BasicConfig, DummyConfig, IterativeConfig, ReplayConfig
 from paperbench.agents._context import ContextFitter, render_turns, split_turns
@@ -243,7 +244,7 @@ class ToolLoopAgent(Agent):
             messages,
             tools=defs,
             max_tokens=self.max_tokens,
-            reasoning_effort=self.config.reasoning_effort,
+            reasoning_effort=effort_for(self.model.name, self.config.reasoning_effort),
             label="agent_step",
             prompt_cache_key=self.cache_key if self.config.prompt_cache else None,
         )

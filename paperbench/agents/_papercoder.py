@@ -41,6 +41,7 @@ from paperbench.agents._base import (
     AgentOutcome,
     LimitReached,
     RunContext,
+    effort_for,
 )
 from paperbench.agents._config import PapercoderConfig
 from paperbench.agents._papercoder_parts import (
@@ -163,7 +164,7 @@ class _Pipeline:
             messages,
             label="agent_step",
             max_tokens=self.config.max_tokens,
-            reasoning_effort=self.config.reasoning_effort,
+            reasoning_effort=effort_for(self.model.name, self.config.reasoning_effort),
         )
         transcript.append(MessageEvent(step=limits.steps, message=out.assistant_message()))
         transcript.append(ModelCallEvent.of(out, step=limits.steps, label=f"papercoder_{label}"))
