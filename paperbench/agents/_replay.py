@@ -44,7 +44,12 @@ def _up_to_last_snapshot(history: list[TranscriptEvent]) -> list[TranscriptEvent
     restored submission was saved at (the steps after it are replayed, so their effects on
     the files are made again), not from the last step recorded."""
     last = max((i for i, e in enumerate(history) if isinstance(e, SnapshotEvent)), default=0)
-    return history[:last]
+    if not last:
+        return []
+    # The snapshot holds the files as they were when the step it names was under way: that
+    # step and any later one recorded before the event are replayed too.
+    taken_at = history[last].step
+    return [e for e in history[:last] if not (isinstance(e, MessageEvent) and e.step >= taken_at)]
 
 
 class ReplayAgent(ToolLoopAgent):

@@ -242,6 +242,9 @@ class _Run:
             dest = self.next_snapshot()
             dest.parent.mkdir(parents=True, exist_ok=True)
             raw = dest.with_name(dest.name + ".raw")
+            # The step under way when the files were read: later steps are not in the snapshot
+            # (packing takes a while, and the agent goes on meanwhile).
+            step = self.tracker.steps if self.tracker else 0
             try:
                 await sb.snapshot(SUBMISSION_DIR, raw)
                 left_out = await asyncio.to_thread(without_large_files, raw, dest)
@@ -252,7 +255,6 @@ class _Run:
             self.snapshots.append(dest)
             self.taken += 1
             self.left_out = left_out
-            step = self.tracker.steps if self.tracker else 0
             if self.writer is not None:
                 rel = dest.relative_to(self.out).as_posix()
                 size = dest.stat().st_size
