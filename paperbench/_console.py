@@ -44,3 +44,8 @@ def print_table(table: Table) -> None:
         target.print(Text(str(table.title), style="italic"))
         table.title = None
     target.print(table)
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 file``, ``2 files``; ``many`` for a word whose plural is not ``word + 's'``."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"
