@@ -1,10 +1,46 @@
-"""paperbench: evaluate how well AI agents replicate machine-learning research."""
+"""paperbench: evaluate how well AI agents replicate machine-learning research.
+
+From Python::
+
+    import paperbench
+
+    result = paperbench.evaluate(paperbench.EvalConfig(papers="calibration-binning"))
+    result = paperbench.resume("runs/20261124-193500")
+
+The stages have their own packages: :mod:`paperbench.agents` (rollout, monitor),
+:mod:`paperbench.reproduce`, :mod:`paperbench.judge`, :mod:`paperbench.report`,
+:mod:`paperbench.runs` (groups, executors), over :mod:`paperbench.sandbox`,
+:mod:`paperbench.llm`, :mod:`paperbench.rubric` and :mod:`paperbench.papers`.
+"""
+
+from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 try:
     __version__ = version("paperbench")
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from paperbench._evaluate import Evaluation, evaluate, resume
+    from paperbench.runs._config import EvalConfig
+
+__all__ = ["EvalConfig", "Evaluation", "__version__", "evaluate", "resume"]
+
+_LAZY = {
+    "evaluate": "paperbench._evaluate",
+    "resume": "paperbench._evaluate",
+    "Evaluation": "paperbench._evaluate",
+    "EvalConfig": "paperbench.runs._config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The entry points, imported on first use (``import paperbench`` stays light)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'paperbench' has no attribute {name!r}")

@@ -23,14 +23,13 @@ from typing import Annotated, Literal
 
 import typer
 
+from paperbench.agents._rollout_files import DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.errors import UsageError
+from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS
 
 DATA_DIR_ENV = "PAPERBENCH_DATA_DIR"
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_SNAPSHOT_EVERY_S"]  # and the aliases below
 
-DEFAULT_MAX_CONNECTIONS = 32
-"""Requests in flight per provider endpoint (also :class:`paperbench.llm.ModelConfig`'s)."""
-DEFAULT_SNAPSHOT_EVERY_S = 600.0
-"""Seconds between snapshots of a rollout's /home/submission."""
 DEFAULT_LEAVES_AT_ONCE = 16
 """Leaves (or batches of leaves) one grading sends at once."""
 

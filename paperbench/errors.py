@@ -149,11 +149,17 @@ class EgressProxyError(SandboxError):
     """The egress proxy behind network policy ``filtered`` could not be set up or run."""
 
 
+class ExecutorUnavailableError(PaperbenchError):
+    """The executor asked for cannot work (a Ray cluster that cannot be joined); nothing of
+    the group was written."""
+
+
 __all__ = [
     "BudgetExhaustedError",
     "ConfigError",
     "ContextLengthError",
     "EgressProxyError",
+    "ExecutorUnavailableError",
     "ImageBuildError",
     "IncompleteAnswerError",
     "InputError",

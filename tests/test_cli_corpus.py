@@ -672,7 +672,12 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
         "run --agent broken": BadCall([*run, "--agent", str(good)], str(good), frozenset({1})),
         "run --judge missing": BadCall([*run, "--judge", "nosuch"], "--judge", frozenset({1, 2})),
         "run --group with a slash": BadCall([*run, "--group", "a/b"], "--group"),
-        "run --agent-time -1": BadCall([*run, "--agent-time", "-1"], "--agent-time"),
+        "run --max-time -1": BadCall([*run, "--max-time", "-1"], "--max-time"),
+        "run --max-time 3 days": BadCall([*run, "--max-time", "3d"], "--max-time"),
+        "run --snapshot-every 0": BadCall([*run, "--snapshot-every", "0"], "--snapshot-every"),
+        "run --reproduce-timeout x": BadCall(
+            [*run, "--reproduce-timeout", "x"], "--reproduce-timeout"
+        ),
         "run --gpus -1": BadCall([*run, "--gpus", "-1"], "--gpus"),
         "run --memory 1": BadCall([*run, "--memory", "1"], "--memory"),
         "run --agent-env missing": BadCall(
@@ -688,7 +693,10 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             f"{paths.missing_env}: $.resources.env_file",
             frozenset({1}),
         ),
-        "run --budget-usd nan": BadCall([*run, "--budget-usd", "nan"], "--budget-usd"),
+        "run --budget-dollars nan": BadCall([*run, "--budget-dollars", "nan"], "--budget-dollars"),
+        "run --resume with a config flag": BadCall(
+            [*run, "--resume", "nowhere", "--seeds", "2"], "drop --seeds"
+        ),
         "run --resume nowhere": BadCall([*run, "--resume", "nowhere"], "--resume nowhere"),
         "run --resume a broken group": BadCall(
             [*run, "--resume", str(paths.broken_group)], "group.json", frozenset({1})

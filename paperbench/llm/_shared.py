@@ -151,7 +151,7 @@ class CoordinatorState:
         if self.budget_usd is not None and self.spent_usd >= self.budget_usd:
             refused = (
                 f"the group's budget is exhausted (${self.spent_usd:.4f} spent of "
-                f"${self.budget_usd:g}); raise --budget-usd to continue"
+                f"${self.budget_usd:g}); raise --budget-dollars to continue"
             )
         return Grant(
             ticket=ticket,

@@ -19,6 +19,9 @@ from pydantic import (
     model_validator,
 )
 
+DEFAULT_MAX_CONNECTIONS = 32
+"""Requests in flight per provider endpoint, unless a command or config says otherwise."""
+
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 """How hard a reasoning model thinks; ``None`` leaves the provider's default."""
 
@@ -250,7 +253,7 @@ class ModelConfig(BaseModel):
     """An OpenAI-compatible (or Anthropic-compatible) server; default: the provider's own,
     or ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` when set."""
     api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
-    max_connections: int = Field(default=32, ge=1)
+    max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=1)
     """Concurrent requests per provider endpoint, shared by every caller in the process."""
     timeout_s: float = Field(default=600.0, gt=0)
     """Timeout of one HTTP request."""

@@ -1,10 +1,20 @@
-"""Groups of runs: the run store on disk, the pipeline and its executors."""
+"""Groups of runs: what an evaluation is asked (:class:`EvalConfig`), the run store on disk,
+the pipeline and its executors. ``paperbench.evaluate()`` is the entry point."""
 
+from paperbench.runs._config import (
+    AgentSettings,
+    EvalConfig,
+    ExecutorSettings,
+    JudgeSettings,
+    ReproductionSettings,
+    SandboxSettings,
+)
 from paperbench.runs._store import (
     STAGES,
     AgentEntry,
     GroupConfig,
     JudgeEntry,
+    RunFolder,
     RunKey,
     RunOutcome,
     RunState,
@@ -16,11 +26,18 @@ from paperbench.runs._store import (
 __all__ = [
     "STAGES",
     "AgentEntry",
+    "AgentSettings",
+    "EvalConfig",
+    "ExecutorSettings",
     "GroupConfig",
     "JudgeEntry",
+    "JudgeSettings",
+    "ReproductionSettings",
+    "RunFolder",
     "RunKey",
     "RunOutcome",
     "RunState",
+    "SandboxSettings",
     "StageRecord",
     "read_group",
     "run_keys",

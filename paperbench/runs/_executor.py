@@ -7,24 +7,50 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from paperbench.errors import UsageError
 from paperbench.llm import LocalCoordinator, set_coordinator
+from paperbench.runs._config import STAGE_CONCURRENCY, ExecutorSettings
 from paperbench.runs._pipeline import RunSpec, run_stages
 from paperbench.runs._spend import group_spent
 from paperbench.runs._store import RunOutcome
 
-DEFAULT_CONCURRENCY: dict[str, int] = {
-    "rollout": 4,
-    "reproduction": 2,
-    "grading": 4,
-}
-"""Runs in each stage at once, unless the group says otherwise. Set ``reproduction`` to the
-number of GPUs divided by the GPUs one reproduction takes."""
+DEFAULT_CONCURRENCY: dict[str, int] = STAGE_CONCURRENCY
 
 
 class Executor(Protocol):
+    """How a group's runs are worked on."""
+
     async def run(self, specs: list[RunSpec]) -> list[RunOutcome]:
         """Work on every run; one outcome per spec, in order."""
         ...
+
+    def close(self) -> None:
+        """Release what the executor holds (a Ray runtime it started)."""
+        ...
+
+
+def build_executor(settings: ExecutorSettings) -> Executor:
+    """The executor ``settings`` ask for, ready to work (a Ray cluster joined now).
+
+    Raises:
+        UsageError: ``ray_address`` without ``ray``, or Ray not installed.
+        ExecutorUnavailableError: the Ray cluster cannot be joined.
+    """
+    if settings.kind == "local":
+        if settings.ray_address is not None:
+            raise UsageError("--ray-address: only with --executor ray")
+        return LocalExecutor(settings.concurrency)
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "--executor ray: Ray is not installed; install it with pip install 'paperbench[ray]'"
+        ) from None
+    from paperbench.runs._ray import RayExecutor
+
+    executor = RayExecutor(address=settings.ray_address)
+    executor.connect()
+    return executor
 
 
 class LocalExecutor:
@@ -32,6 +58,9 @@ class LocalExecutor:
 
     def __init__(self, concurrency: dict[str, int] | None = None) -> None:
         self.concurrency = {**DEFAULT_CONCURRENCY, **(concurrency or {})}
+
+    def close(self) -> None:
+        """Nothing to release."""
 
     async def run(self, specs: list[RunSpec]) -> list[RunOutcome]:
         slots = {

@@ -11,65 +11,28 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from paperbench._io import json_path
-from paperbench.agents import AgentLimits, load_agent
+from paperbench.agents import load_agent
 from paperbench.agents._resources import AgentResources, resolve
+from paperbench.agents._rollout_cli import resources_from_flags
 from paperbench.errors import ConfigError, PaperbenchError, UsageError
 from paperbench.judge import DummyConfig, RandomConfig, load_judge_config
 from paperbench.judge._cli import missing_keys
 from paperbench.judge._job import ModelSettings
 from paperbench.papers import PaperSource
-from paperbench.reproduce import DEFAULT_DISK_MB
+from paperbench.runs._config import AgentSettings, EvalConfig, JudgeSettings, SandboxSettings
 from paperbench.runs._store import (
     GROUP_FILE,
     AgentEntry,
     GroupConfig,
+    GroupReproduction,
     JudgeEntry,
-    Mode,
+    LimitOverrides,
     read_group,
     safe_name,
     write_model,
 )
 from paperbench.sandbox import SandboxConfig
-
-DEFAULT_AGENT = "replay"
-DEFAULT_JUDGE = "simple"
-
-
-class RunOptions(BaseModel):
-    """The options of ``paperbench run`` that make up a group (plain data)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    papers: str | None = None
-    """Comma-separated ids or the name of a split; default every paper of the source."""
-    data_dir: Path | None = None
-    agents: list[str] = Field(default_factory=lambda: [DEFAULT_AGENT])
-    seeds: int = Field(default=1, ge=1)
-    judge: str = DEFAULT_JUDGE
-    judge_model: str | None = None
-    judge_base_url: str | None = None
-    mode: Mode = "full"
-    resources_provided: bool = False
-    skip_reproduction: bool = False
-    monitor_policy: Literal["disqualify", "flag"] = "disqualify"
-    sandbox: Literal["auto", "docker", "local"] = "auto"
-    allow_unsandboxed: bool = False
-    allow_uncapped_disk: bool = False
-    agent_model: str | None = None
-    agent_base_url: str | None = None
-    agent_limits: dict[str, Any] | None = None
-    resources: AgentResources | None = None
-    """The resource flags, over each agent config's ``resources:``."""
-    snapshot_every_s: float | None = Field(default=300.0, gt=0)
-    reproduction: dict[str, Any] = Field(default_factory=dict)
-    budget_usd: float | None = Field(default=None, ge=0)
-    max_connections: int = Field(default=32, ge=1)
-    concurrency: dict[str, int] = Field(default_factory=dict)
 
 
 def default_group_name() -> str:
@@ -130,88 +93,113 @@ def _agents(
     return entries
 
 
-def _judge(options: RunOptions) -> JudgeEntry:
-    loaded = load_judge_config(options.judge)
-    settings = ModelSettings(model=options.judge_model, base_url=options.judge_base_url)
+def _judge(judge: JudgeSettings) -> JudgeEntry:
+    loaded = load_judge_config(judge.config)
+    settings = ModelSettings(model=judge.model, base_url=judge.base_url)
     needs_model = not isinstance(loaded.config, DummyConfig | RandomConfig)
     missing = missing_keys(loaded, settings) if needs_model else []
     return JudgeEntry(
         ref=str(loaded.path),
         identity=loaded.identity.model_dump(mode="json"),
-        model=options.judge_model,
-        base_url=options.judge_base_url,
+        model=judge.model,
+        base_url=judge.base_url,
         key_set=not missing,
     )
 
 
-async def resolve_sandbox(options: RunOptions) -> dict[str, Any]:
+async def resolve_sandbox(settings: SandboxSettings) -> SandboxConfig:
     """The backend that answers now, named: ``auto`` never reaches a run or a worker.
 
     Raises:
         SandboxUnavailableError: the backend asked for does not answer.
     """
-    config = SandboxConfig(backend=options.sandbox, allow_unsandboxed=options.allow_unsandboxed)
+    config = SandboxConfig(backend=settings.backend, allow_unsandboxed=settings.allow_unsandboxed)
     backend = await config.build()
-    resolved = config.model_copy(update={"backend": backend.name})
-    data: dict[str, Any] = resolved.model_dump(mode="json", exclude_defaults=True)
-    data["backend"] = backend.name
-    return data
+    return config.model_copy(update={"backend": backend.name})
 
 
-def plan_group(group: str, options: RunOptions, sandbox: dict[str, Any]) -> GroupConfig:
-    """The group's configuration, everything loaded and checked.
+def _resources(agent: AgentSettings) -> AgentResources | None:
+    return resources_from_flags(
+        gpus=agent.gpus,
+        gpu_type=agent.gpu_type,
+        cpus=agent.cpus,
+        memory=agent.memory_mb,
+        disk=agent.disk_mb,
+        image=agent.image,
+        agent_env=agent.env_file,
+        env=agent.env,
+    )
+
+
+def plan_group(config: EvalConfig, sandbox: SandboxConfig | None = None) -> GroupConfig:
+    """The group's configuration, everything loaded and checked (``sandbox``: the resolved
+    backend, else the one asked for).
 
     Raises:
-        UsageError: a bad flag value (named).
+        UsageError: a bad value (its flag named).
         ConfigError: a bad agent or judge config (file and key path named).
     """
+    group = config.group or default_group_name()
     try:
         safe_name(group, "group name")
     except ValueError as exc:
         raise UsageError(f"--group: {exc}") from None
-    source = PaperSource.resolve(options.data_dir)
-    papers, paper_set = _papers(source, options.papers)
+    source = PaperSource.resolve(config.data_dir)
+    papers, paper_set = _papers(source, config.papers)
     if not papers:
         raise UsageError("--papers: no paper to run")
     for paper in papers:
         source.load(paper)  # a broken bundle is refused before any work
-    if options.agent_limits is not None:
-        try:
-            AgentLimits.model_validate(options.agent_limits)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise UsageError(f"agent limits: {json_path(first['loc'])}: {first['msg']}") from None
-    reproduction = dict(options.reproduction)
-    if options.allow_uncapped_disk:
-        reproduction["limits"] = {
-            "disk_mb": DEFAULT_DISK_MB,
-            **reproduction.get("limits", {}),
-            "allow_uncapped_disk": True,
-        }
+    agent = config.agent
+    resources = _resources(agent)
     return GroupConfig(
         group=group,
         papers=papers,
         paper_set=paper_set,
         data_dir=str(source.data_dir.resolve()) if source.data_dir else None,
         papers_root=str(source.repo_root.resolve()) if source.repo_root else None,
-        agents=_agents(options.agents, papers, options.resources),
-        seeds=options.seeds,
-        judge=_judge(options),
-        mode=options.mode,
-        resources_provided=options.resources_provided,
-        skip_reproduction=options.skip_reproduction,
-        monitor_policy=options.monitor_policy,
-        sandbox=sandbox,
-        agent_limits=options.agent_limits,
-        agent_model=options.agent_model,
-        agent_base_url=options.agent_base_url,
-        resources=options.resources,
-        snapshot_every_s=options.snapshot_every_s,
-        reproduction=reproduction,
-        budget_usd=options.budget_usd,
-        max_connections=options.max_connections,
-        concurrency=options.concurrency,
+        agents=_agents(config.agents, papers, resources),
+        seeds=config.seeds,
+        judge=_judge(config.judge),
+        mode="code-dev" if config.code_dev else "full",
+        resources_provided=config.resources_provided,
+        skip_reproduction=config.reproduction.skip,
+        monitor_policy=config.monitor_policy,
+        sandbox=sandbox
+        or SandboxConfig(
+            backend=config.sandbox.backend, allow_unsandboxed=config.sandbox.allow_unsandboxed
+        ),
+        agent_limits=LimitOverrides(
+            steps=agent.max_steps,
+            wall_time_s=agent.max_time_s,
+            dollars=agent.max_dollars,
+            tokens=agent.max_tokens,
+        ),
+        agent_model=agent.model,
+        agent_base_url=agent.base_url,
+        resources=resources,
+        snapshot_every_s=agent.snapshot_every_s,
+        reproduction=GroupReproduction(
+            timeout_s=config.reproduction.timeout_s,
+            allow_uncapped_disk=config.sandbox.allow_uncapped_disk,
+        ),
+        budget_usd=config.budget_dollars,
+        max_connections=config.executor.max_connections,
+        concurrency=config.executor.concurrency,
     )
+
+
+def refuse_existing(group_dir: Path, group: str) -> None:
+    """Refuse a new group in a folder that holds one.
+
+    Raises:
+        UsageError: the folder holds a group already (resume it with --resume).
+    """
+    if (group_dir / GROUP_FILE).exists():
+        raise UsageError(
+            f"--group {group}: {group_dir} holds a group already; continue it with "
+            f"`paperbench run --resume {group_dir}` or give another --group"
+        )
 
 
 def open_group(group_dir: Path, config: GroupConfig) -> None:
@@ -220,11 +208,7 @@ def open_group(group_dir: Path, config: GroupConfig) -> None:
     Raises:
         UsageError: the folder holds a group already (resume it with --resume).
     """
-    if (group_dir / GROUP_FILE).exists():
-        raise UsageError(
-            f"--group {config.group}: {group_dir} holds a group already; continue it with "
-            f"`paperbench run --resume {group_dir}` or give another --group"
-        )
+    refuse_existing(group_dir, config.group)
     group_dir.mkdir(parents=True, exist_ok=True)
     write_model(group_dir / GROUP_FILE, config)
 
@@ -250,10 +234,8 @@ def check_resume(group_dir: Path) -> GroupConfig:
                 path="$.agents",
             )
     judge = _judge(
-        RunOptions(
-            judge=stored.judge.ref,
-            judge_model=stored.judge.model,
-            judge_base_url=stored.judge.base_url,
+        JudgeSettings(
+            config=stored.judge.ref, model=stored.judge.model, base_url=stored.judge.base_url
         )
     )
     if judge.identity != stored.judge.identity:

@@ -17,8 +17,9 @@ import platform
 import shutil
 import time
 import traceback
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,7 +27,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from paperbench._io import read_json
 from paperbench.agents import (
-    AgentLimits,
     AgentResources,
     LoadedAgent,
     MonitorReport,
@@ -56,7 +56,6 @@ from paperbench.papers import Paper, PaperSource
 from paperbench.reproduce import ReproduceConfig, ReproductionMetadata, reproduce_submission
 from paperbench.rubric import GradedTaskNode, aggregate, code_dev
 from paperbench.runs._store import (
-    GRADING_DIR,
     GROUP_LOG,
     MONITOR_FILE,
     OUTCOME_FILE,
@@ -65,6 +64,7 @@ from paperbench.runs._store import (
     RUN_LOG,
     STAGES,
     GroupConfig,
+    RunFolder,
     RunKey,
     RunOutcome,
     RunState,
@@ -90,7 +90,13 @@ class RunSpec(BaseModel):
 
     @property
     def folder(self) -> Path:
+        """The run's folder."""
         return self.key.folder(Path(self.group_dir))
+
+    @property
+    def files(self) -> RunFolder:
+        """The run's files."""
+        return self.key.files(Path(self.group_dir))
 
 
 PAUSED = "paused"
@@ -196,7 +202,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _sandbox(config: GroupConfig) -> SandboxConfig:
-    return SandboxConfig.model_validate(config.sandbox)
+    return config.sandbox
 
 
 def _labels(spec: RunSpec) -> dict[str, str]:
@@ -204,20 +210,23 @@ def _labels(spec: RunSpec) -> dict[str, str]:
 
 
 def _uncapped_disk(config: GroupConfig) -> bool:
-    """``--allow-uncapped-disk``: recorded with the reproductions' limits; it holds for the
+    """``--allow-uncapped-disk``: recorded with the reproductions' settings; it holds for the
     agents' sandboxes too (where a disk cap is asked for)."""
-    limits = config.reproduction.get("limits")
-    return bool(isinstance(limits, dict) and limits.get("allow_uncapped_disk"))
+    return config.reproduction.allow_uncapped_disk
 
 
 def reproduce_config(spec: RunSpec) -> ReproduceConfig:
     """How the run's submission is reproduced: the group's reproduction settings, with the
     GPUs, CPUs, memory, disk and image of the run's agent (PaperBench reproduces in the same
     kind of machine the agent had)."""
-    fields: dict[str, Any] = dict(spec.config.reproduction)
-    fields["sandbox"] = _sandbox(spec.config)
-    fields["labels"] = {**fields.get("labels", {}), **_labels(spec)}
-    config = ReproduceConfig.model_validate(fields)
+    group = spec.config.reproduction
+    config = ReproduceConfig(sandbox=_sandbox(spec.config), labels=_labels(spec))
+    update: dict[str, Any] = {}
+    if group.timeout_s is not None:
+        update["timeout_s"] = group.timeout_s
+    if group.allow_uncapped_disk:
+        update["limits"] = config.limits.model_copy(update={"allow_uncapped_disk": True})
+    config = config.model_copy(update=update)
     entry = next((a for a in spec.config.agents if a.name == spec.key.agent), None)
     resources = entry.resources if entry is not None else None
     if resources is None:
@@ -240,8 +249,8 @@ def reproduce_config(spec: RunSpec) -> ReproduceConfig:
 def _with_group_settings(agent: LoadedAgent, config: GroupConfig) -> LoadedAgent:
     """A PaperCoder agent's repair rounds get the group's reproduction timeout (they run
     reproduce.sh as the reproduction stage will)."""
-    timeout = config.reproduction.get("timeout_s")
-    if isinstance(agent.config, PapercoderConfig) and isinstance(timeout, int | float):
+    timeout = config.reproduction.timeout_s
+    if isinstance(agent.config, PapercoderConfig) and timeout is not None:
         changed = agent.config.model_copy(update={"repair_timeout_s": float(timeout)})
         return agent.model_copy(update={"config": changed})
     return agent
@@ -264,12 +273,9 @@ async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
             if model_name
             else None
         )
-        limits = (
-            AgentLimits.model_validate(config.agent_limits)
-            if config.agent_limits is not None
-            else None
-        )
-        resume = (folder / "config.json").is_file()
+        given = config.agent_limits.given()
+        limits = agent.config.limits.model_copy(update=given) if given else None
+        resume = spec.files.rollout_config.is_file()
         if resume:
             rec.log("rollout: resuming from its snapshots and transcript")
         try:
@@ -316,7 +322,7 @@ def _after_rollout(spec: RunSpec, status: RolloutStatus) -> str:
 
 
 def _monitor(spec: RunSpec, paper: Paper, rec: _Recorder) -> MonitorReport:
-    path = spec.folder / MONITOR_FILE
+    path = spec.files.monitor
     if path.is_file():
         try:
             return MonitorReport.model_validate(read_json(path))
@@ -331,8 +337,8 @@ def _monitor(spec: RunSpec, paper: Paper, rec: _Recorder) -> MonitorReport:
 
 
 async def _reproduction(spec: RunSpec, rec: _Recorder) -> ReproductionMetadata:
-    out = spec.folder / REPRODUCTION_DIR
-    meta_file = out / "metadata.json"
+    out = spec.files.reproduction
+    meta_file = spec.files.reproduction_metadata
     if meta_file.is_file():
         meta = ReproductionMetadata.model_validate(read_json(meta_file))
         if meta.status not in _RETRY_REPRODUCTION:
@@ -341,7 +347,7 @@ async def _reproduction(spec: RunSpec, rec: _Recorder) -> ReproductionMetadata:
     if out.exists():  # an attempt that was killed or lost its sandbox: start afresh
         await asyncio.to_thread(shutil.rmtree, out)
     config = reproduce_config(spec)
-    meta = await reproduce_submission(spec.folder / "submission.tar.gz", out, config)
+    meta = await reproduce_submission(spec.files.submission, out, config)
     if meta.status in _RETRY_REPRODUCTION:
         raise StageFailed(f"the reproduction ended {meta.status}: {meta.error}")
     return meta
@@ -349,12 +355,12 @@ async def _reproduction(spec: RunSpec, rec: _Recorder) -> ReproductionMetadata:
 
 async def _grading(spec: RunSpec, paper: Paper, reproduced: bool) -> GradeResult:
     folder = spec.folder
-    if (folder / GRADING_DIR / "complete.json").is_file():
+    if spec.files.grading_complete.is_file():
         return read_result(folder)
     config = spec.config
     judge = load_judge_config(config.judge.ref)
-    executed = folder / REPRODUCTION_DIR if reproduced else None
-    view = await asyncio.to_thread(build_view, folder / "submission.tar.gz", executed)
+    executed = spec.files.reproduction if reproduced else None
+    view = await asyncio.to_thread(build_view, spec.files.submission, executed)
     options = GradeOptions(
         code_dev=config.mode == "code-dev",
         resources_provided=config.resources_provided,
@@ -419,6 +425,13 @@ def paper_source(config: GroupConfig) -> PaperSource:
 
 
 @asynccontextmanager
+async def _begin(rec: _Recorder, stage: StageName) -> AsyncIterator[None]:
+    """Begin a stage that takes no slot."""
+    rec.begin(stage)
+    yield
+
+
+@asynccontextmanager
 async def _begin_in_slot(
     rec: _Recorder, slots: Mapping[str, asyncio.Semaphore] | None, stage: StageName
 ) -> AsyncIterator[None]:
@@ -474,95 +487,125 @@ async def run_stages(
         rec.close()
 
 
+@dataclass
+class _Run:
+    """One run on its way through the stages: what a stage needs and what it leaves."""
+
+    spec: RunSpec
+    rec: _Recorder
+    paper: Paper
+    rollout_cost: float | None = None
+    reproduced: bool = False
+    result: GradeResult | None = None
+
+    @property
+    def files(self) -> RunFolder:
+        return self.spec.files
+
+
+async def _rollout_stage(run: _Run) -> str:
+    detail = await _rollout(run.spec, run.paper, run.rec)
+    status = load_status(run.spec.folder)
+    assert status is not None  # the rollout's completion marker
+    run.rollout_cost = status.costs.cost_usd if not status.costs.unpriced_calls else None
+    return detail
+
+
+async def _monitor_stage(run: _Run) -> str:
+    report = _monitor(run.spec, run.paper, run.rec)
+    if report.disqualify:
+        for later in ("reproduction", "grading"):
+            run.rec.end(later, "skipped", "the run was disqualified by the monitor")
+        raise _Ended(
+            RunOutcome(
+                key=run.spec.key,
+                status="disqualified",
+                score=0.0,
+                reason=f"disqualified: {report.reason}",
+                cost_usd=run.rollout_cost,
+            )
+        )
+    return f"{report.verdict}, {report.counted} counted hits"
+
+
+async def _reproduction_stage(run: _Run) -> str:
+    meta = await _reproduction(run.spec, run.rec)
+    run.reproduced = True
+    return _repro_detail(meta)
+
+
+async def _grading_stage(run: _Run) -> str:
+    result = await _grading(run.spec, run.paper, run.reproduced)
+    run.result = result
+    score = "unscored" if result.score is None else f"score {result.score:.3f}"
+    return f"{score}, coverage {result.coverage:.0%}"
+
+
+def _reproduction_finished(files: RunFolder) -> bool:
+    if not files.reproduction_metadata.is_file():
+        return False
+    meta = ReproductionMetadata.model_validate(read_json(files.reproduction_metadata))
+    return meta.status not in _RETRY_REPRODUCTION
+
+
+def _no_reproduction(config: GroupConfig) -> str | None:
+    if config.mode == "code-dev":
+        return "not run: Code-Dev mode"
+    if config.skip_reproduction:
+        return "not run: --skip-reproduction"
+    return None
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One stage of the table: its completion marker, its work (which also reads back a
+    finished stage's result), why a group skips it, and whether it waits for a slot."""
+
+    name: StageName
+    finished: Callable[[RunFolder], bool]
+    work: Callable[[_Run], Awaitable[str]]
+    skipped: Callable[[GroupConfig], str | None] = lambda _config: None
+    slot: bool = True
+
+
+_TABLE: tuple[_Stage, ...] = (
+    _Stage("rollout", lambda f: f.rollout_status.is_file(), _rollout_stage),
+    _Stage("monitor", lambda f: f.monitor.is_file(), _monitor_stage, slot=False),
+    _Stage("reproduction", _reproduction_finished, _reproduction_stage, _no_reproduction),
+    _Stage("grading", lambda f: f.grading_complete.is_file(), _grading_stage),
+)
+assert tuple(stage.name for stage in _TABLE) == STAGES
+
+
 async def _walk(
     spec: RunSpec,
     rec: _Recorder,
     wanted: set[StageName],
     slots: Mapping[str, asyncio.Semaphore] | None,
 ) -> RunOutcome | None:
-    config = spec.config
     states = rec.state.stages
     current: StageName = "rollout"
     try:
-        paper = paper_source(config).load(spec.key.paper)
-        # rollout
-        current = "rollout"
-        status = load_status(spec.folder)
-        if status is None:
-            if current not in wanted:
+        run = _Run(spec, rec, paper_source(spec.config).load(spec.key.paper))
+        for stage in _TABLE:
+            current = stage.name
+            why = stage.skipped(spec.config)
+            if why is not None:
+                if states[current].status != "skipped":
+                    rec.end(current, "skipped", why)
+                continue
+            if stage.finished(run.files):
+                detail = await stage.work(run)  # reads the stage's result back
+            elif current not in wanted:
                 return None
-            async with _begin_in_slot(rec, slots, current):
-                detail = await _rollout(spec, paper, rec)
-            rec.end(current, "done", detail)
-            status = load_status(spec.folder)
-            assert status is not None
-        else:
-            detail = _after_rollout(spec, status)
+            else:
+                gate = _begin_in_slot(rec, slots, current) if stage.slot else _begin(rec, current)
+                async with gate:
+                    detail = await stage.work(run)
             if states[current].status != "done":
                 rec.end(current, "done", detail)
-        rollout_cost = status.costs.cost_usd if not status.costs.unpriced_calls else None
-
-        # monitor
-        current = "monitor"
-        if not (spec.folder / MONITOR_FILE).is_file() and current not in wanted:
-            return None
-        if states[current].status != "done":
-            rec.begin(current)
-        report = _monitor(spec, paper, rec)
-        if states[current].status != "done":
-            rec.end(current, "done", f"{report.verdict}, {report.counted} counted hits")
-        if report.disqualify:
-            for later in ("reproduction", "grading"):
-                rec.end(later, "skipped", "the run was disqualified by the monitor")
-            raise _Ended(
-                RunOutcome(
-                    key=spec.key,
-                    status="disqualified",
-                    score=0.0,
-                    reason=f"disqualified: {report.reason}",
-                    cost_usd=rollout_cost,
-                )
-            )
-
-        # reproduction
-        current = "reproduction"
-        reproduced = False
-        if config.mode == "code-dev" or config.skip_reproduction:
-            if states[current].status != "skipped":
-                why = "Code-Dev mode" if config.mode == "code-dev" else "--skip-reproduction"
-                rec.end(current, "skipped", f"not run: {why}")
-        else:
-            meta_file = spec.folder / REPRODUCTION_DIR / "metadata.json"
-            finished = meta_file.is_file() and (
-                ReproductionMetadata.model_validate(read_json(meta_file)).status
-                not in _RETRY_REPRODUCTION
-            )
-            if not finished and current not in wanted:
-                return None
-            if not finished:
-                async with _begin_in_slot(rec, slots, current):
-                    meta = await _reproduction(spec, rec)
-            else:
-                meta = await _reproduction(spec, rec)
-            if states[current].status != "done":
-                rec.end(current, "done", _repro_detail(meta))
-            reproduced = True
-
-        # grading
-        current = "grading"
-        done = (spec.folder / GRADING_DIR / "complete.json").is_file()
-        if not done and current not in wanted:
-            return None
-        if not done:
-            async with _begin_in_slot(rec, slots, current):
-                result = await _grading(spec, paper, reproduced)
-        else:
-            result = await _grading(spec, paper, reproduced)
-        if states[current].status != "done":
-            coverage = f"coverage {result.coverage:.0%}"
-            score = "unscored" if result.score is None else f"score {result.score:.3f}"
-            rec.end(current, "done", f"{score}, {coverage}")
-        return _graded_outcome(spec, result, rollout_cost)
+        assert run.result is not None
+        return _graded_outcome(spec, run.result, run.rollout_cost)
     except _Ended as ended:
         return ended.outcome
     except asyncio.CancelledError:

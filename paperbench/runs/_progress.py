@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from paperbench.runs._pipeline import PAUSED, load_outcome, load_state
-from paperbench.runs._store import GRADING_DIR, STAGES, RunKey
+from paperbench.runs._store import GROUP_LOG, STAGES, RunFolder, RunKey
 
 MAX_ROWS = 16
 """Runs shown one per row at most; beyond, the active ones and counts."""
@@ -79,7 +79,7 @@ class GroupProgress:
                 run.stage, run.status = "finished", outcome.status
                 if outcome.status == "failed" and (outcome.reason or "").startswith(PAUSED):
                     run.status = PAUSED  # resumable: it goes on when the group runs again
-            elif (run.folder / "run.json").is_file():
+            elif RunFolder(run.folder).run_file.is_file():
                 state = load_state(run.folder, run.key)
                 running = [s for s in STAGES if state.stages[s].status == "running"]
                 failed = [s for s in STAGES if state.stages[s].status == "failed"]
@@ -90,15 +90,15 @@ class GroupProgress:
                     run.stage, run.status = failed[0], "failed"
                 elif done:
                     run.stage, run.status = done[-1], "done"
-            _read_tail(run.folder / GRADING_DIR / "leaves.jsonl", run.leaves, costs=False)
-            _read_tail(run.folder / "costs.jsonl", run.costs, costs=True)
-            _read_tail(run.folder / GRADING_DIR / "costs.jsonl", run.grading_costs, costs=True)
+            files = RunFolder(run.folder)
+            _read_tail(files.grading_leaves, run.leaves, costs=False)
+            _read_tail(files.rollout_costs, run.costs, costs=True)
+            _read_tail(files.grading_costs, run.grading_costs, costs=True)
 
     def usd(self, run: _RunView) -> float:
         return run.costs.usd + run.grading_costs.usd
 
     def render(self) -> RenderableType:
-        finished = [r for r in self.runs if r.stage == "finished"]
         active = [r for r in self.runs if r.status == "running"]
         shown = self.runs if len(self.runs) <= MAX_ROWS else active[:MAX_ROWS]
         table = Table(box=None, pad_edge=False, show_edge=False)
@@ -120,20 +120,30 @@ class GroupProgress:
                 str(run.leaves.lines) if run.leaves.lines else "-",
                 f"{self.usd(run):.4f}",
             )
+        line = Text(self.render_line())
+        return Group(table, line) if shown else line
+
+    def render_line(self) -> str:
+        """One line: runs finished by status, running, dollars and time so far."""
+        finished = [r for r in self.runs if r.stage == "finished"]
+        active = [r for r in self.runs if r.status == "running"]
         counts: dict[str, int] = {}
         for run in finished:
             counts[run.status] = counts.get(run.status, 0) + 1
         total = sum(self.usd(r) for r in self.runs)
         elapsed = time.monotonic() - self.started
-        line = Text(
+        return (
             f"{len(finished)}/{len(self.runs)} runs finished"
             + "".join(f", {n} {status}" for status, n in sorted(counts.items()))
             + f"; {len(active)} running; ${total:.4f} so far; {elapsed:.0f} s"
         )
-        return Group(table, line) if shown else line
 
     async def show(self, console: Console, until: asyncio.Future[Any]) -> None:
-        """Refresh the display every half second until ``until`` is done."""
+        """Refresh the display every half second until ``until`` is done; piped, print each
+        new line of the group's log instead (a line per stage a run begins or ends)."""
+        if not console.is_terminal and not console.is_jupyter:
+            await self._lines(console, until)
+            return
         with Live(self.render(), console=console, refresh_per_second=2, transient=False) as live:
             while not until.done():
                 await asyncio.sleep(0.5)
@@ -141,5 +151,27 @@ class GroupProgress:
                 live.update(self.render())
             self.poll()
             live.update(self.render())
-        if not console.is_terminal and not console.is_jupyter:
-            console.line()  # rich ends its last render with a newline on terminals only
+
+    async def _lines(self, console: Console, until: asyncio.Future[Any]) -> None:
+        log = _Tail()
+        path = self.group_dir / GROUP_LOG
+
+        def new_lines() -> list[str]:
+            if not path.is_file():
+                return []
+            with path.open("rb") as f:
+                f.seek(log.offset)
+                data = f.read()
+            end = data.rfind(b"\n") + 1
+            log.offset += end
+            return data[:end].decode("utf-8", "replace").splitlines()
+
+        while True:
+            done = until.done()
+            for line in await asyncio.to_thread(new_lines):
+                console.print(line, markup=False, highlight=False)
+            if done:
+                break
+            await asyncio.sleep(0.5)
+        self.poll()
+        console.print(self.render_line(), markup=False, highlight=False)

@@ -39,15 +39,17 @@ import contextlib
 import hashlib
 import os
 import platform
+import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayError, RayTaskError, TaskCancelledError
+from ray.exceptions import AuthenticationError, RayError, RayTaskError, TaskCancelledError
 
-from paperbench.errors import ConfigError
+from paperbench.errors import ConfigError, ExecutorUnavailableError
 from paperbench.llm import RayCoordinator, set_coordinator
 from paperbench.llm._shared import NAMESPACE, actor_name
 from paperbench.runs._pipeline import RunSpec, execute, load_state, reproduce_config
@@ -70,6 +72,56 @@ STAGE_TASKS: tuple[tuple[StageName, ...], ...] = (
     ("reproduction",),
     ("grading",),
 )
+
+
+@contextlib.contextmanager
+def _stderr_kept() -> Iterator[Callable[[], str]]:
+    """Keep what is written to file descriptor 2 (Ray's C++ core logs a line a second while
+    it retries a cluster) instead of showing it; shown after all when no error follows."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as kept:
+        os.dup2(kept.fileno(), 2)
+        failed = False
+
+        def said() -> str:
+            kept.seek(0)
+            return kept.read().decode("utf-8", "replace")
+
+        try:
+            yield said
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not failed:
+                sys.stderr.write(said())
+
+
+def _why_not(address: str, exc: BaseException, said: str) -> str:
+    """One line for a cluster that cannot be joined, with the reason Ray logged."""
+    reasons = [
+        line.split("RPC error: ", 1)[-1] for line in said.splitlines() if "RPC error" in line
+    ]
+    reason = reasons[-1].strip() if reasons else _first_line(exc)
+    where = f"--ray-address {address}: cannot join the Ray cluster ({reason})"
+    if "InvalidAuthToken" in said or isinstance(exc, AuthenticationError):
+        return (
+            f"{where}; it uses token authentication: run with RAY_AUTH_MODE=token and the "
+            "cluster's token in ~/.ray/auth_token (or RAY_AUTH_TOKEN)"
+        )
+    return (
+        f"{where}; check that `ray start --head` runs there and the address is HOST:PORT of "
+        "its head"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 def node_label() -> str:
@@ -186,6 +238,31 @@ class RayExecutor:
         self.address = address
         self.max_retries = max_retries
         self.namespace = namespace
+        self._started = False
+
+    def connect(self) -> None:
+        """Join the cluster (or start a runtime on this machine) now, so that a cluster that
+        cannot be joined is said before the group is written.
+
+        Raises:
+            ExecutorUnavailableError: Ray refused or could not reach the cluster.
+        """
+        if ray.is_initialized():
+            return
+        # "local": a new runtime, never one found on the machine or in RAY_ADDRESS
+        address = self.address or "local"
+        with _stderr_kept() as said:
+            try:
+                ray.init(address=address, namespace=self.namespace, log_to_driver=False)
+            except Exception as exc:  # ray.init raises plain ConnectionError, RuntimeError...
+                raise ExecutorUnavailableError(_why_not(address, exc, said())) from None
+        self._started = True
+
+    def close(self) -> None:
+        """Stop the Ray runtime this executor started (a connection found is kept)."""
+        if self._started:
+            ray.shutdown()
+            self._started = False
 
     async def run(self, specs: list[RunSpec]) -> list[RunOutcome]:
         if not specs:
@@ -198,12 +275,8 @@ class RayExecutor:
             for spec in specs
         }
         gpus = max(gpus_per_run.values())
-        started = False
-        if not ray.is_initialized():
-            # "local": a new runtime, never one found on the machine or in RAY_ADDRESS
-            address = self.address or "local"
-            ray.init(address=address, namespace=self.namespace, log_to_driver=False)
-            started = True
+        started = not ray.is_initialized()
+        self.connect()
         try:
             check_gpus(gpus, where)
             key = hashlib.sha256(str(group_dir.resolve()).encode()).hexdigest()[:8]
@@ -259,4 +332,4 @@ class RayExecutor:
                     coordinator.kill()
         finally:
             if started:
-                ray.shutdown()
+                self.close()

@@ -7,10 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from paperbench.llm import read_cost_journal
-from paperbench.runs._store import GRADING_DIR
-
-COSTS_JOURNAL = "costs.jsonl"
-"""The rollout's ledger in the run's folder, the grading's in grading/: one record a line."""
+from paperbench.runs._store import RunFolder
 
 
 def run_spent(folder: Path) -> float:
@@ -20,10 +17,8 @@ def run_spent(folder: Path) -> float:
     Raises:
         InputError: another line of a ledger is not a cost record.
     """
-    records = [
-        *read_cost_journal(folder / COSTS_JOURNAL),
-        *read_cost_journal(folder / GRADING_DIR / COSTS_JOURNAL),
-    ]
+    files = RunFolder(folder)
+    records = [*read_cost_journal(files.rollout_costs), *read_cost_journal(files.grading_costs)]
     return sum(record.cost_usd or 0.0 for record in records)
 
 

@@ -1,4 +1,6 @@
-"""The run store on disk (DESIGN.md §5): what a group of runs leaves and how to read it.
+"""The run store on disk (docs/design.md, "The run store"): what a group of runs leaves and
+how to read it. :class:`GroupFolder` and :class:`RunFolder` name every file; no other module
+writes a run folder's file names.
 
 ::
 
@@ -26,14 +28,18 @@ completion marker last, so a run killed at any moment is resumed at the finest g
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from paperbench._io import atomic_write_text, read_json
 from paperbench.agents._resources import AgentResources, ResolvedResources
+from paperbench.agents._rollout_files import DEFAULT_SNAPSHOT_EVERY_S
+from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS
+from paperbench.sandbox import SandboxConfig
 
 GROUP_FILE = "group.json"
 GROUP_LOG = "group.log"
@@ -46,10 +52,89 @@ MONITOR_FILE = "monitor.json"
 REPRODUCTION_DIR = "reproduction"
 GRADING_DIR = "grading"
 
-STORE_VERSION = 1
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The files of one run folder, ``<group>/<paper>/<agent>/seed-<n>/``."""
+
+    path: Path
+
+    @property
+    def run_file(self) -> Path:
+        """run.json: :class:`RunState`."""
+        return self.path / RUN_FILE
+
+    @property
+    def log(self) -> Path:
+        """run.log: the run's log, appended line by line."""
+        return self.path / RUN_LOG
+
+    @property
+    def outcome(self) -> Path:
+        """outcome.json: :class:`RunOutcome`, written last of all."""
+        return self.path / OUTCOME_FILE
+
+    @property
+    def rollout_config(self) -> Path:
+        """config.json: the rollout's configuration; there once a rollout began."""
+        return self.path / "config.json"
+
+    @property
+    def rollout_status(self) -> Path:
+        """status.json: the rollout's end (its completion marker)."""
+        return self.path / "status.json"
+
+    @property
+    def submission(self) -> Path:
+        """submission.tar.gz: what the agent left in /home/submission."""
+        return self.path / "submission.tar.gz"
+
+    @property
+    def rollout_costs(self) -> Path:
+        """costs.jsonl: the rollout's model calls, one record a line."""
+        return self.path / "costs.jsonl"
+
+    @property
+    def monitor(self) -> Path:
+        """monitor.json: the blacklist monitor's report (its completion marker)."""
+        return self.path / MONITOR_FILE
+
+    @property
+    def reproduction(self) -> Path:
+        """reproduction/: reproduce.log, executed.tar.gz, metadata.json (written last)."""
+        return self.path / REPRODUCTION_DIR
+
+    @property
+    def reproduction_metadata(self) -> Path:
+        """reproduction/metadata.json: the reproduction's result (its completion marker)."""
+        return self.reproduction / "metadata.json"
+
+    @property
+    def grading(self) -> Path:
+        """grading/: leaves.jsonl, costs.jsonl, grade.json, costs.json, complete.json."""
+        return self.path / GRADING_DIR
+
+    @property
+    def grading_complete(self) -> Path:
+        """grading/complete.json: the grading's completion marker."""
+        return self.grading / "complete.json"
+
+    @property
+    def grading_leaves(self) -> Path:
+        """grading/leaves.jsonl: one line per leaf as it is graded."""
+        return self.grading / "leaves.jsonl"
+
+    @property
+    def grading_costs(self) -> Path:
+        """grading/costs.jsonl: the judge's model calls, one record a line."""
+        return self.grading / "costs.jsonl"
+
+
+STORE_VERSION = 2
 
 StageName = Literal["rollout", "monitor", "reproduction", "grading"]
 STAGES: tuple[StageName, ...] = ("rollout", "monitor", "reproduction", "grading")
+"""The stages of a run, in order."""
 
 StageStatus = Literal["pending", "running", "done", "failed", "skipped"]
 """``done``: the stage's completion marker is written (its own result may still be an
@@ -115,6 +200,33 @@ class JudgeEntry(BaseModel):
     the leaves that need a model are reported not graded."""
 
 
+class LimitOverrides(BaseModel):
+    """The group's limits over each agent config's own (``None``: the config's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: int | None = Field(default=None, ge=1)
+    wall_time_s: float | None = Field(default=None, gt=0)
+    dollars: float | None = Field(default=None, gt=0)
+    tokens: int | None = Field(default=None, ge=1)
+
+    def given(self) -> dict[str, Any]:
+        """The limits set, as fields of :class:`~paperbench.agents.AgentLimits`."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class GroupReproduction(BaseModel):
+    """How the group's submissions are reproduced (the rest comes from each run's agent)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout_s: float | None = Field(default=None, gt=0)
+    """Time of each reproduce.sh over all its attempts (None: the reproduction's default)."""
+    allow_uncapped_disk: bool = False
+    """Run where a disk cap cannot be enforced (said and recorded); holds for the agents'
+    sandboxes too, where a disk cap is asked for."""
+
+
 class GroupConfig(BaseModel):
     """group.json: everything a run needs to be built in any process (never a key)."""
 
@@ -138,26 +250,44 @@ class GroupConfig(BaseModel):
     resources_provided: bool = False
     skip_reproduction: bool = False
     monitor_policy: Literal["disqualify", "flag"] = "disqualify"
-    sandbox: dict[str, Any] = Field(default_factory=dict)
-    """``SandboxConfig`` as JSON (backend, allow_unsandboxed, ...)."""
-    agent_limits: dict[str, Any] | None = None
-    """``AgentLimits`` overriding each agent config's own, as JSON."""
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    """The backend resolved when the group was planned (never ``auto``) and its settings."""
+    agent_limits: LimitOverrides = Field(default_factory=LimitOverrides)
+    """Limits over each agent config's own."""
     agent_model: str | None = None
     agent_base_url: str | None = None
     resources: AgentResources | None = None
     """The resource flags (``--gpus``, ``--cpus``, ``--memory``, ``--disk``, ``--image``,
     ``--agent-env``) over each agent config's ``resources:``; an env file by its absolute
     path (its values are read by each rollout, never stored)."""
-    snapshot_every_s: float | None = Field(default=300.0, gt=0)
+    snapshot_every_s: float | None = Field(default=DEFAULT_SNAPSHOT_EVERY_S, gt=0)
     """How often a rollout saves /home/submission (what a resume restarts from)."""
-    reproduction: dict[str, Any] = Field(default_factory=dict)
-    """``ReproduceConfig`` fields as JSON (timeout_s, limits, gpu, ...)."""
+    reproduction: GroupReproduction = Field(default_factory=GroupReproduction)
     budget_usd: float | None = Field(default=None, ge=0)
     """Dollars for the whole group, shared by every run and worker."""
-    max_connections: int = Field(default=32, ge=1)
+    max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=1)
     concurrency: dict[str, int] = Field(default_factory=dict)
     """Runs in each stage at once, e.g. ``{"rollout": 4, "reproduction": 1, "grading": 8}``."""
     created_at: datetime = Field(default_factory=now)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version_1(cls, data: Any) -> Any:
+        """A group.json of store version 1 (untyped sections) read as version 2."""
+        if not isinstance(data, dict) or data.get("store_version", 1) != 1:
+            return data
+        data = dict(data)
+        old = data.get("reproduction") or {}
+        if isinstance(old, dict) and ("limits" in old or "timeout_s" in old):
+            limits = old.get("limits") if isinstance(old.get("limits"), dict) else {}
+            data["reproduction"] = {
+                "timeout_s": old.get("timeout_s"),
+                "allow_uncapped_disk": bool(limits.get("allow_uncapped_disk")),
+            }
+        if data.get("agent_limits") is None:
+            data.pop("agent_limits", None)
+        data["store_version"] = STORE_VERSION
+        return data
 
     def comparable(self) -> dict[str, Any]:
         """What a resume must match: everything but when it was made and how fast it runs."""
@@ -180,10 +310,17 @@ class RunKey(BaseModel):
         return f"{self.paper}/{self.agent}/seed-{self.seed}"
 
     def folder(self, group_dir: Path) -> Path:
+        """The run's folder in ``group_dir``."""
         return group_dir / self.paper / self.agent / f"seed-{self.seed}"
+
+    def files(self, group_dir: Path) -> RunFolder:
+        """The run's files in ``group_dir``."""
+        return RunFolder(self.folder(group_dir))
 
 
 class StageRecord(BaseModel):
+    """One stage of a run in run.json: its status, times and attempts."""
+
     model_config = ConfigDict(extra="forbid")
 
     status: StageStatus = "pending"

@@ -22,7 +22,8 @@ from paperbench.agents._rollout_files import RolloutConfig, RolloutResult, Rollo
 from paperbench.cli import app
 from paperbench.errors import ConfigError, UsageError
 from paperbench.papers import Paper, PaperSource
-from paperbench.runs._group import RunOptions, check_resume
+from paperbench.runs._config import EvalConfig
+from paperbench.runs._group import check_resume
 from paperbench.runs._pipeline import reproduce_config, run_stages
 from paperbench.runs._ray import gpus_of
 from paperbench.sandbox import NetworkPolicy, SandboxBackend, SandboxConfig, SandboxSpec
@@ -509,8 +510,9 @@ def test_bad_resource_flags_are_one_line(
 
 def test_a_group_passes_resources_to_rollout_and_reproduction(tmp_path: Path) -> None:
     env_file = _env_file(tmp_path / "keys")
-    flags = AgentResources(gpus=1, cpus=2, memory_mb=3000, env_file=str(env_file))
-    specs = make_group(tmp_path, "res", 0, 1, resources=flags.model_dump(exclude_unset=True))
+    specs = make_group(
+        tmp_path, "res", 0, 1, agent={"gpus": 1, "cpus": 2, "memory_mb": 3000, "env_file": env_file}
+    )
     (spec,) = specs
     entry = spec.config.agents[0]
     assert entry.resources is not None
@@ -545,14 +547,19 @@ def test_a_group_image_is_the_reproduction_image_too(tmp_path: Path) -> None:
     agent = sleeper_agent(tmp_path / "a", 0)
     text = agent.read_text() + "resources:\n  image: pb-env:1\n  disk_mb: 9000\n"
     agent.write_text(text)
-    options = RunOptions.model_validate(
-        {"papers": "calibration-binning", "agents": [str(agent)], "judge": "dummy"}
+    options = EvalConfig.model_validate(
+        {
+            "group": "img",
+            "papers": "calibration-binning",
+            "agents": [str(agent)],
+            "judge": {"config": "dummy"},
+        }
     )
     from paperbench.runs._group import plan_group
     from paperbench.runs._pipeline import RunSpec
     from paperbench.runs._store import run_keys
 
-    config = plan_group("img", options, {"backend": "local"})
+    config = plan_group(options, SandboxConfig(backend="local"))
     (key,) = run_keys(config)
     repro = reproduce_config(RunSpec(group_dir=str(tmp_path), key=key, config=config))
     assert repro.image == "pb-env:1" and repro.limits.disk_mb == 9000 and repro.gpu is None
@@ -604,10 +611,11 @@ def test_an_image_without_docker_is_refused_before_any_file(tmp_path: Path, comm
 def test_papercoder_repair_rounds_get_the_group_reproduce_timeout(tmp_path: Path) -> None:
     from paperbench.agents import PapercoderConfig, load_agent
     from paperbench.runs._pipeline import _with_group_settings
+    from paperbench.runs._store import GroupReproduction
 
     agent = load_agent("papercoder")
     group = make_group(tmp_path, "pc", 0, 1)[0].config
-    timed = group.model_copy(update={"reproduction": {"timeout_s": 1234}})
+    timed = group.model_copy(update={"reproduction": GroupReproduction(timeout_s=1234)})
     changed = _with_group_settings(agent, timed).config
     assert isinstance(changed, PapercoderConfig) and changed.repair_timeout_s == 1234
     assert _with_group_settings(agent, group).config == agent.config  # none set: unchanged

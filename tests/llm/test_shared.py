@@ -67,7 +67,7 @@ def test_group_budget_holds_across_models(fake_llm: FakeLLMServer, installed: No
     refused = [r for r in results if isinstance(r, BudgetExhaustedError)]
     assert len(refused) == 160 - sent
     assert all("group's budget is exhausted" in str(r) for r in refused)
-    assert "--budget-usd" in str(refused[0])
+    assert "--budget-dollars" in str(refused[0])
     outcomes = [r.outcome for m in models for r in m.ledger.records]
     assert outcomes.count("budget_exhausted") == 160 - sent
     spend = run(coordinator.spend())

@@ -10,7 +10,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from paperbench.runs._group import RunOptions, open_group, plan_group, resolve_sandbox
+from paperbench.runs._config import EvalConfig
+from paperbench.runs._group import open_group, plan_group, resolve_sandbox
 from paperbench.runs._pipeline import RunSpec
 from paperbench.runs._store import run_keys
 
@@ -62,19 +63,21 @@ def sleeper_agent(folder: Path, sleep_s: float) -> Path:
 
 def make_group(root: Path, name: str, sleep_s: float, seeds: int, **options: Any) -> list[RunSpec]:
     """A new group under ``root/runs/<name>``: ``seeds`` runs of the sleeper agent, the
-    dummy judge unless ``options`` say otherwise, the local sandbox."""
-    run_options = RunOptions.model_validate(
+    dummy judge unless ``options`` (fields of :class:`EvalConfig`) say otherwise, the local
+    sandbox."""
+    eval_config = EvalConfig.model_validate(
         {
+            "group": name,
             "papers": PAPER,
             "agents": [str(sleeper_agent(root / f"agent-{name}", sleep_s))],
             "seeds": seeds,
-            "judge": "dummy",
-            "sandbox": "local",
+            "judge": {"config": "dummy"},
+            "sandbox": {"backend": "local"},
             **options,
         }
     )
-    sandbox = asyncio.run(resolve_sandbox(run_options))
-    config = plan_group(name, run_options, sandbox)
+    sandbox = asyncio.run(resolve_sandbox(eval_config.sandbox))
+    config = plan_group(eval_config, sandbox)
     group_dir = root / "runs" / name
     open_group(group_dir, config)
     return [RunSpec(group_dir=str(group_dir), key=key, config=config) for key in run_keys(config)]

@@ -1,4 +1,4 @@
-"""The group's budget (``--budget-usd``) under the local executor: every run's model calls
+"""The group's budget (``--budget-dollars``) under the local executor: every run's model calls
 share it through the coordinator the executor installs, and a resumed group counts what its
 runs spent before. The judge's calls go to the fake server through the real SDK."""
 
@@ -37,11 +37,9 @@ def _judged(root: Path, name: str, server: FakeLLMServer, budget: float | None) 
         name,
         sleep_s=0,
         seeds=2,
-        judge="simple",
-        judge_model="openai/gpt-4o",
-        judge_base_url=server.openai_url,
-        skip_reproduction=True,
-        budget_usd=budget,
+        judge={"config": "simple", "model": "openai/gpt-4o", "base_url": server.openai_url},
+        reproduction={"skip": True},
+        budget_dollars=budget,
     )
     outcomes = asyncio.run(LocalExecutor().run(specs))
     assert current_coordinator() is None  # removed after the group

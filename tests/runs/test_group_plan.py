@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from paperbench.runs._group import RunOptions, plan_group
+from paperbench.runs._config import EvalConfig
+from paperbench.runs._group import plan_group
 from paperbench.runs._pipeline import paper_source
 from paperbench.runs._store import GroupConfig
+from paperbench.sandbox import SandboxConfig
 
 RUBRIC = {
     "id": "root",
@@ -43,8 +45,10 @@ def _data_dir(root: Path) -> Path:
 
 
 def _plan() -> GroupConfig:
-    options = RunOptions.model_validate({"agents": ["dummy"], "judge": "dummy"})
-    return plan_group("g", options, {"backend": "local"})
+    config = EvalConfig.model_validate(
+        {"group": "g", "agents": ["dummy"], "judge": {"config": "dummy"}}
+    )
+    return plan_group(config, SandboxConfig(backend="local"))
 
 
 def test_the_data_dir_from_the_environment_is_recorded(

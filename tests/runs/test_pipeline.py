@@ -71,7 +71,7 @@ def test_the_no_argument_run_completes_with_coverage_and_no_invented_grade(
     (group,) = (llm_env / "runs").iterdir()
     config = GroupConfig.model_validate_json((group / "group.json").read_text())
     assert config.paper_set == "bundled" and config.agents[0].name == "replay"
-    assert config.sandbox["backend"] in ("docker", "local") and not config.judge.key_set
+    assert config.sandbox.backend in ("docker", "local") and not config.judge.key_set
     for paper in config.papers:
         run = group / paper / "replay" / "seed-0"
         outcome = _outcome(run)

@@ -310,7 +310,7 @@ def test_a_gpu_request_no_node_can_meet_is_refused(cluster: Cluster, tmp_path: P
     from paperbench.errors import ConfigError
     from paperbench.runs._ray import RayExecutor
 
-    specs = make_group(tmp_path, "gpu", sleep_s=0, seeds=1, reproduction={"gpu": {"count": 1}})
+    specs = make_group(tmp_path, "gpu", sleep_s=0, seeds=1, agent={"gpus": 1})
     with pytest.raises(ConfigError, match=r"asks for 1 GPU\(s\) and no node .* more than 0"):
         asyncio.run(RayExecutor(address=cluster.address).run(specs))
     assert not (specs[0].folder / "run.json").exists()
@@ -323,7 +323,7 @@ def test_the_agents_gpus_are_the_reproduction_tasks_resource(
     from paperbench.errors import ConfigError
     from paperbench.runs._ray import RayExecutor
 
-    specs = make_group(tmp_path, "agent-gpu", sleep_s=0, seeds=1, resources={"gpus": 1})
+    specs = make_group(tmp_path, "agent-gpu", sleep_s=0, seeds=1, agent={"gpus": 1})
     with pytest.raises(ConfigError, match=r"asks for 1 GPU\(s\) and no node"):
         asyncio.run(RayExecutor(address=cluster.address).run(specs))
     assert not (specs[0].folder / "run.json").exists()

@@ -1,0 +1,5 @@
+"""``python -m paperbench``: the command line."""
+
+from paperbench.cli import main
+
+main()

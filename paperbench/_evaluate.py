@@ -1,0 +1,220 @@
+"""An evaluation from Python: :func:`evaluate` and :func:`resume`, what ``paperbench run``
+does, on one typed :class:`~paperbench.runs.EvalConfig`.
+
+::
+
+    import paperbench
+
+    result = paperbench.evaluate(paperbench.EvalConfig(papers="calibration-binning"))
+    print(result.group_dir, result.summary.agents)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from paperbench._console import console, err_console, plural, warning
+from paperbench.agents._resources import ResolvedResources, refuse_image_without_docker
+from paperbench.agents._rollout_cli import resources_line
+from paperbench.errors import InputError, UsageError
+from paperbench.report import Summary, read_group_files, summarize_group
+from paperbench.report._html import write_html
+from paperbench.runs._config import DEFAULT_RUNS_DIR, EvalConfig, ExecutorSettings
+from paperbench.runs._executor import Executor, build_executor
+from paperbench.runs._group import (
+    check_resume,
+    open_group,
+    plan_group,
+    reap_leftovers,
+    refuse_existing,
+    resolve_sandbox,
+)
+from paperbench.runs._pipeline import RunSpec
+from paperbench.runs._progress import GroupProgress
+from paperbench.runs._store import (
+    GROUP_FILE,
+    REPORT_DIR,
+    SUMMARY_FILE,
+    GroupConfig,
+    RunOutcome,
+    run_keys,
+    write_model,
+)
+
+
+class Evaluation(BaseModel):
+    """What an evaluation left: its folder, each run's outcome and the group's summary."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    group_dir: Path
+    outcomes: list[RunOutcome]
+    """One per (paper, agent, seed), in the group's order; ``failed`` ones say why."""
+    summary: Summary
+    """The group's metrics (also in ``group_dir/summary.json`` when the report is written)."""
+
+    @property
+    def failed(self) -> list[RunOutcome]:
+        """The runs that failed (a resume runs them again)."""
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+def evaluate(config: EvalConfig | None = None) -> Evaluation:
+    """Run papers × agents × seeds through rollout, monitor, reproduction and grading into
+    ``config.runs_dir/<group>/``, and return what it left.
+
+    Everything is checked before any work (papers, agent and judge configs, the sandbox, the
+    executor); nothing is written when a check fails. Interrupted (Ctrl-C, a killed
+    process), the group goes on with :func:`resume`.
+
+    Raises:
+        UsageError: a bad value, naming its flag.
+        ConfigError: a bad agent or judge config (file and key path named).
+        SandboxUnavailableError: the sandbox asked for does not answer.
+        ExecutorUnavailableError: the Ray cluster cannot be joined.
+    """
+    config = config or EvalConfig()
+    planned = plan_group(config)  # every value checked before any work
+    group_dir = config.runs_dir / planned.group
+    refuse_existing(group_dir, planned.group)
+    sandbox = asyncio.run(resolve_sandbox(config.sandbox))
+    planned = planned.model_copy(update={"sandbox": sandbox})
+    for entry in planned.agents:
+        if entry.resources is not None:
+            refuse_image_without_docker(entry.resources.image, sandbox.backend)
+    executor = build_executor(config.executor)
+    try:
+        open_group(group_dir, planned)
+        _say_group(group_dir, planned)
+        return _finish(group_dir, planned, executor, config.report)
+    finally:
+        executor.close()
+
+
+def resume(
+    group: str | Path,
+    *,
+    runs_dir: Path = DEFAULT_RUNS_DIR,
+    executor: ExecutorSettings | None = None,
+    report: bool = True,
+) -> Evaluation:
+    """Continue a group after an interruption: finished stages are skipped, the rest resumes
+    where it stopped, and failed runs run again from the stage that failed. ``group`` is the
+    group's folder or its name under ``runs_dir``. Only how the work runs may change
+    (``executor``: concurrency, connections, Ray); what the group is stays as it was.
+
+    Raises:
+        UsageError: no group there.
+        ConfigError: an agent or the judge changed since the group started.
+    """
+    group_dir = _group_dir(group, runs_dir)
+    stored = check_resume(group_dir)
+    settings = executor or ExecutorSettings()
+    stored = stored.model_copy(
+        update={
+            "concurrency": {**stored.concurrency, **settings.concurrency},
+            "max_connections": settings.max_connections,
+        }
+    )
+    runner = build_executor(settings)
+    try:
+        console.print(f"resuming group {stored.group} in {group_dir}")
+        reaped = reap_leftovers()
+        if reaped:
+            console.print(f"removed {plural(reaped, 'sandbox object')} left by the interrupted run")
+        return _finish(group_dir, stored, runner, report)
+    finally:
+        runner.close()
+
+
+def _group_dir(group: str | Path, runs_dir: Path) -> Path:
+    path = Path(group)
+    if (path / GROUP_FILE).is_file():
+        return path
+    if (runs_dir / group / GROUP_FILE).is_file():
+        return runs_dir / group
+    raise UsageError(
+        f"--resume {group}: no group there (no {GROUP_FILE} in {path} or {runs_dir / group}); "
+        "give the group's folder, e.g. runs/<group>"
+    )
+
+
+def _say_group(group_dir: Path, config: GroupConfig) -> None:
+    sizes = [
+        plural(len(config.papers), "paper"),
+        plural(len(config.agents), "agent"),
+        plural(config.seeds, "seed"),
+    ]
+    console.print(
+        f"group {config.group}: {' × '.join(sizes)} in {group_dir} (sandbox "
+        f"{config.sandbox.backend}, judge {config.judge.identity.get('name')}, {config.mode})"
+    )
+    for entry in config.agents:
+        if entry.resources is not None and entry.resources != ResolvedResources():
+            console.print(f"agent {entry.name}: {resources_line(entry.resources)}", markup=False)
+
+
+def _say_what_is_less(config: GroupConfig) -> None:
+    """Anything less faithful than a full evaluation, said before the work starts."""
+    if not config.judge.key_set:
+        models = sorted(set(config.judge.identity.get("models", {}).values()))
+        warning(
+            f"the judge {config.judge.identity.get('name')} has no API key for "
+            f"{', '.join(models)}: the leaves that need a model are reported not graded (with "
+            "coverage), check leaves still run; set the key (e.g. OPENAI_API_KEY) or pass "
+            "--judge-base-url to grade them"
+        )
+    if config.skip_reproduction and config.mode == "full":
+        warning(
+            "--skip-reproduction: reproduce.sh is not run; the judge grades without its log "
+            "and outputs (recorded in group.json)"
+        )
+    if config.sandbox.allow_unsandboxed:
+        warning("--allow-unsandboxed: agents and reproductions may run without isolation")
+
+
+def _finish(group_dir: Path, config: GroupConfig, executor: Executor, report: bool) -> Evaluation:
+    _say_what_is_less(config)
+    outcomes = asyncio.run(_work(group_dir, config, executor))
+    for outcome in outcomes:
+        if outcome.status == "failed":
+            warning(f"{outcome.key.label}: failed in {outcome.failed_stage}: {outcome.reason}")
+    summary = write_report(group_dir, html=report) if report else _summary(group_dir)
+    return Evaluation(group_dir=group_dir, outcomes=outcomes, summary=summary)
+
+
+async def _work(group_dir: Path, config: GroupConfig, executor: Executor) -> list[RunOutcome]:
+    keys = run_keys(config)
+    specs = [RunSpec(group_dir=str(group_dir), key=key, config=config) for key in keys]
+    task = asyncio.ensure_future(executor.run(specs))
+    await GroupProgress(group_dir, keys).show(err_console, task)
+    return await task
+
+
+def _summary(group_dir: Path) -> Summary:
+    return summarize_group(read_group_files(group_dir))
+
+
+def write_report(group_dir: Path, *, html: bool = True, out: Path | None = None) -> Summary:
+    """The group's summary, written to summary.json, and its HTML report (``out``, default
+    ``group_dir/report``).
+
+    Raises:
+        InputError: the files cannot be written.
+    """
+    files = read_group_files(group_dir)
+    summary = summarize_group(files)
+    try:
+        write_model(group_dir / SUMMARY_FILE, summary)
+        if html:
+            write_html(summary, files, out or group_dir / REPORT_DIR)
+    except OSError as exc:
+        where = exc.filename2 or exc.filename or group_dir
+        raise InputError(
+            f"cannot write ({exc.strerror}); make the folder writable or give --out elsewhere",
+            file=where,
+        ) from None
+    return summary

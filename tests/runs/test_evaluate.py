@@ -1,0 +1,103 @@
+"""``paperbench.evaluate()`` and ``paperbench.resume()`` from Python, and ``paperbench run``
+as a mapping onto the same config: every config field is an option with its default."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import pytest
+import typer
+
+import paperbench
+from paperbench.cli import app
+from paperbench.errors import UsageError
+from paperbench.runs import (
+    EvalConfig,
+    ExecutorSettings,
+    JudgeSettings,
+    ReproductionSettings,
+    RunState,
+    SandboxSettings,
+)
+from paperbench.runs._cli import config_flags
+from paperbench.runs._config import flag_of
+
+PAPER = "calibration-binning"
+
+
+def _leaves(model: type[typing.Any], path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found: list[tuple[str, ...]] = []
+    for name, field in model.model_fields.items():
+        kind = field.annotation
+        if (
+            flag_of(field.metadata) is None
+            and isinstance(kind, type)
+            and hasattr(kind, "model_fields")
+        ):
+            found += _leaves(kind, (*path, name))
+        else:
+            found.append((*path, name))
+    return found
+
+
+def test_every_config_field_is_a_run_option_with_the_same_default() -> None:
+    flagged = {path: (field, flag) for path, field, flag in config_flags()}
+    assert set(flagged) == set(_leaves(EvalConfig)), "a config field without an option"
+    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    params = {p.opts[0]: p for p in command.params if p.param_type_name == "option"}
+    for path, (field, flag) in flagged.items():
+        name = flag.name.split("/")[0]
+        assert name in params, f"{'.'.join(path)}: no {name} on `paperbench run`"
+        assert field.description, f"{'.'.join(path)}: no description (the option's help)"
+        if flag.convert is None:
+            default = field.get_default(call_default_factory=True)
+            assert params[name].default == default, f"{name}: default differs from the config"
+
+
+def test_a_flag_converted_from_its_option_reaches_the_config() -> None:
+    (path, _, flag) = next(item for item in config_flags() if item[2].name == "--concurrency")
+    assert path == ("executor", "concurrency") and flag.convert is not None
+    assert flag.convert(["reproduction=1"])["reproduction"] == 1
+    assert flag.convert(None) == EvalConfig().executor.concurrency
+    with pytest.raises(UsageError, match="--concurrency gpu=1"):
+        flag.convert(["gpu=1"])
+
+
+def test_evaluate_and_resume_from_python(tmp_path: Path) -> None:
+    config = EvalConfig(
+        group="py",
+        runs_dir=tmp_path / "runs",
+        papers=PAPER,
+        seeds=2,
+        judge=JudgeSettings(config="dummy"),
+        sandbox=SandboxSettings(backend="local"),
+        reproduction=ReproductionSettings(skip=True),
+        report=False,
+    )
+    result = paperbench.evaluate(config)
+    assert result.group_dir == tmp_path / "runs" / "py"
+    assert [o.key.label for o in result.outcomes] == [
+        f"{PAPER}/replay/seed-0",
+        f"{PAPER}/replay/seed-1",
+    ]
+    assert all(o.status == "scored" and o.score == 1.0 for o in result.outcomes), result.outcomes
+    assert not result.failed and not (result.group_dir / "summary.json").exists()
+    assert [a.agent for a in result.summary.agents] == ["replay"]
+    folder = result.outcomes[0].key.folder(result.group_dir)
+    attempts = RunState.model_validate_json((folder / "run.json").read_bytes()).stages
+
+    again = paperbench.resume("py", runs_dir=tmp_path / "runs", executor=ExecutorSettings())
+    assert [o.score for o in again.outcomes] == [o.score for o in result.outcomes]
+    after = RunState.model_validate_json((folder / "run.json").read_bytes()).stages
+    assert after == attempts  # nothing was run again
+    assert (result.group_dir / "summary.json").is_file()  # resume writes the report
+
+
+def test_a_bad_value_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    config = EvalConfig(group="bad", runs_dir=tmp_path / "runs", papers="nosuch,paper")
+    with pytest.raises(UsageError, match="--papers: unknown paper"):
+        paperbench.evaluate(config)
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(UsageError, match="--resume elsewhere: no group there"):
+        paperbench.resume("elsewhere", runs_dir=tmp_path / "runs")
