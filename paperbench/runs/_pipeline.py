@@ -57,9 +57,7 @@ from paperbench.reproduce import ReproduceConfig, ReproductionMetadata, reproduc
 from paperbench.rubric import GradedTaskNode, aggregate, code_dev
 from paperbench.runs._store import (
     GROUP_LOG,
-    MONITOR_FILE,
     OUTCOME_FILE,
-    REPRODUCTION_DIR,
     RUN_FILE,
     RUN_LOG,
     STAGES,

@@ -36,11 +36,11 @@ def token_head() -> Iterator[str]:
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     log = temp / "head.out"
+    args = ["--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=1"]
+    args += ["--disable-usage-stats", "--include-dashboard=false", f"--temp-dir={temp}"]
     with log.open("wb") as out:
         head = subprocess.Popen(
-            [RAY, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1"]
-            + ["--num-cpus=1", "--disable-usage-stats", "--include-dashboard=false"]
-            + [f"--temp-dir={temp}", "--block"],
+            [RAY, "start", *args, "--block"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
