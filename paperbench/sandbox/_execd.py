@@ -188,7 +188,8 @@ def cap_text(head: bytes, tail: bytes, total: int, limit: int) -> tuple[str, boo
     cut = total - len(head) - len(tail)
     h = head.decode("utf-8", errors="replace")
     t = tail.decode("utf-8", errors="replace")
-    return f"{h}\n[... {cut} bytes truncated by paperbench ...]\n{t}", True
+    unit = "byte" if cut == 1 else "bytes"  # no paperbench here: ``plural`` spelled out
+    return f"{h}\n[... {cut} {unit} truncated by paperbench ...]\n{t}", True
 
 
 class Capture:
