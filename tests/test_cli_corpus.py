@@ -463,6 +463,10 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             ["images", "build", "--ca-bundle", str(tmp_path / "ca.pem")], "--ca-bundle"
         ),
         "images build --bogus": BadCall(["images", "build", "--bogus"], "--bogus"),
+        "images build an unknown image": BadCall(
+            ["images", "build", "paperbench-nosuch"], "paperbench-nosuch"
+        ),
+        "images build --force (now --rebuild)": BadCall(["images", "build", "--force"], "--force"),
         "images list --bogus": BadCall(["images", "list", "--bogus"], "--bogus"),
         "sandbox gc --bogus": BadCall(["sandbox", "gc", "--bogus"], "--bogus"),
         "sandbox gc extra argument": BadCall(["sandbox", "gc", "extra"], "extra"),
