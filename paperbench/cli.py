@@ -22,7 +22,7 @@ from paperbench.judge._eval_cli import judge_eval_command
 from paperbench.llm._cli import app as models_app
 from paperbench.papers import DATA_DIR_ENV, LFS_POINTER_MESSAGE, PaperSource
 from paperbench.report._cli import report_command
-from paperbench.reproduce_cli import reproduce
+from paperbench.reproduce._cli import reproduce
 from paperbench.rubric._cli import app as rubric_app
 from paperbench.run_cli import run_command
 from paperbench.sandbox._cli import app as sandbox_app

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from paperbench._console import console, error, print_table, printable, warning
+from paperbench._console import console, error, plural, print_table, printable, warning
 from paperbench.errors import InputError, PaperbenchError
 from paperbench.papers import DATA_DIR_ENV, LFS_POINTER_MESSAGE, PaperSource
 from paperbench.rubric._aggregate import TreeSummary, aggregate, summarize
@@ -84,7 +84,10 @@ def validate(
         for issue in issues:
             console.print(printable(issue.line()), markup=False)
         bad = len({i.file for i in issues})
-        console.print(f"{len(files)} files checked, {bad} with problems, {len(issues)} problems")
+        console.print(
+            f"{plural(len(files), 'file')} checked, {bad} with problems, "
+            f"{plural(len(issues), 'problem')}"
+        )
     if issues:
         raise typer.Exit(1)
 
@@ -118,7 +121,7 @@ def _stats_targets(
             pointers.append(paper.paper_md)
         targets.append((paper.id, paper.rubric_file))
     if pointers:
-        more = f" (and {len(pointers) - 1} more papers)" if len(pointers) > 1 else ""
+        more = f" (and {plural(len(pointers) - 1, 'more paper')})" if len(pointers) > 1 else ""
         warning(f"{pointers[0]}: {LFS_POINTER_MESSAGE}{more}; statistics need only the rubric")
     return targets, failed
 
