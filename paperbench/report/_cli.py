@@ -9,13 +9,12 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from paperbench._console import console, error, print_table, printable, warning
-from paperbench.errors import InputError, UsageError
+from paperbench._console import console, error, plural, print_table, printable, warning
+from paperbench._options import Json, Out
+from paperbench.errors import UsageError
 from paperbench.llm import CostTotal
-from paperbench.report._files import read_group_files
-from paperbench.report._html import write_html
-from paperbench.report._metrics import Estimate, Summary, summarize_group
-from paperbench.runs._store import REPORT_DIR, SUMMARY_FILE, write_model
+from paperbench.report._metrics import Estimate, Summary
+from paperbench.report._write import INDEX_FILE, html_dir, summary_path, write_report
 
 
 def _pct(value: float | None) -> str:
@@ -157,47 +156,20 @@ def print_summary(s: Summary) -> None:
     print_table(_hours(s))
 
 
-def report_command(
-    group: Annotated[
-        Path, typer.Argument(help="A run group folder that paperbench run wrote (runs/<group>).")
-    ],
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the summary as JSON instead of tables.")
-    ] = False,
-    html: Annotated[
-        bool, typer.Option("--html/--no-html", help="Write the static HTML report.")
-    ] = True,
-    out: Annotated[
-        Path | None,
-        typer.Option(help="Where to write the HTML report (default: GROUP/report)."),
-    ] = None,
-) -> None:
-    """Metrics over a run group: a leaderboard (score ± standard error over seeds and a
-    failures-as-0 lower bound), scores per paper, runs not scored with their reason, text
-    addressed to the judge that the grading found, costs and hours by stage. Writes
-    GROUP/summary.json and a static HTML report (index.html and
-    one page per run) that works opened from disk. A file that cannot be read is named and
-    left out (exit code 1 once everything is written)."""
-    if out is not None and out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: not a folder; give a folder for the HTML report")
-    files = read_group_files(group)
-    summary = summarize_group(files)
-    html_dir = out if out is not None else group / REPORT_DIR
-    index: Path | None = None
-    try:
-        write_model(group / SUMMARY_FILE, summary)
-        if html:
-            index = write_html(summary, files, html_dir)
-    except OSError as exc:
-        where = exc.filename2 or exc.filename or group
-        raise InputError(
-            f"cannot write ({exc.strerror}); make the folder writable or give --out elsewhere",
-            file=where,
-        ) from None
-    if as_json:
-        console.print(summary.model_dump_json(indent=2), markup=False, soft_wrap=True)
-    else:
-        print_summary(summary)
+def show_report(
+    summary: Summary, group: Path, *, out: Path | None = None, html: bool = True
+) -> bool:
+    """Print a written report: its tables, what does not compare, the files that could not
+    be read, and where summary.json and the HTML are. True when a file could not be read."""
+    print_summary(summary)
+    _say_problems(summary, group)
+    console.print(f"summary: {summary_path(group)}")
+    if html:
+        console.print(f"report: {html_dir(group, out) / INDEX_FILE}")
+    return bool(summary.problems)
+
+
+def _say_problems(summary: Summary, group: Path) -> None:
     for mismatch in summary.judge_mismatches:
         differ = ", ".join(mismatch.fields)
         warning(
@@ -206,14 +178,38 @@ def report_command(
         )
     for problem in summary.problems:
         error(str(problem))
-    if not as_json:
-        console.print(f"summary: {group / SUMMARY_FILE}")
-        if index is not None:
-            console.print(f"report: {index}")
     if summary.problems:
-        count = len(summary.problems)
+        files = plural(len(summary.problems), "file")
         warning(
-            f"{count} file(s) above could not be read and are left out of the report; "
+            f"{files} above could not be read and are left out of the report; "
             f"repair or remove them and run paperbench report {group} again"
         )
+
+
+def report_command(
+    group: Annotated[
+        Path, typer.Argument(help="A run group folder that paperbench run wrote (runs/<group>).")
+    ],
+    as_json: Json = False,
+    html: Annotated[
+        bool, typer.Option("--html/--no-html", help="Write the static HTML report.")
+    ] = True,
+    out: Out = None,
+) -> None:
+    """Metrics over a run group: a leaderboard (score ± standard error over seeds and a
+    failures-as-0 lower bound), scores per paper, runs not scored with their reason, text
+    addressed to the judge that the grading found, costs and hours by stage. Writes
+    GROUP/summary.json and a static HTML report (index.html and one page per run, in
+    GROUP/report or the --out folder) that works opened from disk. A file that cannot be
+    read is named and left out (exit code 1 once everything is written)."""
+    if out is not None and out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: not a folder; give a folder for the HTML report")
+    summary = write_report(group, out, html=html)
+    if as_json:
+        console.print(summary.model_dump_json(indent=2), markup=False, soft_wrap=True)
+        _say_problems(summary, group)
+        failed = bool(summary.problems)
+    else:
+        failed = show_report(summary, group, out=out, html=html)
+    if failed:
         raise typer.Exit(1)

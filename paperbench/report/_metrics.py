@@ -65,6 +65,8 @@ class JudgeMismatch(_Model):
 
 
 class CostSummary(_Model):
+    """Model costs summed in total, by stage, by model and by call label."""
+
     total: CostTotal = Field(default_factory=CostTotal)
     by_stage: dict[str, CostTotal] = Field(default_factory=dict)
     by_model: dict[str, CostTotal] = Field(default_factory=dict)
@@ -72,6 +74,9 @@ class CostSummary(_Model):
 
 
 class RunMetrics(_Model):
+    """One run's numbers: its status and counted score, coverage, stages, costs and
+    what its files could not give (``problems``)."""
+
     paper: str
     agent: str
     seed: int
@@ -116,6 +121,8 @@ class NotScored(_Model):
 
 
 class SeedScore(_Model):
+    """An agent's score at one seed: the mean over the papers counted at that seed."""
+
     seed: int
     mean: float | None
     """Mean over the papers counted at this seed; None when none is."""
@@ -130,6 +137,8 @@ class SeedScore(_Model):
 
 
 class Estimate(_Model):
+    """A mean over seeds with its standard error."""
+
     mean: float | None = None
     se: float | None = None
     """Standard error over seeds (ddof=1); None with fewer than two seeds."""
@@ -138,6 +147,8 @@ class Estimate(_Model):
 
 
 class PaperScore(_Model):
+    """An agent's score on one paper: the mean over the seeds with a counted score."""
+
     paper: str
     mean: float | None
     """Mean over the seeds with a counted score."""
@@ -148,6 +159,9 @@ class PaperScore(_Model):
 
 
 class AgentMetrics(_Model):
+    """An agent's numbers over its runs: the leaderboard row, per-seed and per-paper
+    scores, costs and hours."""
+
     agent: str
     model: str | None = None
     score: Estimate
