@@ -70,7 +70,7 @@ def _papers(s: Summary) -> Table:
     table = Table(title="score per paper (counted seeds / runs)")
     table.add_column("paper", overflow="fold")
     for a in s.agents:
-        table.add_column(Text(printable(a.agent)), justify="right", no_wrap=True)
+        table.add_column(Text(printable(a.agent)), justify="right", overflow="fold")
     for index, paper in enumerate(s.papers):
         cells = []
         for a in s.agents:
@@ -119,7 +119,7 @@ def _addressed(s: Summary) -> Table:
 
 def _costs(s: Summary) -> Table:
     table = Table(title="costs")
-    table.add_column("by", no_wrap=True)
+    table.add_column("by", overflow="fold")
     table.add_column("name", overflow="fold")
     table.add_column("calls", justify="right")
     table.add_column("cost", justify="right", no_wrap=True)

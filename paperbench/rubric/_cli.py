@@ -11,7 +11,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from paperbench._console import console, error, plural, print_table, printable, warning
+from paperbench._console import (
+    console,
+    error,
+    plural,
+    print_table,
+    print_wide,
+    printable,
+    warning,
+)
 from paperbench._options import CodeDev, Json, ResourcesProvided
 from paperbench.errors import InputError, PaperbenchError
 from paperbench.rubric._aggregate import TreeSummary, aggregate, summarize
@@ -264,4 +272,4 @@ def show(
     tree = transform(tree)
     if isinstance(tree, GradedTaskNode):
         tree = aggregate(tree)
-    console.print(render_tree(tree, max_depth=depth))
+    print_wide(render_tree(tree, max_depth=depth))

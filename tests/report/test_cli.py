@@ -4,6 +4,7 @@ broken files (the report still comes out, the file is named, exit 1)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,27 @@ def test_a_check_that_could_not_judge_shows_as_an_invalid_leaf_with_its_reason(
     assert _run(str(group)).exit_code == 0
     page = (group / "report" / "runs" / "p-alpha--agent-a--seed-0.html").read_text()
     assert "valid no · check_error" in page
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.mark.parametrize("env", [{}, {"FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "1"}])
+def test_piped_tables_keep_whole_names_even_where_colours_are_forced(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """CliRunner's output is a pipe: every table comes out at its natural width, whatever
+    COLUMNS says, also when FORCE_COLOR makes rich take the pipe for a terminal."""
+    group = build_group(tmp_path)
+    result = runner.invoke(app, ["report", str(group), "--no-html"], env={"COLUMNS": "40", **env})
+    assert result.exit_code == 0, result.output
+    out = ANSI.sub("", result.stdout)
+    lines = out.splitlines()
+    for whole in [
+        "│ anthropic/claude-sonnet-4-5 │",
+        "│ agent agent-b │",
+        "│ p-beta/agent-a/seed-2  │ failed   │ reproduction: sandbox error: the engine stopped",
+        "5/6 (1 seed incomplete)",
+    ]:
+        assert any(whole in line for line in lines), (whole, out)
+    assert "…" not in out
