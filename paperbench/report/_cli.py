@@ -34,33 +34,37 @@ def _usd(total: CostTotal) -> str:
 
 def _identity_line(s: Summary) -> str:
     judge = s.judge
-    models = ", ".join(f"{role} {model}" for role, model in sorted(judge.models.items()))
-    line = (
+    roles = judge.role_models()
+    models = ", ".join(f"{role} {model}" for role, model in sorted(roles.items()))
+    if judge.model_override:
+        models = f"every role on {judge.model_override}"
+        if roles:
+            config = ", ".join(f"{role} {model}" for role, model in sorted(judge.models.items()))
+            models += f", instead of the config's {config}"
+    return (
         f"judge {judge.name or judge.ref} (sha256 {(judge.sha256 or '?')[:12]}; {models})"
         f" · papers {s.paper_set} ({len(s.papers)}) · mode {s.mode}"
         f" · resources provided {'yes' if s.resources_provided else 'no'} · seeds {s.seeds}"
     )
-    if judge.model_override:
-        line += f" · every judge role on {judge.model_override}"
-    return line
 
 
 def _leaderboard(s: Summary) -> Table:
     table = Table(title=f"{s.group}: leaderboard")
     table.add_column("agent", overflow="fold")
-    for column in ["score ± SE", "failures as 0", "scored/runs", "coverage", "cost"]:
+    columns = ["score ± SE", "failures as 0", "scored/runs", "coverage", "flagged", "cost"]
+    for column in columns:
         table.add_column(column, justify="right", no_wrap=True)
     for a in s.agents:
         counted = f"{a.counted}/{a.runs}"
         if a.incomplete_seeds:
-            n = len(a.incomplete_seeds)
-            counted += f" ({n} seed{'s' if n != 1 else ''} incomplete)"
+            counted += f" ({plural(len(a.incomplete_seeds), 'seed')} incomplete)"
         table.add_row(
             Text(printable(a.agent)),
             _estimate(a.score),
             _estimate(a.failures_as_zero),
             counted,
             _pct(a.coverage),
+            Text(str(a.flagged_runs), style="red") if a.flagged_runs else "-",
             _usd(a.costs.total),
         )
     return table
@@ -90,6 +94,18 @@ def _not_scored(s: Summary) -> Table:
     return table
 
 
+def _flagged(s: Summary) -> Table:
+    runs = [r for r in s.runs if r.why is not None]
+    table = Table(title=f"runs the monitor flagged ({len(runs)})")
+    table.add_column("run", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("why", overflow="fold")
+    for run in runs:
+        status = run.status + (" (flagged)" if run.status != "disqualified" else "")
+        table.add_row(Text(printable(run.label)), status, Text(printable(run.why or "")))
+    return table
+
+
 SHOWN_FINDINGS = 3
 """Places of text addressed to the judge listed per run in the terminal (the rest counted)."""
 
@@ -97,7 +113,10 @@ SHOWN_FINDINGS = 3
 def _addressed(s: Summary) -> Table:
     runs = [r for r in s.runs if r.addressed_places]
     total = sum(r.addressed_places for r in runs)
-    table = Table(title=f"text addressed to the judge ({total} places in {len(runs)} runs)")
+    table = Table(
+        title=f"text addressed to the judge ({plural(total, 'place')} in "
+        f"{plural(len(runs), 'run')})"
+    )
     table.add_column("run", overflow="fold")
     table.add_column("places", justify="right", no_wrap=True)
     table.add_column("where and what", overflow="fold")
@@ -145,11 +164,14 @@ def _hours(s: Summary) -> Table:
 
 
 def print_summary(s: Summary) -> None:
+    """The report's tables on stdout (the identity of the judge first)."""
     console.print(Text(printable(_identity_line(s))))
     print_table(_leaderboard(s))
     print_table(_papers(s))
     if s.not_scored:
         print_table(_not_scored(s))
+    if any(r.why is not None for r in s.runs):
+        print_table(_flagged(s))
     if any(r.addressed_places for r in s.runs):
         print_table(_addressed(s))
     print_table(_costs(s))

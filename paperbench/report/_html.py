@@ -14,6 +14,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from paperbench._console import plural
 from paperbench._io import atomic_write_text
 from paperbench.agents import (
     EndEvent,
@@ -63,6 +64,7 @@ def _env() -> Environment:
     env.filters["pct"] = _pct
     env.filters["usd"] = _usd
     env.filters["num"] = _num
+    env.globals["plural"] = plural
     return env
 
 

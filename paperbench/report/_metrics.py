@@ -54,6 +54,13 @@ class JudgeInfo(_Model):
     model_override: str | None = None
     """``--judge-model``: one model for every role instead of the config's."""
 
+    def role_models(self) -> dict[str, str]:
+        """Role → the model that role was graded with: the override for every role when
+        there is one, else the config's."""
+        if self.model_override is None:
+            return dict(self.models)
+        return dict.fromkeys(self.models, self.model_override)
+
 
 class JudgeMismatch(_Model):
     """A run graded by another judge than the group's: its score does not compare."""
@@ -100,13 +107,34 @@ class RunMetrics(_Model):
     """Text addressed to the judge in what its graders were shown, one entry per leaf."""
     addressed_places: int = 0
     """Distinct places (file, line, words) of that text: an attempt to game the judge."""
+    monitor: Literal["clean", "flagged"] | None = None
+    """The blacklist monitor's verdict (monitor.json; None: not scanned). A run flagged
+    under ``--monitor-policy flag`` keeps its score and is marked; under ``disqualify`` it
+    is disqualified (score 0)."""
+    monitor_reason: str | None = None
+    """What the monitor found, when it flagged the run."""
     problems: list[Problem] = Field(default_factory=list)
     page: str
     """The run's page in the HTML report, relative to its index.html."""
 
     @property
     def label(self) -> str:
+        """``paper/agent/seed-N``."""
         return f"{self.paper}/{self.agent}/seed-{self.seed}"
+
+    @property
+    def flagged(self) -> bool:
+        """Whether the monitor flagged the run (disqualified or only marked)."""
+        return self.monitor == "flagged"
+
+    @property
+    def why(self) -> str | None:
+        """Why the run is disqualified or flagged, in one line (None when it is neither)."""
+        if self.status == "disqualified":
+            return self.reason or self.monitor_reason or "disqualified by the monitor"
+        if self.flagged:
+            return f"flagged (score kept): {self.monitor_reason or 'see monitor.json'}"
+        return None
 
 
 class NotScored(_Model):
@@ -185,6 +213,8 @@ class AgentMetrics(_Model):
     """Places of text addressed to the judge, summed over the agent's runs."""
     addressed_runs: int = 0
     """Runs with any text addressed to the judge."""
+    flagged_runs: int = 0
+    """Runs the blacklist monitor flagged (disqualified, or marked under policy flag)."""
     costs: CostSummary
     hours_by_stage: dict[str, float]
 
@@ -307,6 +337,9 @@ def run_metrics(run: RunFiles) -> RunMetrics:
         base["hours_by_stage"] = {s: rec.seconds / 3600 for s, rec in run.state.stages.items()}
     if run.grade is not None:
         base["scores_by_category"] = dict(run.grade.scores_by_category)
+    if run.monitor is not None:
+        base["monitor"] = run.monitor.verdict
+        base["monitor_reason"] = run.monitor.reason
     outcome = run.outcome
     if outcome is None:
         return RunMetrics(status="missing", reason=_missing_reason(run), **base)
@@ -429,6 +462,7 @@ def agent_metrics(
         interval_runs=len(intervals),
         addressed_places=sum(r.addressed_places for r in runs),
         addressed_runs=sum(1 for r in runs if r.addressed_places),
+        flagged_runs=sum(1 for r in runs if r.flagged),
         costs=cost_summary(records),
         hours_by_stage=_hours(runs),
     )
