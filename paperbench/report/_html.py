@@ -87,7 +87,8 @@ def _usd(total: Any) -> str:
 def cap(text: str, limit: int = ITEM_CHARS) -> str:
     if len(text) <= limit:
         return text
-    return text[:limit] + f"\n… {len(text) - limit:,} more characters not shown"
+    more = len(text) - limit
+    return text[:limit] + f"\n… {more:,} more character{'' if more == 1 else 's'} not shown"
 
 
 # --------------------------------------------------------------------------- the chart

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from rich.tree import Tree
 
-from paperbench._console import printable
+from paperbench._console import plural, printable
 from paperbench.rubric._model import GradedTaskNode, NodePath, TaskNode, iter_nodes
 
 _CATEGORY_STYLE = {
@@ -62,5 +62,5 @@ def render_tree(root: TaskNode, *, max_depth: int | None = None, width: int | No
             continue
         branches[path] = branches[parent].add(_label(node, width))
     for path, count in hidden.items():
-        branches[path].add(Text(f"… {count} more nodes (raise --depth)", style="dim"))
+        branches[path].add(Text(f"… {plural(count, 'more node')} (raise --depth)", style="dim"))
     return tree
