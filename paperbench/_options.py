@@ -110,6 +110,16 @@ Split = Annotated[
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 Out = Annotated[Path | None, typer.Option("--out", metavar="FOLDER", help="Output folder.")]
+Resume = Annotated[
+    str | None,
+    typer.Option(
+        "--resume",
+        metavar="FOLDER",
+        help="Continue what an interruption stopped, from the folder it left (rollout: the run "
+        "folder; run: the group's folder or name): finished work is kept, the rest goes on "
+        "where it stopped.",
+    ),
+]
 
 # --- the modes -------------------------------------------------------------------------
 

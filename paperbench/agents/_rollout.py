@@ -48,7 +48,7 @@ import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -352,6 +352,7 @@ async def rollout(
     max_restarts: int = DEFAULT_MAX_RESTARTS,
     keep_snapshots: int = DEFAULT_KEEP_SNAPSHOTS,
     snapshots_max_bytes: int | None = DEFAULT_SNAPSHOTS_MAX_BYTES,
+    on_event: Callable[[TranscriptEvent], None] | None = None,
 ) -> RolloutResult:
     """Run ``agent`` on ``paper`` into ``out_dir``; see the module docstring.
 
@@ -361,6 +362,8 @@ async def rollout(
     it is (``already_finished``), never run again. ``labels`` go on the sandbox (e.g. the run
     it belongs to) and are not part of the configuration a resume compares. ``others`` names
     files another writer keeps in ``out_dir`` (the pipeline's run.json and run.log).
+    ``on_event`` is told of each transcript event once it is written (e.g. to show progress).
+    A replay whose recording names ``{paper}`` replays ``paper``'s recording.
 
     ``resources`` override the agent config's ``resources:`` field by field (``image``, when
     given, wins over both; ``sandbox_limits`` is the base their CPUs, memory and disk are set
@@ -395,6 +398,9 @@ async def rollout(
         agent_name, agent_config, built = agent.name, {}, agent
         agent_limits = limits or AgentLimits()
     else:
+        for_paper = getattr(agent, "for_paper", None)
+        if callable(for_paper):
+            agent = for_paper(paper.id)
         cfg = agent.config
         agent_name = str(getattr(cfg, "name", None) or "agent")
         agent_config = {"config": cfg.model_dump(mode="json")}
@@ -484,7 +490,7 @@ async def rollout(
         network=network,
         resources=resolved,
     )
-    writer = TranscriptWriter(out / "transcript.jsonl")
+    writer = TranscriptWriter(out / "transcript.jsonl", on_event)
     said = (resources.over(own_resources) if resources is not None else own_resources).env
     writer.redact({k: v for k, v in sandbox_env.items() if said.get(k) != v})  # the env file's
     run.writer = writer

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -48,7 +49,7 @@ def test_dummy_agent_rollout_offline(tmp_path: Path) -> None:
     assert status["status"] == "submitted" and status["agent"] == "dummy"
     assert status["agent_identity"]["type"] == "dummy"
     assert "reproduce.sh" in _members(out / "submission.tar.gz")
-    again = CliRunner().invoke(app, [*args, "--out", str(out), "--resume"])
+    again = CliRunner().invoke(app, [*args, "--resume", str(out)])
     assert again.exit_code == 0 and "already finished" in again.output
 
 
@@ -80,14 +81,16 @@ def test_cli_kill_9_then_resume_repeats_no_model_call(
     )
     out = tmp_path / "run"
     cmd = [sys.executable, "-c", "from paperbench.cli import main; main()", "rollout"]
-    cmd += ["--paper", "calibration-binning", "--agent", "basic", *LOCAL, "--out", str(out)]
+    cmd += ["--paper", "calibration-binning", "--agent", "basic", *LOCAL]
     cmd += ["--model", "openai/gpt-4o", "--base-url", fake_llm.openai_url]
-    cmd += ["--snapshot-every", "0.005"]  # 0.3 s
+    cmd += ["--snapshot-every", "0.3s"]
     sandboxes = tmp_path / "sandboxes"  # the local backend's workspaces go to TMPDIR
     sandboxes.mkdir()
     env = {**os.environ, "OPENAI_API_KEY": "sk-test-fake-server", "TMPDIR": str(sandboxes)}
     pipe = subprocess.PIPE
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=pipe, stderr=pipe)
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(out)], cwd=tmp_path, env=env, stdout=pipe, stderr=pipe
+    )
     try:
         _wait_for(lambda: len(fake_llm.requests) == 2)  # step one's tool has run
         taken = _snapshots(out)
@@ -100,7 +103,7 @@ def test_cli_kill_9_then_resume_repeats_no_model_call(
     assert len(fake_llm.requests) == 2
 
     done = subprocess.run(
-        [*cmd, "--resume", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        [*cmd, "--resume", str(out), "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
         timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -117,26 +120,30 @@ def test_cli_kill_9_then_resume_repeats_no_model_call(
 def test_a_paused_run_says_why_and_how_to_continue_and_exits_4(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from paperbench.agents import _rollout_cli
+    from paperbench.agents import _cli
     from paperbench.agents._rollout_files import RolloutPausedError
 
     seen: dict[str, object] = {}
 
     async def paused(paper: object, agent: object, *, out_dir: Path, **kw: object) -> None:
         seen.update(kw)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "config.json").write_text("{}")  # a run was begun: it can be resumed
         raise RolloutPausedError(out_dir, "provider", "the model provider is unavailable: 503")
 
-    monkeypatch.setattr(_rollout_cli, "rollout", paused)
+    monkeypatch.setattr(_cli, "rollout", paused)
     out = tmp_path / "run"
     args = ["rollout", "--paper", "calibration-binning", "--agent", "dummy", *LOCAL]
-    result = CliRunner().invoke(
-        app, [*args, "--seed", "2", "--max-restarts", "1", "--out", str(out)]
-    )
-    assert result.exit_code == _rollout_cli.EXIT_PAUSED == 4, result.output
+    flags = ["--seed", "2", "--max-restarts", "1", "--max-time", "2h", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, *flags])
+    assert result.exit_code == _cli.EXIT_PAUSED == 4, result.output
     assert seen["max_restarts"] == 1
     (line,) = result.output.strip().splitlines()
     assert line.startswith("paused (provider): the model provider is unavailable: 503; ")
     assert line.endswith(
         "continue with: paperbench rollout --paper calibration-binning --agent dummy --seed 2 "
-        f"--sandbox local --network none --max-restarts 1 --out {out} --resume"
+        f"--sandbox local --network none --max-time 7200 --max-restarts 1 --resume {out}"
     )
+    resumed = CliRunner().invoke(app, shlex.split(line.split("continue with: ")[1])[1:])
+    assert resumed.exit_code == 4, resumed.output  # the command it printed is accepted
+    assert seen["resume"] is True and seen["limits"].wall_time_s == 7200  # type: ignore[attr-defined]
