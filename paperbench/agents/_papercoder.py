@@ -100,7 +100,8 @@ class PapercoderAgent(Agent):
         if ctx.run_dir is None:
             return AgentOutcome(
                 status="error",
-                error="papercoder saves its plan in the run folder: RunContext.run_dir is unset",
+                error="papercoder saves its plan in the run folder and was given none: run it "
+                "with paperbench rollout or paperbench run",
             )
         pipeline = _Pipeline(self, ctx, ctx.run_dir)
         try:

@@ -104,6 +104,7 @@ from paperbench.errors import (
     BudgetExhaustedError,
     LfsPointerError,
     ModelUnavailableError,
+    PaperbenchError,
     SandboxError,
     SandboxLostError,
     UsageError,
@@ -704,14 +705,16 @@ async def _run_agent(agent: Agent, ctx: RunContext, run: _Run, sb: Sandbox) -> A
     except SandboxError as exc:
         if isinstance(exc, SandboxLostError) or not await sb.alive():
             raise  # the sandbox is gone: the run goes on in a new one
-        return AgentOutcome(status="error", error=f"{type(exc).__name__}: {exc}")
+        return AgentOutcome(status="error", error=f"the sandbox failed: {exc}")
     except TimeoutError:
         return AgentOutcome(
             status="limit",
             limit="wall_time",
             summary="the agent did not stop at its wall-time limit and was stopped",
         )
-    except Exception as exc:
+    except PaperbenchError as exc:  # one of ours: its message says what went wrong
+        return AgentOutcome(status="error", error=str(exc))
+    except Exception as exc:  # the agent's own code broke: the exception's type says how
         return AgentOutcome(status="error", error=f"{type(exc).__name__}: {exc}")
     finally:
         if snapshots is not None:
