@@ -427,8 +427,10 @@ def _print(report: MonitorReport) -> None:
             more = report.hits_total - PRINTED_HITS
             console.print(f"… {plural(more, 'more hit')} in {report.run}/{REPORT_FILE}")
     if report.unreadable_reasoning:
+        n = report.unreadable_reasoning
+        are, were = ("is", "was") if n == 1 else ("are", "were")
         warning(
-            f"{plural(report.unreadable_reasoning, 'reasoning item')} encrypted: not scanned "
+            f"{plural(n, 'reasoning item')} {are} encrypted and {were} not scanned "
             "(the agent's messages, tool calls and requests were)"
         )
     if report.verdict == "clean":
@@ -509,8 +511,8 @@ def monitor(
         rules, echoes = _paper_files(paper or own or "", data_dir)
     if not (run / NETWORK_LOG_FILE).is_file():
         warning(f"{run / NETWORK_LOG_FILE}: no network log; only the transcript is scanned")
-    report = monitor_run(run, rules, policy=policy, echoes=echoes)
     the_runs_own = paper is None or paper == own  # (a --blacklist FILE is the user's choice)
+    report = monitor_run(run, rules, policy=policy, echoes=echoes, proxy_refusals=the_runs_own)
     folders = ([run] if the_runs_own else []) + ([out] if out is not None else [])
     for folder in folders:
         try:
