@@ -55,6 +55,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from paperbench._console import plural
 from paperbench._io import atomic_write_json, atomic_write_text, read_json
 from paperbench.agents._base import (
     INSTRUCTIONS_PATH,
@@ -282,7 +283,7 @@ class _Run:
             self.writer.append(
                 NoteEvent(
                     kind="snapshots_pruned",
-                    text=f"deleted {len(names)} old snapshot(s), {freed} bytes: "
+                    text=f"deleted {plural(len(names), 'old snapshot')}, {freed} bytes: "
                     + ", ".join(names),
                     data={"deleted": names, "bytes": freed, "kept": len(self.snapshots)},
                     step=step,
@@ -424,7 +425,7 @@ async def rollout(
     if instructions is None and notes_template:
         # What the run really gives the agent, never more (PaperBench's additional notes).
         hours = agent_limits.wall_time_s / 3600 if agent_limits.wall_time_s else None
-        gpu = (resolved.gpu_type or f"{resolved.gpus} GPU(s)") if resolved.gpus else None
+        gpu = (resolved.gpu_type or plural(resolved.gpus, "GPU")) if resolved.gpus else None
         notes = additional_notes(gpu, hours, list(resolved.env_names), template=notes_template)
         text = text.rstrip("\n") + "\n\n" + notes.strip() + "\n"
     config = RolloutConfig(
@@ -587,7 +588,7 @@ async def rollout(
     except ModelUnavailableError as exc:
         paused = RolloutPausedError(out, "provider", f"the model provider is unavailable: {exc}")
     except SandboxError as exc:
-        tried = f" ({run.restarts} restart(s) used)" if config.max_restarts else ""
+        tried = f" ({plural(run.restarts, 'restart')} used)" if config.max_restarts else ""
         paused = RolloutPausedError(out, "sandbox", f"the sandbox failed{tried}: {exc}")
     finally:
         try:
