@@ -57,6 +57,7 @@ from pydantic import BaseModel
 
 from paperbench._console import plural
 from paperbench._io import atomic_write_json, atomic_write_text, read_json
+from paperbench._options import DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.agents._base import (
     INSTRUCTIONS_PATH,
     PAPER_DIR,
@@ -79,7 +80,6 @@ from paperbench.agents._resources import (
 )
 from paperbench.agents._rollout_files import (
     DEFAULT_MAX_RESTARTS,
-    DEFAULT_SNAPSHOT_EVERY_S,
     JournalLedger,
     RolloutConfig,
     RolloutPausedError,
@@ -401,8 +401,9 @@ async def rollout(
         agent_limits = limits or AgentLimits()
     else:
         for_paper = getattr(agent, "for_paper", None)
-        if callable(for_paper):
-            agent = for_paper(paper.id)
+        if callable(for_paper):  # a replay of the recording of this paper
+            for_this_paper: _LoadedAgent = for_paper(paper.id)
+            agent = for_this_paper
         cfg = agent.config
         agent_name = str(getattr(cfg, "name", None) or "agent")
         agent_config = {"config": cfg.model_dump(mode="json")}

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paperbench._io import read_json
+from paperbench._options import DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.agents._base import (
     AgentLimits,
     LimitKind,
@@ -28,7 +29,6 @@ from paperbench.llm import BudgetCaps, CostJournal, CostRecord, CostTotal
 from paperbench.sandbox import IsolationKind, LeftOutFile, NetworkPolicy, SandboxConfig
 
 SCHEMA_VERSION = 1
-DEFAULT_SNAPSHOT_EVERY_S = 600.0
 DEFAULT_MAX_RESTARTS = 3
 
 
