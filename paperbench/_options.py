@@ -276,7 +276,9 @@ SnapshotEvery = Annotated[
     typer.Option(
         metavar="DURATION",
         parser=parse_duration,
-        help="Time between snapshots of a rollout's /home/submission, e.g. 10m.",
+        show_default=False,
+        help="Time between snapshots of a rollout's /home/submission, e.g. 5m (default: "
+        f"{DEFAULT_SNAPSHOT_EVERY_S / 60:g}m).",
     ),
 ]
 ReproduceTimeout = Annotated[
