@@ -10,8 +10,7 @@ from typer.core import TyperGroup, TyperOption
 
 from paperbench import __version__
 from paperbench._console import console, error
-from paperbench.agents._monitor_cli import monitor
-from paperbench.agents._rollout_cli import rollout_command
+from paperbench.agents._cli import monitor, rollout_command
 from paperbench.errors import PaperbenchError, UsageError
 from paperbench.judge._cli import grade
 from paperbench.judge._eval_cli import judge_eval_command

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 import typer
 
 from paperbench._console import console, err_console, warning
-from paperbench.agents._resources import ResolvedResources, refuse_image_without_docker
-from paperbench.agents._rollout_cli import (
+from paperbench.agents import resources_from_flags, resources_line
+from paperbench.agents._cli import (
     AGENT_ENV_HELP,
     CPUS_HELP,
     DISK_HELP,
@@ -22,9 +22,8 @@ from paperbench.agents._rollout_cli import (
     IMAGE_HELP,
     MEMORY_HELP,
     _log_to_stderr,
-    resources_from_flags,
-    resources_line,
 )
+from paperbench.agents._resources import ResolvedResources, refuse_image_without_docker
 from paperbench.errors import UsageError
 from paperbench.report._cli import report_command
 from paperbench.runs._executor import DEFAULT_CONCURRENCY, Executor, LocalExecutor

@@ -560,7 +560,8 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             for flag, value in [
                 ("--max-steps", "0"),
                 ("--max-tokens", "x"),
-                ("--max-hours", "-1"),
+                ("--max-time", "-1"),
+                ("--max-time", "soon"),
                 ("--max-dollars", "nan"),
                 ("--snapshot-every", "0"),
                 ("--seed", "-1"),
@@ -601,8 +602,8 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             frozenset({1}),
         ),
         "rollout --resume without a run": BadCall(
-            [*roll, "--out", out, "--resume"],
-            "--out",
+            [*roll, "--resume", out],
+            "--resume",
         ),
         "rollout --out not empty": BadCall(
             [*roll, "--out", str(tmp_path)],

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paperbench._io import read_json
+from paperbench._options import DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.agents._base import (
     AgentLimits,
     LimitKind,
@@ -28,7 +29,6 @@ from paperbench.llm import BudgetCaps, CostJournal, CostRecord, CostTotal
 from paperbench.sandbox import IsolationKind, LeftOutFile, NetworkPolicy, SandboxConfig
 
 SCHEMA_VERSION = 1
-DEFAULT_SNAPSHOT_EVERY_S = 600.0
 DEFAULT_MAX_RESTARTS = 3
 
 
@@ -214,12 +214,14 @@ def check_out_dir(
     if not resume:
         if out.exists() and any(p.name not in others for p in out.iterdir()):
             raise UsageError(
-                f"--out {out}: the folder is not empty; pass --resume to continue the run in "
-                "it, or give another --out"
+                f"--out {out}: the folder is not empty; continue the run in it with --resume "
+                f"{out} (instead of --out), or give another --out"
             )
         return []
     if not config_file.exists():
-        raise UsageError(f"--out {out}: no run to resume (no config.json); drop --resume")
+        raise UsageError(
+            f"--resume {out}: no run to resume there (no config.json); start one with --out"
+        )
     old = read_json(config_file)
     new = config.model_dump(mode="json")
     if not isinstance(old, dict):
