@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -32,18 +32,44 @@ def warning(line: str) -> None:
     err_console.print(Text.assemble(("warning:", "yellow"), " ", printable(line)))
 
 
+def is_piped(target: Console | None = None) -> bool:
+    """Whether ``target`` (stdout's console by default) writes to a file or a pipe rather
+    than a terminal. Asks the stream itself: ``FORCE_COLOR`` or ``TTY_COMPATIBLE`` make rich
+    treat a pipe as a terminal (for colours), which must not cut its lines to 80 columns."""
+    stream = (target or console).file
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return not (isatty is not None and isatty())
+    except ValueError:  # a closed stream
+        return True
+
+
+def _wide(renderable: RenderableType) -> Console:
+    """The console to print ``renderable`` on: stdout's on a terminal (long cells fold at
+    its width), else one as wide as the renderable's natural width, so that files and pipes
+    get whole ids, model names and texts."""
+    if not is_piped(console):
+        return console
+    natural = Measurement.get(console, console.options.update(width=10_000), renderable).maximum
+    return Console(file=console.file, width=max(console.width, natural), highlight=False)
+
+
 def print_table(table: Table) -> None:
     """Print a table on stdout: at the terminal's width on a terminal (long cells fold), at
     its natural width when piped, so files and pipes get whole ids and titles. The title is
     its own line, never wrapped to the table's width."""
-    target = console
-    if not console.is_terminal:
-        natural = Measurement.get(console, console.options.update(width=10_000), table).maximum
-        target = Console(file=console.file, width=max(console.width, natural), highlight=False)
-    if table.title:
-        target.print(Text(str(table.title), style="italic"))
-        table.title = None
+    title = table.title
+    table.title = None
+    target = _wide(table)
+    if title:
+        target.print(Text(str(title), style="italic"))
     target.print(table)
+
+
+def print_wide(renderable: RenderableType) -> None:
+    """Print a renderable (a tree) on stdout: wrapped at the terminal's width on a terminal,
+    one line per item at its natural width when piped (nothing cut)."""
+    _wide(renderable).print(renderable, soft_wrap=False)
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:

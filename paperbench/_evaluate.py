@@ -17,11 +17,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from paperbench._console import console, err_console, plural, warning
+from paperbench.agents import resources_line
 from paperbench.agents._resources import ResolvedResources, refuse_image_without_docker
-from paperbench.agents._rollout_cli import resources_line
-from paperbench.errors import InputError, UsageError
-from paperbench.report import Summary, read_group_files, summarize_group
-from paperbench.report._html import write_html
+from paperbench.errors import UsageError
+from paperbench.report import Summary, read_group_files, summarize_group, write_report
 from paperbench.runs._config import DEFAULT_RUNS_DIR, EvalConfig, ExecutorSettings
 from paperbench.runs._executor import Executor, build_executor
 from paperbench.runs._group import (
@@ -34,15 +33,7 @@ from paperbench.runs._group import (
 )
 from paperbench.runs._pipeline import RunSpec
 from paperbench.runs._progress import GroupProgress
-from paperbench.runs._store import (
-    GROUP_FILE,
-    REPORT_DIR,
-    SUMMARY_FILE,
-    GroupConfig,
-    RunOutcome,
-    run_keys,
-    write_model,
-)
+from paperbench.runs._store import GROUP_FILE, GroupConfig, RunOutcome, run_keys
 
 
 class Evaluation(BaseModel):
@@ -182,7 +173,7 @@ def _finish(group_dir: Path, config: GroupConfig, executor: Executor, report: bo
     for outcome in outcomes:
         if outcome.status == "failed":
             warning(f"{outcome.key.label}: failed in {outcome.failed_stage}: {outcome.reason}")
-    summary = write_report(group_dir, html=report) if report else _summary(group_dir)
+    summary = write_report(group_dir) if report else summarize_group(read_group_files(group_dir))
     return Evaluation(group_dir=group_dir, outcomes=outcomes, summary=summary)
 
 
@@ -192,29 +183,3 @@ async def _work(group_dir: Path, config: GroupConfig, executor: Executor) -> lis
     task = asyncio.ensure_future(executor.run(specs))
     await GroupProgress(group_dir, keys).show(err_console, task)
     return await task
-
-
-def _summary(group_dir: Path) -> Summary:
-    return summarize_group(read_group_files(group_dir))
-
-
-def write_report(group_dir: Path, *, html: bool = True, out: Path | None = None) -> Summary:
-    """The group's summary, written to summary.json, and its HTML report (``out``, default
-    ``group_dir/report``).
-
-    Raises:
-        InputError: the files cannot be written.
-    """
-    files = read_group_files(group_dir)
-    summary = summarize_group(files)
-    try:
-        write_model(group_dir / SUMMARY_FILE, summary)
-        if html:
-            write_html(summary, files, out or group_dir / REPORT_DIR)
-    except OSError as exc:
-        where = exc.filename2 or exc.filename or group_dir
-        raise InputError(
-            f"cannot write ({exc.strerror}); make the folder writable or give --out elsewhere",
-            file=where,
-        ) from None
-    return summary

@@ -109,6 +109,16 @@ Split = Annotated[
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 Out = Annotated[Path | None, typer.Option("--out", metavar="FOLDER", help="Output folder.")]
+Resume = Annotated[
+    str | None,
+    typer.Option(
+        "--resume",
+        metavar="FOLDER",
+        help="Continue what an interruption stopped, from the folder it left (rollout: the run "
+        "folder; run: the group's folder or name): finished work is kept, the rest goes on "
+        "where it stopped.",
+    ),
+]
 
 # --- the modes -------------------------------------------------------------------------
 
@@ -265,7 +275,9 @@ SnapshotEvery = Annotated[
     typer.Option(
         metavar="DURATION",
         parser=parse_duration,
-        help="Time between snapshots of a rollout's /home/submission, e.g. 10m.",
+        show_default=False,
+        help="Time between snapshots of a rollout's /home/submission, e.g. 5m (default: "
+        f"{DEFAULT_SNAPSHOT_EVERY_S / 60:g}m).",
     ),
 ]
 ReproduceTimeout = Annotated[

@@ -407,17 +407,21 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             f"{tmp_path / 'g.json'}: file not found",
             frozenset({1}),
         ),
-        "reproduce --timeout -5": BadCall(
-            ["reproduce", str(not_archive), "--out", out, "--timeout", "-5"], "--timeout"
+        "reproduce --reproduce-timeout -5": BadCall(
+            ["reproduce", str(not_archive), "--out", out, "--reproduce-timeout", "-5"],
+            "--reproduce-timeout",
         ),
-        "reproduce --timeout 0": BadCall(
-            ["reproduce", str(not_archive), "--out", out, "--timeout", "0"], "--timeout"
+        "reproduce --reproduce-timeout 0": BadCall(
+            ["reproduce", str(not_archive), "--out", out, "--reproduce-timeout", "0"],
+            "--reproduce-timeout",
         ),
-        "reproduce --timeout nan": BadCall(
-            ["reproduce", str(not_archive), "--out", out, "--timeout", "nan"], "--timeout"
+        "reproduce --reproduce-timeout nan": BadCall(
+            ["reproduce", str(not_archive), "--out", out, "--reproduce-timeout", "nan"],
+            "--reproduce-timeout",
         ),
-        "reproduce --timeout abc": BadCall(
-            ["reproduce", str(not_archive), "--out", out, "--timeout", "abc"], "--timeout"
+        "reproduce --reproduce-timeout abc": BadCall(
+            ["reproduce", str(not_archive), "--out", out, "--reproduce-timeout", "abc"],
+            "--reproduce-timeout",
         ),
         "reproduce --retries -1": BadCall(
             ["reproduce", str(not_archive), "--out", out, "--retries", "-1"], "--retries"
@@ -441,11 +445,13 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             ["reproduce", str(not_archive), "--out", out], str(not_archive), frozenset({1})
         ),
         "models check without models": BadCall(["models", "check"], "Missing argument 'models'"),
-        "models check --timeout abc": BadCall(
-            ["models", "check", "openai/x", "--base-url", closed, "--timeout", "abc"], "--timeout"
+        "models check --request-timeout abc": BadCall(
+            ["models", "check", "openai/x", "--base-url", closed, "--request-timeout", "abc"],
+            "--request-timeout",
         ),
-        "models check --timeout -1": BadCall(
-            ["models", "check", "openai/x", "--base-url", closed, "--timeout", "-1"], "--timeout"
+        "models check --request-timeout -1": BadCall(
+            ["models", "check", "openai/x", "--base-url", closed, "--request-timeout", "-1"],
+            "--request-timeout",
         ),
         "models check --base-url notaurl": BadCall(
             ["models", "check", "openai/x", "--base-url", "notaurl"],
@@ -457,6 +463,10 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             ["images", "build", "--ca-bundle", str(tmp_path / "ca.pem")], "--ca-bundle"
         ),
         "images build --bogus": BadCall(["images", "build", "--bogus"], "--bogus"),
+        "images build an unknown image": BadCall(
+            ["images", "build", "paperbench-nosuch"], "paperbench-nosuch"
+        ),
+        "images build --force (now --rebuild)": BadCall(["images", "build", "--force"], "--force"),
         "images list --bogus": BadCall(["images", "list", "--bogus"], "--bogus"),
         "sandbox gc --bogus": BadCall(["sandbox", "gc", "--bogus"], "--bogus"),
         "sandbox gc extra argument": BadCall(["sandbox", "gc", "extra"], "extra"),
@@ -550,7 +560,8 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             for flag, value in [
                 ("--max-steps", "0"),
                 ("--max-tokens", "x"),
-                ("--max-hours", "-1"),
+                ("--max-time", "-1"),
+                ("--max-time", "soon"),
                 ("--max-dollars", "nan"),
                 ("--snapshot-every", "0"),
                 ("--seed", "-1"),
@@ -591,8 +602,8 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             frozenset({1}),
         ),
         "rollout --resume without a run": BadCall(
-            [*roll, "--out", out, "--resume"],
-            "--out",
+            [*roll, "--resume", out],
+            "--resume",
         ),
         "rollout --out not empty": BadCall(
             [*roll, "--out", str(tmp_path)],

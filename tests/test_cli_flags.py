@@ -20,6 +20,13 @@ def _element(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or str(annotation)
 
 
+def _one(default: Any) -> Any:
+    """A repeatable option's default of one value compares as that value."""
+    if isinstance(default, list | tuple) and len(default) == 1:
+        return default[0]
+    return default
+
+
 def _options() -> dict[str, list[tuple[str, dict[str, Any]]]]:
     root = typer.main.get_command(app)
     found: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
@@ -45,7 +52,7 @@ def _options() -> dict[str, list[tuple[str, dict[str, Any]]]]:
                         "callback": getattr(info, "callback", None),
                         "bounds": (param.min, param.max),
                         "metavar": param.metavar,
-                        "default": param.default,
+                        "default": _one(param.default),
                         "is_flag": param.is_flag,
                         "envvar": param.envvar,
                         "secondary": tuple(param.secondary_opts),

@@ -22,8 +22,7 @@ from paperbench.reproduce import (
     default_out_dir,
     reproduce_submission,
 )
-from paperbench.reproduce_cli import _gpu_request
-from paperbench.sandbox import NetworkPolicy, SandboxConfig, SandboxLimits, SandboxSpec
+from paperbench.sandbox import GpuRequest, NetworkPolicy, SandboxConfig, SandboxLimits, SandboxSpec
 from paperbench.sandbox._disk import DiskCap
 from paperbench.sandbox._docker import host_config_args
 from tests.sandbox.docker_fixtures import (  # noqa: F401
@@ -296,10 +295,36 @@ def test_cli_success_and_json(tmp_path: Path) -> None:
 def test_cli_default_out_beside_the_input_and_failure_exit_code(tmp_path: Path) -> None:
     sub = _submission(tmp_path / "sub", "exit 1\n")
     result = runner.invoke(
-        app, ["reproduce", str(sub), "--sandbox", "local", "--retries", "0", "--timeout", "30"]
+        app,
+        [
+            "reproduce",
+            str(sub),
+            "--sandbox",
+            "local",
+            "--retries",
+            "0",
+            "--reproduce-timeout",
+            "30s",
+        ],
     )
     assert result.exit_code == 3, result.output
-    assert (tmp_path / "sub.reproduction" / "metadata.json").exists()
+    meta = ReproductionMetadata.model_validate_json(
+        (tmp_path / "sub.reproduction" / "metadata.json").read_text()
+    )
+    assert meta.config.timeout_s == 30
+
+
+def test_cli_without_resource_flags_takes_the_reproduction_defaults(tmp_path: Path) -> None:
+    """--reproduce-timeout, --memory, --disk, --network and --gpus default to None on the
+    command line (one default for every command): a reproduction then gets its own."""
+    sub = _submission(tmp_path / "sub", "echo hi\n")
+    args = ["reproduce", str(sub), "--sandbox", "local", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    config = ReproductionMetadata.model_validate_json(result.stdout).config
+    assert config.timeout_s == 12 * 3600 == ReproduceConfig().timeout_s
+    assert (config.limits.memory_mb, config.limits.disk_mb) == (8192, DEFAULT_DISK_MB)
+    assert config.network == NetworkPolicy.FULL and config.gpu is None
 
 
 @pytest.mark.parametrize("kind", ["missing", "junk-archive", "unsafe"])
@@ -333,32 +358,39 @@ def test_cli_resource_flags_reach_the_sandbox(tmp_path: Path) -> None:
     sub = _submission(tmp_path / "sub", "echo hi\n")
     out = tmp_path / "out"
     args = ["reproduce", str(sub), "--sandbox", "local", "--out", str(out), "--json"]
-    flags = ["--cpus", "1.5", "--memory", "2048", "--disk", "64", "--gpus", "0,1"]
+    flags = ["--cpus", "1.5", "--memory", "2048", "--disk", "64", "--gpus", "2"]
     result = runner.invoke(app, [*args, *flags, "--network", "none"])
     assert result.exit_code == 0, result.output
     meta = ReproductionMetadata.model_validate_json(result.stdout)
     limits = meta.config.limits
     assert (limits.cpus, limits.memory_mb, limits.disk_mb) == (1.5, 2048, 64)
     assert meta.config.network == NetworkPolicy.NONE and meta.disk_cap_mb == 64
-    assert meta.config.gpu is not None and meta.config.gpu.device_ids == ["0", "1"]
+    assert meta.config.gpu == GpuRequest(count=2)
     # What the Docker engine would be sent (no GPU on this machine).
     spec = SandboxSpec(image="x", limits=limits, gpu=meta.config.gpu)
     args_sent = host_config_args(
         spec, network_mode="none", disk_mounts=[], tmpfs={}, storage_size_mb=None
     )
     [request] = args_sent["device_requests"]
-    assert request["DeviceIDs"] == ["0", "1"] and request["Capabilities"] == [["gpu"]]
+    assert request["Count"] == 2 and request["Capabilities"] == [["gpu"]]
     assert args_sent["nano_cpus"] == 1_500_000_000 and args_sent["mem_limit"] == "2048m"
-    all_gpus = SandboxSpec(image="x", gpu=_gpu_request("all"))
-    sent = host_config_args(
-        all_gpus, network_mode="none", disk_mounts=[], tmpfs={}, storage_size_mb=None
-    )
-    assert sent["device_requests"][0]["Count"] == -1
+    no_gpus = runner.invoke(app, [*args, "--force", "--gpus", "0"])
+    assert no_gpus.exit_code == 0, no_gpus.output
+    assert ReproductionMetadata.model_validate_json(no_gpus.stdout).config.gpu is None
 
 
 @pytest.mark.parametrize(
     "flags",
-    [["--disk", "5"], ["--gpus", "0"], ["--gpus", "1,,2"], ["--cpus", "0"], ["--memory", "1"]],
+    [
+        ["--disk", "5"],
+        ["--gpus", "-1"],
+        ["--gpus", "0,1"],
+        ["--gpus", "all"],
+        ["--cpus", "0"],
+        ["--memory", "1"],
+        ["--reproduce-timeout", "0"],
+        ["--reproduce-timeout", "soon"],
+    ],
 )
 def test_cli_new_flags_validate_their_values(tmp_path: Path, flags: list[str]) -> None:
     sub = _submission(tmp_path / "sub", "echo hi\n")
@@ -435,3 +467,31 @@ def test_endless_writer_in_docker_ends_as_disk_full(
     log = (tmp_path / "out" / "reproduce.log").read_text()
     assert "No space left on device" in log and "disk cap of 64 MB is full" in log
     assert free_before - shutil.disk_usage(tempfile.gettempdir()).free <= 72 << 20
+
+
+# --------------------------------------------------------------------------- the package
+
+
+def test_the_package_exports_documented_names_only() -> None:
+    """``paperbench.reproduce`` is a package like its peers: its public names are listed in
+    ``__all__`` (constants, then types, then functions), and every class and function among
+    them has a docstring (the constants' are beside them in ``_models.py``)."""
+    import inspect
+
+    import paperbench.reproduce as reproduce
+
+    names = reproduce.__all__
+    assert names == sorted(names, key=lambda n: (not n.isupper(), n.islower(), n))
+    assert len(set(names)) == len(names) and all(hasattr(reproduce, n) for n in names)
+    for name in names:
+        obj = getattr(reproduce, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert inspect.getdoc(obj), name
+    models = (REPO / "paperbench" / "reproduce" / "_models.py").read_text()
+    for name in (n for n in names if n.isupper()):
+        assert f"{name} = " in models or f"{name} = (" in models, name
+        after = models.split(f"\n{name} = ", 1)[1]
+        block = after.split("\n\n", 1)[0]
+        assert '"""' in block, f"{name} has no docstring"
+    assert not (REPO / "paperbench" / "reproduce.py").exists()
+    assert not (REPO / "paperbench" / "reproduce_cli.py").exists()

@@ -39,7 +39,13 @@ from paperbench.agents._monitor import (
 )
 from paperbench.agents._papercoder import PapercoderAgent
 from paperbench.agents._replay import ReplayAgent
-from paperbench.agents._resources import AgentResources, ResolvedResources, RunResources
+from paperbench.agents._resources import (
+    AgentResources,
+    ResolvedResources,
+    RunResources,
+    resources_from_flags,
+    resources_line,
+)
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import (
     RolloutConfig,
@@ -115,6 +121,8 @@ __all__ = [
     "load_status",
     "monitor_run",
     "read_transcript",
+    "resources_from_flags",
+    "resources_line",
     "rollout",
     "run_tool",
     "tool_defs",

@@ -14,6 +14,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -103,8 +104,12 @@ _EVENTS: TypeAdapter[TranscriptEvent] = TypeAdapter(TranscriptEvent)
 class TranscriptWriter:
     """Appends events to ``transcript.jsonl``, one line each, flushed and synced per event."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, listener: Callable[[TranscriptEvent], None] | None = None
+    ) -> None:
         self.path = path
+        self.listener = listener
+        """Told of each event once it is written (e.g. to show a rollout's progress)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._file = path.open("a", encoding="utf-8")
@@ -126,6 +131,8 @@ class TranscriptWriter:
             self._file.write(line)
             self._file.flush()
             os.fsync(self._file.fileno())
+        if self.listener is not None:
+            self.listener(event)
 
     def close(self) -> None:
         with self._lock:

@@ -271,8 +271,8 @@ class LoadedAgent(BaseModel):
 
             if PAPER_PLACEHOLDER in config.transcript:
                 raise ConfigError(
-                    "the transcript names {paper}: build the agent for a paper "
-                    "(LoadedAgent.for_paper)",
+                    "the transcript names {paper}, the paper the agent runs on: run it on a "
+                    "paper (paperbench rollout --paper ID, or paperbench run)",
                     file=self.path,
                     path="$.transcript",
                 )

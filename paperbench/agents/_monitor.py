@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from paperbench._console import plural
 from paperbench._io import atomic_write_text
 from paperbench.agents._base import read_transcript
 from paperbench.agents._transcript import MessageEvent, NoteEvent, ToolEvent, TranscriptEvent
@@ -323,7 +324,9 @@ def _read_network_log(path: Path) -> list[tuple[int, NetworkLogEntry]]:
     return entries
 
 
-def _network_hit(entry: NetworkLogEntry, blacklist: Blacklist) -> tuple[str, BlacklistHit] | None:
+def _network_hit(
+    entry: NetworkLogEntry, blacklist: Blacklist, refusals: bool
+) -> tuple[str, BlacklistHit] | None:
     if entry.url:
         hit = blacklist.matches(entry.url)
         if hit is not None:
@@ -332,18 +335,18 @@ def _network_hit(entry: NetworkLogEntry, blacklist: Blacklist) -> tuple[str, Bla
         hit = blacklist.blocks_host(entry.host)
         if hit is not None:
             return "host", hit
-    if entry.reason == "blacklist" and entry.rule:
+    if refusals and entry.reason == "blacklist" and entry.rule:
         # The proxy refused it with a rule this blacklist lacks: still an attempt.
         url = entry.url or entry.host or ""
         return "url", BlacklistHit(url=url, normalised=url, rule=entry.rule)
     return None
 
 
-def _scan_network(path: Path, blacklist: Blacklist) -> tuple[int, list[MonitorHit]]:
+def _scan_network(path: Path, blacklist: Blacklist, refusals: bool) -> tuple[int, list[MonitorHit]]:
     entries = _read_network_log(path)
     hits: list[MonitorHit] = []
     for number, entry in entries:
-        found = _network_hit(entry, blacklist)
+        found = _network_hit(entry, blacklist, refusals)
         if found is None:
             continue
         field, hit = found
@@ -400,6 +403,7 @@ def monitor_run(
     *,
     policy: MonitorPolicy,
     echoes: Mapping[str, str] | None = None,
+    proxy_refusals: bool = True,
 ) -> MonitorReport:
     """Scan a run folder's transcript and network log against ``blacklist``.
 
@@ -407,6 +411,11 @@ def monitor_run(
     ``addendum.md``) to their text: a hit in a tool output whose address is written in one of
     them as found (the agent printed the file) is listed with ``echo_of`` and not counted.
     The address in the agent's own words, tool calls or network requests always counts.
+
+    ``proxy_refusals``: a request the egress proxy refused by a blacklist rule that
+    ``blacklist`` lacks counts too (the run's blacklist was the one the proxy had, e.g. since
+    changed); False when ``blacklist`` is not the run's own (another paper's), whose check
+    must not count the run's paper's rules.
 
     Raises:
         InputError: the folder has no transcript, or a line of it or of the network log is
@@ -423,7 +432,7 @@ def monitor_run(
     network = run_dir / NETWORK_LOG_FILE
     entries = 0
     if network.is_file():
-        entries, network_hits = _scan_network(network, blacklist)
+        entries, network_hits = _scan_network(network, blacklist, proxy_refusals)
         hits.extend(network_hits)
     counted = [hit for hit in hits if hit.echo_of is None]
     flagged = bool(counted)
@@ -433,7 +442,7 @@ def monitor_run(
         where = sorted({hit.source for hit in counted})
         reason = (
             f"blacklisted address in the {' and '.join(where)} "
-            f"({len(counted)} hit{'s' if len(counted) != 1 else ''}; rules: {', '.join(rules)})"
+            f"({plural(len(counted), 'hit')}; rules: {', '.join(rules)})"
         )
     return MonitorReport(
         run=str(run_dir),

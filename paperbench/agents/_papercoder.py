@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from paperbench._console import plural
 from paperbench.agents._base import (
     PAPER_DIR,
     SUBMISSION_DIR,
@@ -100,7 +101,8 @@ class PapercoderAgent(Agent):
         if ctx.run_dir is None:
             return AgentOutcome(
                 status="error",
-                error="papercoder saves its plan in the run folder: RunContext.run_dir is unset",
+                error="papercoder saves its plan in the run folder and was given none: run it "
+                "with paperbench rollout or paperbench run",
             )
         pipeline = _Pipeline(self, ctx, ctx.run_dir)
         try:
@@ -195,7 +197,7 @@ class _Pipeline:
                     "form asked for."
                 ),
             ]
-        raise _Failed(f"{label}: no usable answer after {attempts} attempt(s): {error}")
+        raise _Failed(f"{label}: no usable answer after {plural(attempts, 'attempt')}: {error}")
 
     async def ask_value(
         self, messages: list[Message], label: str, parse: Callable[[str], _T]
@@ -241,7 +243,9 @@ class _Pipeline:
             await self.ctx.sandbox.write_file(f"{SUBMISSION_DIR}/{path}", content.encode("utf-8"))
         if restored:
             self.note(
-                "restored", f"{len(restored)} file(s) written by earlier attempts", files=restored
+                "restored",
+                f"{plural(len(restored), 'file')} written by earlier attempts",
+                files=restored,
             )
             await self.commit(restored, "papercoder: files of the earlier attempt")
 
@@ -274,7 +278,7 @@ class _Pipeline:
         await self.commit(logic.task_list, "papercoder: coding")
         done["reproduce.sh"] = await self.reproduce(done)
         await self.commit(["reproduce.sh"], "papercoder: reproduce.sh")
-        summary = f"wrote {len(done)} files: {', '.join(done)}"
+        summary = f"wrote {plural(len(done), 'file')}: {', '.join(done)}"
         if self.config.repair_rounds:
             summary += "; " + await self.repair([*done, "config.yaml"])
         return summary
@@ -482,8 +486,9 @@ class _Pipeline:
                 await self.commit(applied, f"papercoder: repair round {number}")
         passed, status, _ = await self.run_reproduce(rounds + 1)
         verdict = "passed" if passed else f"still fails (exit {status})"
-        self.note("reproduce_final", f"reproduce.sh {verdict} after {rounds} repair round(s)")
-        return f"reproduce.sh {verdict} after {rounds} repair round(s)"
+        said = f"reproduce.sh {verdict} after {plural(rounds, 'repair round')}"
+        self.note("reproduce_final", said)
+        return said
 
     async def ask_repair(
         self, files: list[str], status: str, tail: str, unapplied: list[str]

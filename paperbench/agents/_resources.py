@@ -16,10 +16,12 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
+from typing import Any
 
 from dotenv.parser import parse_stream
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from paperbench._console import plural
 from paperbench.errors import ConfigError, PaperbenchError, UsageError
 from paperbench.sandbox import CA_BUNDLE_VARS, GpuRequest, SandboxLimits
 
@@ -119,7 +121,7 @@ class RunResources(ResolvedResources):
             kind = f"{self.gpu_type} " if self.gpu_type else ""
             lines.append(f"You have {self.gpus} {kind}GPU{'s' if self.gpus != 1 else ''}.")
         if self.cpus is not None:
-            lines.append(f"You have {self.cpus:g} CPUs.")
+            lines.append(f"You have {self.cpus:g} CPU{'' if self.cpus == 1 else 's'}.")
         if self.memory_mb is not None:
             lines.append(f"You have {self.memory_mb / 1024:g} GB of memory.")
         if self.disk_mb is not None:
@@ -232,3 +234,68 @@ def resolve(
         env_file=env_file,
     )
     return resolved, env
+
+
+def resources_from_flags(
+    *,
+    gpus: int | None,
+    gpu_type: str | None,
+    cpus: float | None,
+    memory: int | None,
+    disk: int | None,
+    image: str | None,
+    agent_env: Path | None,
+    env: list[str] | None = None,
+) -> AgentResources | None:
+    """The resource flags (shared by ``rollout`` and ``run``) as overrides of the agent
+    configs' ``resources:``; None when no flag was given. The env file is read now, so that a
+    bad one is refused before any work (its path made absolute).
+
+    Raises:
+        UsageError: a bad value or env file, naming the flag.
+    """
+    said = {
+        "gpus": gpus,
+        "gpu_type": gpu_type,
+        "cpus": cpus,
+        "memory_mb": memory,
+        "disk_mb": disk,
+        "image": image,
+    }
+    fields: dict[str, Any] = {k: v for k, v in said.items() if v is not None}
+    pairs: dict[str, str] = {}
+    for item in env or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--env {item}: expected NAME=value")
+        pairs[name] = value
+    if pairs:
+        fields["env"] = pairs
+    if agent_env is not None:
+        path = agent_env.expanduser().absolute()
+        read_env_file(path, where="--agent-env")
+        fields["env_file"] = str(path)
+    if not fields:
+        return None
+    try:
+        return AgentResources(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else ""
+        flag = {"memory_mb": "memory", "disk_mb": "disk", "env_file": "agent-env"}.get(name, name)
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise UsageError(f"--{flag.replace('_', '-')}: {message}") from None
+
+
+def resources_line(r: ResolvedResources) -> str:
+    """The resources in one line: what is set, and the environment's names (never values)."""
+    parts = [plural(r.gpus, "GPU") + (f" ({r.gpu_type})" if r.gpu_type else "")]
+    if r.cpus is not None:
+        parts.append(f"{r.cpus:g} CPU" + ("" if r.cpus == 1 else "s"))
+    if r.memory_mb is not None:
+        parts.append(f"{r.memory_mb} MB memory")
+    if r.disk_mb is not None:
+        parts.append(f"{r.disk_mb} MB disk")
+    env = ", ".join(r.env_names) or "none"
+    parts.append(f"env {env}" + (f" (from {r.env_file})" if r.env_file else ""))
+    return ", ".join(parts)

@@ -48,14 +48,16 @@ import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from paperbench._console import plural
 from paperbench._io import atomic_write_json, atomic_write_text, read_json
+from paperbench._options import DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.agents._base import (
     INSTRUCTIONS_PATH,
     PAPER_DIR,
@@ -78,7 +80,6 @@ from paperbench.agents._resources import (
 )
 from paperbench.agents._rollout_files import (
     DEFAULT_MAX_RESTARTS,
-    DEFAULT_SNAPSHOT_EVERY_S,
     JournalLedger,
     RolloutConfig,
     RolloutPausedError,
@@ -104,6 +105,7 @@ from paperbench.errors import (
     BudgetExhaustedError,
     LfsPointerError,
     ModelUnavailableError,
+    PaperbenchError,
     SandboxError,
     SandboxLostError,
     UsageError,
@@ -281,7 +283,7 @@ class _Run:
             self.writer.append(
                 NoteEvent(
                     kind="snapshots_pruned",
-                    text=f"deleted {len(names)} old snapshot(s), {freed} bytes: "
+                    text=f"deleted {plural(len(names), 'old snapshot')}, {freed} bytes: "
                     + ", ".join(names),
                     data={"deleted": names, "bytes": freed, "kept": len(self.snapshots)},
                     step=step,
@@ -352,6 +354,7 @@ async def rollout(
     max_restarts: int = DEFAULT_MAX_RESTARTS,
     keep_snapshots: int = DEFAULT_KEEP_SNAPSHOTS,
     snapshots_max_bytes: int | None = DEFAULT_SNAPSHOTS_MAX_BYTES,
+    on_event: Callable[[TranscriptEvent], None] | None = None,
 ) -> RolloutResult:
     """Run ``agent`` on ``paper`` into ``out_dir``; see the module docstring.
 
@@ -361,6 +364,8 @@ async def rollout(
     it is (``already_finished``), never run again. ``labels`` go on the sandbox (e.g. the run
     it belongs to) and are not part of the configuration a resume compares. ``others`` names
     files another writer keeps in ``out_dir`` (the pipeline's run.json and run.log).
+    ``on_event`` is told of each transcript event once it is written (e.g. to show progress).
+    A replay whose recording names ``{paper}`` replays ``paper``'s recording.
 
     ``resources`` override the agent config's ``resources:`` field by field (``image``, when
     given, wins over both; ``sandbox_limits`` is the base their CPUs, memory and disk are set
@@ -395,6 +400,10 @@ async def rollout(
         agent_name, agent_config, built = agent.name, {}, agent
         agent_limits = limits or AgentLimits()
     else:
+        for_paper = getattr(agent, "for_paper", None)
+        if callable(for_paper):  # a replay of the recording of this paper
+            for_this_paper: _LoadedAgent = for_paper(paper.id)
+            agent = for_this_paper
         cfg = agent.config
         agent_name = str(getattr(cfg, "name", None) or "agent")
         agent_config = {"config": cfg.model_dump(mode="json")}
@@ -417,7 +426,7 @@ async def rollout(
     if instructions is None and notes_template:
         # What the run really gives the agent, never more (PaperBench's additional notes).
         hours = agent_limits.wall_time_s / 3600 if agent_limits.wall_time_s else None
-        gpu = (resolved.gpu_type or f"{resolved.gpus} GPU(s)") if resolved.gpus else None
+        gpu = (resolved.gpu_type or plural(resolved.gpus, "GPU")) if resolved.gpus else None
         notes = additional_notes(gpu, hours, list(resolved.env_names), template=notes_template)
         text = text.rstrip("\n") + "\n\n" + notes.strip() + "\n"
     config = RolloutConfig(
@@ -484,7 +493,7 @@ async def rollout(
         network=network,
         resources=resolved,
     )
-    writer = TranscriptWriter(out / "transcript.jsonl")
+    writer = TranscriptWriter(out / "transcript.jsonl", on_event)
     said = (resources.over(own_resources) if resources is not None else own_resources).env
     writer.redact({k: v for k, v in sandbox_env.items() if said.get(k) != v})  # the env file's
     run.writer = writer
@@ -580,7 +589,7 @@ async def rollout(
     except ModelUnavailableError as exc:
         paused = RolloutPausedError(out, "provider", f"the model provider is unavailable: {exc}")
     except SandboxError as exc:
-        tried = f" ({run.restarts} restart(s) used)" if config.max_restarts else ""
+        tried = f" ({plural(run.restarts, 'restart')} used)" if config.max_restarts else ""
         paused = RolloutPausedError(out, "sandbox", f"the sandbox failed{tried}: {exc}")
     finally:
         try:
@@ -698,14 +707,16 @@ async def _run_agent(agent: Agent, ctx: RunContext, run: _Run, sb: Sandbox) -> A
     except SandboxError as exc:
         if isinstance(exc, SandboxLostError) or not await sb.alive():
             raise  # the sandbox is gone: the run goes on in a new one
-        return AgentOutcome(status="error", error=f"{type(exc).__name__}: {exc}")
+        return AgentOutcome(status="error", error=f"the sandbox failed: {exc}")
     except TimeoutError:
         return AgentOutcome(
             status="limit",
             limit="wall_time",
             summary="the agent did not stop at its wall-time limit and was stopped",
         )
-    except Exception as exc:
+    except PaperbenchError as exc:  # one of ours: its message says what went wrong
+        return AgentOutcome(status="error", error=str(exc))
+    except Exception as exc:  # the agent's own code broke: the exception's type says how
         return AgentOutcome(status="error", error=f"{type(exc).__name__}: {exc}")
     finally:
         if snapshots is not None:

@@ -27,8 +27,10 @@ from paperbench.errors import ConfigError, InputError, PaperbenchError, UsageErr
 from paperbench.llm import BudgetCaps, CostJournal, CostRecord, CostTotal
 from paperbench.sandbox import IsolationKind, LeftOutFile, NetworkPolicy, SandboxConfig
 
-SCHEMA_VERSION = 1
 DEFAULT_SNAPSHOT_EVERY_S = 600.0
+"""Seconds between snapshots of a rollout's /home/submission."""
+
+SCHEMA_VERSION = 1
 DEFAULT_MAX_RESTARTS = 3
 
 
@@ -214,12 +216,14 @@ def check_out_dir(
     if not resume:
         if out.exists() and any(p.name not in others for p in out.iterdir()):
             raise UsageError(
-                f"--out {out}: the folder is not empty; pass --resume to continue the run in "
-                "it, or give another --out"
+                f"--out {out}: the folder is not empty; continue the run in it with --resume "
+                f"{out} (instead of --out), or give another --out"
             )
         return []
     if not config_file.exists():
-        raise UsageError(f"--out {out}: no run to resume (no config.json); drop --resume")
+        raise UsageError(
+            f"--resume {out}: no run to resume there (no config.json); start one with --out"
+        )
     old = read_json(config_file)
     new = config.model_dump(mode="json")
     if not isinstance(old, dict):

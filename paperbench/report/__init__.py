@@ -18,6 +18,7 @@ from paperbench.report._metrics import (
     run_metrics,
     summarize_group,
 )
+from paperbench.report._write import html_dir, summary_path, write_report
 
 __all__ = [
     "AgentMetrics",
@@ -34,9 +35,12 @@ __all__ = [
     "SeedScore",
     "Summary",
     "agent_metrics",
+    "html_dir",
     "mean_se",
     "read_group_files",
     "read_run",
     "run_metrics",
     "summarize_group",
+    "summary_path",
+    "write_report",
 ]

@@ -9,13 +9,12 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from paperbench._console import console, error, print_table, printable, warning
-from paperbench.errors import InputError, UsageError
+from paperbench._console import console, error, plural, print_table, printable, warning
+from paperbench._options import Json, Out
+from paperbench.errors import UsageError
 from paperbench.llm import CostTotal
-from paperbench.report._files import read_group_files
-from paperbench.report._html import write_html
-from paperbench.report._metrics import Estimate, Summary, summarize_group
-from paperbench.runs._store import REPORT_DIR, SUMMARY_FILE, write_model
+from paperbench.report._metrics import Estimate, Summary
+from paperbench.report._write import INDEX_FILE, html_dir, summary_path, write_report
 
 
 def _pct(value: float | None) -> str:
@@ -35,33 +34,37 @@ def _usd(total: CostTotal) -> str:
 
 def _identity_line(s: Summary) -> str:
     judge = s.judge
-    models = ", ".join(f"{role} {model}" for role, model in sorted(judge.models.items()))
-    line = (
+    roles = judge.role_models()
+    models = ", ".join(f"{role} {model}" for role, model in sorted(roles.items()))
+    if judge.model_override:
+        models = f"every role on {judge.model_override}"
+        if roles:
+            config = ", ".join(f"{role} {model}" for role, model in sorted(judge.models.items()))
+            models += f", instead of the config's {config}"
+    return (
         f"judge {judge.name or judge.ref} (sha256 {(judge.sha256 or '?')[:12]}; {models})"
         f" · papers {s.paper_set} ({len(s.papers)}) · mode {s.mode}"
         f" · resources provided {'yes' if s.resources_provided else 'no'} · seeds {s.seeds}"
     )
-    if judge.model_override:
-        line += f" · every judge role on {judge.model_override}"
-    return line
 
 
 def _leaderboard(s: Summary) -> Table:
     table = Table(title=f"{s.group}: leaderboard")
     table.add_column("agent", overflow="fold")
-    for column in ["score ± SE", "failures as 0", "scored/runs", "coverage", "cost"]:
+    columns = ["score ± SE", "failures as 0", "scored/runs", "coverage", "flagged", "cost"]
+    for column in columns:
         table.add_column(column, justify="right", no_wrap=True)
     for a in s.agents:
         counted = f"{a.counted}/{a.runs}"
         if a.incomplete_seeds:
-            n = len(a.incomplete_seeds)
-            counted += f" ({n} seed{'s' if n != 1 else ''} incomplete)"
+            counted += f" ({plural(len(a.incomplete_seeds), 'seed')} incomplete)"
         table.add_row(
             Text(printable(a.agent)),
             _estimate(a.score),
             _estimate(a.failures_as_zero),
             counted,
             _pct(a.coverage),
+            Text(str(a.flagged_runs), style="red") if a.flagged_runs else "-",
             _usd(a.costs.total),
         )
     return table
@@ -71,7 +74,7 @@ def _papers(s: Summary) -> Table:
     table = Table(title="score per paper (counted seeds / runs)")
     table.add_column("paper", overflow="fold")
     for a in s.agents:
-        table.add_column(Text(printable(a.agent)), justify="right", no_wrap=True)
+        table.add_column(Text(printable(a.agent)), justify="right", overflow="fold")
     for index, paper in enumerate(s.papers):
         cells = []
         for a in s.agents:
@@ -91,6 +94,18 @@ def _not_scored(s: Summary) -> Table:
     return table
 
 
+def _flagged(s: Summary) -> Table:
+    runs = [r for r in s.runs if r.why is not None]
+    table = Table(title=f"runs the monitor flagged ({len(runs)})")
+    table.add_column("run", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("why", overflow="fold")
+    for run in runs:
+        status = run.status + (" (flagged)" if run.status != "disqualified" else "")
+        table.add_row(Text(printable(run.label)), status, Text(printable(run.why or "")))
+    return table
+
+
 SHOWN_FINDINGS = 3
 """Places of text addressed to the judge listed per run in the terminal (the rest counted)."""
 
@@ -98,7 +113,10 @@ SHOWN_FINDINGS = 3
 def _addressed(s: Summary) -> Table:
     runs = [r for r in s.runs if r.addressed_places]
     total = sum(r.addressed_places for r in runs)
-    table = Table(title=f"text addressed to the judge ({total} places in {len(runs)} runs)")
+    table = Table(
+        title=f"text addressed to the judge ({plural(total, 'place')} in "
+        f"{plural(len(runs), 'run')})"
+    )
     table.add_column("run", overflow="fold")
     table.add_column("places", justify="right", no_wrap=True)
     table.add_column("where and what", overflow="fold")
@@ -120,7 +138,7 @@ def _addressed(s: Summary) -> Table:
 
 def _costs(s: Summary) -> Table:
     table = Table(title="costs")
-    table.add_column("by", no_wrap=True)
+    table.add_column("by", overflow="fold")
     table.add_column("name", overflow="fold")
     table.add_column("calls", justify="right")
     table.add_column("cost", justify="right", no_wrap=True)
@@ -146,58 +164,34 @@ def _hours(s: Summary) -> Table:
 
 
 def print_summary(s: Summary) -> None:
+    """The report's tables on stdout (the identity of the judge first)."""
     console.print(Text(printable(_identity_line(s))))
     print_table(_leaderboard(s))
     print_table(_papers(s))
     if s.not_scored:
         print_table(_not_scored(s))
+    if any(r.why is not None for r in s.runs):
+        print_table(_flagged(s))
     if any(r.addressed_places for r in s.runs):
         print_table(_addressed(s))
     print_table(_costs(s))
     print_table(_hours(s))
 
 
-def report_command(
-    group: Annotated[
-        Path, typer.Argument(help="A run group folder that paperbench run wrote (runs/<group>).")
-    ],
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the summary as JSON instead of tables.")
-    ] = False,
-    html: Annotated[
-        bool, typer.Option("--html/--no-html", help="Write the static HTML report.")
-    ] = True,
-    out: Annotated[
-        Path | None,
-        typer.Option(help="Where to write the HTML report (default: GROUP/report)."),
-    ] = None,
-) -> None:
-    """Metrics over a run group: a leaderboard (score ± standard error over seeds and a
-    failures-as-0 lower bound), scores per paper, runs not scored with their reason, text
-    addressed to the judge that the grading found, costs and hours by stage. Writes
-    GROUP/summary.json and a static HTML report (index.html and
-    one page per run) that works opened from disk. A file that cannot be read is named and
-    left out (exit code 1 once everything is written)."""
-    if out is not None and out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: not a folder; give a folder for the HTML report")
-    files = read_group_files(group)
-    summary = summarize_group(files)
-    html_dir = out if out is not None else group / REPORT_DIR
-    index: Path | None = None
-    try:
-        write_model(group / SUMMARY_FILE, summary)
-        if html:
-            index = write_html(summary, files, html_dir)
-    except OSError as exc:
-        where = exc.filename2 or exc.filename or group
-        raise InputError(
-            f"cannot write ({exc.strerror}); make the folder writable or give --out elsewhere",
-            file=where,
-        ) from None
-    if as_json:
-        console.print(summary.model_dump_json(indent=2), markup=False, soft_wrap=True)
-    else:
-        print_summary(summary)
+def show_report(
+    summary: Summary, group: Path, *, out: Path | None = None, html: bool = True
+) -> bool:
+    """Print a written report: its tables, what does not compare, the files that could not
+    be read, and where summary.json and the HTML are. True when a file could not be read."""
+    print_summary(summary)
+    _say_problems(summary, group)
+    console.print(f"summary: {summary_path(group)}")
+    if html:
+        console.print(f"report: {html_dir(group, out) / INDEX_FILE}")
+    return bool(summary.problems)
+
+
+def _say_problems(summary: Summary, group: Path) -> None:
     for mismatch in summary.judge_mismatches:
         differ = ", ".join(mismatch.fields)
         warning(
@@ -206,14 +200,38 @@ def report_command(
         )
     for problem in summary.problems:
         error(str(problem))
-    if not as_json:
-        console.print(f"summary: {group / SUMMARY_FILE}")
-        if index is not None:
-            console.print(f"report: {index}")
     if summary.problems:
-        count = len(summary.problems)
+        files = plural(len(summary.problems), "file")
         warning(
-            f"{count} file(s) above could not be read and are left out of the report; "
+            f"{files} above could not be read and are left out of the report; "
             f"repair or remove them and run paperbench report {group} again"
         )
+
+
+def report_command(
+    group: Annotated[
+        Path, typer.Argument(help="A run group folder that paperbench run wrote (runs/<group>).")
+    ],
+    as_json: Json = False,
+    html: Annotated[
+        bool, typer.Option("--html/--no-html", help="Write the static HTML report.")
+    ] = True,
+    out: Out = None,
+) -> None:
+    """Metrics over a run group: a leaderboard (score ± standard error over seeds and a
+    failures-as-0 lower bound), scores per paper, runs not scored with their reason, text
+    addressed to the judge that the grading found, costs and hours by stage. Writes
+    GROUP/summary.json and a static HTML report (index.html and one page per run, in
+    GROUP/report or the --out folder) that works opened from disk. A file that cannot be
+    read is named and left out (exit code 1 once everything is written)."""
+    if out is not None and out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: not a folder; give a folder for the HTML report")
+    summary = write_report(group, out, html=html)
+    if as_json:
+        console.print(summary.model_dump_json(indent=2), markup=False, soft_wrap=True)
+        _say_problems(summary, group)
+        failed = bool(summary.problems)
+    else:
+        failed = show_report(summary, group, out=out, html=html)
+    if failed:
         raise typer.Exit(1)

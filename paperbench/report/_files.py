@@ -309,6 +309,8 @@ def _with_stage(records: list[CostRecord], stage: str) -> list[CostRecord]:
 
 @dataclass
 class GroupFiles:
+    """A group's group.json and every planned run's files, as read."""
+
     folder: Path
     config: GroupConfig
     runs: list[RunFiles]

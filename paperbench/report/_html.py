@@ -14,6 +14,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from paperbench._console import plural
 from paperbench._io import atomic_write_text
 from paperbench.agents import (
     EndEvent,
@@ -63,6 +64,7 @@ def _env() -> Environment:
     env.filters["pct"] = _pct
     env.filters["usd"] = _usd
     env.filters["num"] = _num
+    env.globals["plural"] = plural
     return env
 
 
@@ -85,7 +87,8 @@ def _usd(total: Any) -> str:
 def cap(text: str, limit: int = ITEM_CHARS) -> str:
     if len(text) <= limit:
         return text
-    return text[:limit] + f"\n… {len(text) - limit:,} more characters not shown"
+    more = len(text) - limit
+    return text[:limit] + f"\n… {more:,} more character{'' if more == 1 else 's'} not shown"
 
 
 # --------------------------------------------------------------------------- the chart

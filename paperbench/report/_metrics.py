@@ -54,6 +54,13 @@ class JudgeInfo(_Model):
     model_override: str | None = None
     """``--judge-model``: one model for every role instead of the config's."""
 
+    def role_models(self) -> dict[str, str]:
+        """Role → the model that role was graded with: the override for every role when
+        there is one, else the config's."""
+        if self.model_override is None:
+            return dict(self.models)
+        return dict.fromkeys(self.models, self.model_override)
+
 
 class JudgeMismatch(_Model):
     """A run graded by another judge than the group's: its score does not compare."""
@@ -65,6 +72,8 @@ class JudgeMismatch(_Model):
 
 
 class CostSummary(_Model):
+    """Model costs summed in total, by stage, by model and by call label."""
+
     total: CostTotal = Field(default_factory=CostTotal)
     by_stage: dict[str, CostTotal] = Field(default_factory=dict)
     by_model: dict[str, CostTotal] = Field(default_factory=dict)
@@ -72,6 +81,9 @@ class CostSummary(_Model):
 
 
 class RunMetrics(_Model):
+    """One run's numbers: its status and counted score, coverage, stages, costs and
+    what its files could not give (``problems``)."""
+
     paper: str
     agent: str
     seed: int
@@ -95,13 +107,34 @@ class RunMetrics(_Model):
     """Text addressed to the judge in what its graders were shown, one entry per leaf."""
     addressed_places: int = 0
     """Distinct places (file, line, words) of that text: an attempt to game the judge."""
+    monitor: Literal["clean", "flagged"] | None = None
+    """The blacklist monitor's verdict (monitor.json; None: not scanned). A run flagged
+    under ``--monitor-policy flag`` keeps its score and is marked; under ``disqualify`` it
+    is disqualified (score 0)."""
+    monitor_reason: str | None = None
+    """What the monitor found, when it flagged the run."""
     problems: list[Problem] = Field(default_factory=list)
     page: str
     """The run's page in the HTML report, relative to its index.html."""
 
     @property
     def label(self) -> str:
+        """``paper/agent/seed-N``."""
         return f"{self.paper}/{self.agent}/seed-{self.seed}"
+
+    @property
+    def flagged(self) -> bool:
+        """Whether the monitor flagged the run (disqualified or only marked)."""
+        return self.monitor == "flagged"
+
+    @property
+    def why(self) -> str | None:
+        """Why the run is disqualified or flagged, in one line (None when it is neither)."""
+        if self.status == "disqualified":
+            return self.reason or self.monitor_reason or "disqualified by the monitor"
+        if self.flagged:
+            return f"flagged (score kept): {self.monitor_reason or 'see monitor.json'}"
+        return None
 
 
 class NotScored(_Model):
@@ -116,6 +149,8 @@ class NotScored(_Model):
 
 
 class SeedScore(_Model):
+    """An agent's score at one seed: the mean over the papers counted at that seed."""
+
     seed: int
     mean: float | None
     """Mean over the papers counted at this seed; None when none is."""
@@ -130,6 +165,8 @@ class SeedScore(_Model):
 
 
 class Estimate(_Model):
+    """A mean over seeds with its standard error."""
+
     mean: float | None = None
     se: float | None = None
     """Standard error over seeds (ddof=1); None with fewer than two seeds."""
@@ -138,6 +175,8 @@ class Estimate(_Model):
 
 
 class PaperScore(_Model):
+    """An agent's score on one paper: the mean over the seeds with a counted score."""
+
     paper: str
     mean: float | None
     """Mean over the seeds with a counted score."""
@@ -148,6 +187,9 @@ class PaperScore(_Model):
 
 
 class AgentMetrics(_Model):
+    """An agent's numbers over its runs: the leaderboard row, per-seed and per-paper
+    scores, costs and hours."""
+
     agent: str
     model: str | None = None
     score: Estimate
@@ -171,6 +213,8 @@ class AgentMetrics(_Model):
     """Places of text addressed to the judge, summed over the agent's runs."""
     addressed_runs: int = 0
     """Runs with any text addressed to the judge."""
+    flagged_runs: int = 0
+    """Runs the blacklist monitor flagged (disqualified, or marked under policy flag)."""
     costs: CostSummary
     hours_by_stage: dict[str, float]
 
@@ -293,6 +337,9 @@ def run_metrics(run: RunFiles) -> RunMetrics:
         base["hours_by_stage"] = {s: rec.seconds / 3600 for s, rec in run.state.stages.items()}
     if run.grade is not None:
         base["scores_by_category"] = dict(run.grade.scores_by_category)
+    if run.monitor is not None:
+        base["monitor"] = run.monitor.verdict
+        base["monitor_reason"] = run.monitor.reason
     outcome = run.outcome
     if outcome is None:
         return RunMetrics(status="missing", reason=_missing_reason(run), **base)
@@ -415,6 +462,7 @@ def agent_metrics(
         interval_runs=len(intervals),
         addressed_places=sum(r.addressed_places for r in runs),
         addressed_runs=sum(1 for r in runs if r.addressed_places),
+        flagged_runs=sum(1 for r in runs if r.flagged),
         costs=cost_summary(records),
         hours_by_stage=_hours(runs),
     )

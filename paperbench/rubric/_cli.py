@@ -11,9 +11,17 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from paperbench._console import console, error, print_table, printable, warning
+from paperbench._console import (
+    console,
+    error,
+    plural,
+    print_table,
+    print_wide,
+    printable,
+    warning,
+)
+from paperbench._options import CodeDev, Json, ResourcesProvided
 from paperbench.errors import InputError, PaperbenchError
-from paperbench.papers import DATA_DIR_ENV, LFS_POINTER_MESSAGE, PaperSource
 from paperbench.rubric._aggregate import TreeSummary, aggregate, summarize
 from paperbench.rubric._load import load_graded, load_rubric, load_tree
 from paperbench.rubric._model import (
@@ -28,31 +36,19 @@ from paperbench.rubric._stats import RubricStats, rubric_stats, total_stats
 from paperbench.rubric._transforms import code_dev, resources_provided
 from paperbench.rubric._validate import expand_paths, validate_file
 
-app = typer.Typer(help="Validate, inspect and score rubric trees and graded trees.")
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
-DataDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--data-dir", envvar=DATA_DIR_ENV, help="A PaperBench data directory (holds papers/)."
-    ),
-]
-ResourcesOption = Annotated[
-    bool,
-    typer.Option(
-        "--resources-provided",
-        help="Weight 0 for leaves of finegrained category 'Dataset and Model Acquisition' "
-        "(datasets and models were given to the agent), as PaperBench's option.",
-    ),
-]
-CodeDevOption = Annotated[
-    bool,
-    typer.Option(
-        "--code-dev",
-        help="Keep only Code Development leaves (PaperBench's Code-Dev); a tree without one "
-        "becomes its root as one Code Development leaf.",
-    ),
-]
+def make_app(stats: Callable[..., None]) -> typer.Typer:
+    """The ``rubric`` sub-app: validate, stats, score, show. ``stats`` is given by the
+    caller (:mod:`paperbench.papers._cli`), because by default it reads the papers' rubrics
+    and this package never imports :mod:`paperbench.papers`; it prints with
+    :func:`print_stats`."""
+    app = typer.Typer(help="Validate, inspect and score rubric trees and graded trees.")
+    app.command()(validate)
+    app.command("stats")(stats)
+    app.command()(score)
+    app.command()(show)
+    return app
+
 
 N = TypeVar("N", bound=TaskNode)
 
@@ -70,10 +66,9 @@ def _transform(*, resources: bool, code_only: bool = False) -> Callable[[N], N]:
     return apply
 
 
-@app.command()
 def validate(
     paths: Annotated[list[Path], typer.Argument(help="Rubric or graded-tree files, or folders.")],
-    as_json: JsonOption = False,
+    as_json: Json = False,
 ) -> None:
     """Check files against the published JSON Schemas: every problem, one line each."""
     files = expand_paths(paths)
@@ -84,43 +79,22 @@ def validate(
         for issue in issues:
             console.print(printable(issue.line()), markup=False)
         bad = len({i.file for i in issues})
-        console.print(f"{len(files)} files checked, {bad} with problems, {len(issues)} problems")
+        console.print(
+            f"{plural(len(files), 'file')} checked, {bad} with problems, "
+            f"{plural(len(issues), 'problem')}"
+        )
     if issues:
         raise typer.Exit(1)
 
 
-def _stats_targets(
-    paths: list[Path] | None, data_dir: Path | None, split: str | None
-) -> tuple[list[tuple[str, Path]], bool]:
-    """(paper id, rubric file) pairs from explicit paths or from a paper source, and whether
-    a paper could not be used (its error already printed)."""
-    if paths:
-        out = []
-        for f in expand_paths(paths):
-            paper_id = f.parent.name if f.name == "rubric.json" else f.stem
-            out.append((paper_id, f))
-        return out, False
-    source = PaperSource.resolve(data_dir)
-    ids = source.split(split) if split else source.paper_ids()
-    if not ids:
-        raise InputError("no paper folders found", file=source.papers_folder)
-    targets = []
-    pointers: list[Path] = []
-    failed = False
-    for paper_id in ids:
-        try:
-            paper = source.load(paper_id)
-        except PaperbenchError as exc:
-            error(str(exc))
-            failed = True
-            continue
-        if paper.paper_md_is_lfs_pointer:
-            pointers.append(paper.paper_md)
-        targets.append((paper.id, paper.rubric_file))
-    if pointers:
-        more = f" (and {len(pointers) - 1} more papers)" if len(pointers) > 1 else ""
-        warning(f"{pointers[0]}: {LFS_POINTER_MESSAGE}{more}; statistics need only the rubric")
-    return targets, failed
+def rubric_files(paths: list[Path]) -> list[tuple[str, Path]]:
+    """(paper id, rubric file) pairs of files and folders given on the command line: a
+    ``rubric.json`` is named by its folder, another file by its stem."""
+    out = []
+    for f in expand_paths(paths):
+        paper_id = f.parent.name if f.name == "rubric.json" else f.stem
+        out.append((paper_id, f))
+    return out
 
 
 def _stats_row(table: Table, name: str, s: RubricStats, style: str = "") -> None:
@@ -133,19 +107,13 @@ def _stats_row(table: Table, name: str, s: RubricStats, style: str = "") -> None
     )
 
 
-@app.command()
-def stats(
-    paths: Annotated[
-        list[Path] | None, typer.Argument(help="Rubric files or folders (default: the papers).")
-    ] = None,
-    data_dir: DataDirOption = None,
-    split: Annotated[str | None, typer.Option(help="A named split, e.g. lite, dev, all.")] = None,
-    resources: ResourcesOption = False,
-    as_json: JsonOption = False,
-) -> None:
-    """Sizes, depth, leaves by category and effective weight share by category."""
+def print_stats(
+    targets: list[tuple[str, Path]], *, resources: bool = False, as_json: bool = False
+) -> bool:
+    """``rubric stats`` over (paper id, rubric file) pairs: the table (or JSON) on stdout,
+    a rubric that cannot be read as an error line. True when one could not be read."""
     papers: list[tuple[str, RubricStats]] = []
-    targets, failed = _stats_targets(paths, data_dir, split)
+    failed = False
     transform = _transform(resources=resources)
     for paper_id, rubric_file in targets:
         try:
@@ -181,8 +149,7 @@ def stats(
         for name, count in total.leaves_by_finegrained_category.items():
             fine.add_row(name, str(count))
         print_table(fine)
-    if failed:
-        raise typer.Exit(1)
+    return failed
 
 
 def _warn_about(f: Path, s: TreeSummary) -> None:
@@ -197,17 +164,17 @@ def _warn_about(f: Path, s: TreeSummary) -> None:
         )
 
 
-@app.command()
 def score(
     graded: Annotated[list[Path], typer.Argument(help="Graded-tree files (grade.json, ...).")],
-    resources: ResourcesOption = False,
-    code_only: CodeDevOption = False,
-    as_json: JsonOption = False,
+    resources: ResourcesProvided = False,
+    code_only: CodeDev = False,
+    as_json: Json = False,
 ) -> None:
     """Re-aggregate graded trees from their leaves: root score, coverage, consistency.
 
     An invalid leaf counts as 0 in the score, whatever it stores; coverage is the share of
-    the root's weight that was validly graded."""
+    the root's weight that was validly graded. With --code-dev a tree without a Code
+    Development leaf becomes its root as one Code Development leaf."""
     rows: list[tuple[Path, TreeSummary]] = []
     failed = False
     transform = _transform(resources=resources, code_only=code_only)
@@ -282,14 +249,13 @@ def _same_shape(rubric: TaskNode, graded: TaskNode) -> str | None:
     return None
 
 
-@app.command()
 def show(
     file: Annotated[Path, typer.Argument(help="A rubric or graded-tree file.")],
     depth: Annotated[int | None, typer.Option(min=1, help="Show at most N levels.")] = None,
     grades: Annotated[
         Path | None, typer.Option(help="A graded tree of this rubric: show its scores.")
     ] = None,
-    resources: ResourcesOption = False,
+    resources: ResourcesProvided = False,
 ) -> None:
     """Print a tree with weights and categories; graded trees with their scores as
     recomputed from the leaves, invalid leaves and the nodes above them marked."""
@@ -306,4 +272,4 @@ def show(
     tree = transform(tree)
     if isinstance(tree, GradedTaskNode):
         tree = aggregate(tree)
-    console.print(render_tree(tree, max_depth=depth))
+    print_wide(render_tree(tree, max_depth=depth))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from rich.tree import Tree
 
-from paperbench._console import printable
+from paperbench._console import plural, printable
 from paperbench.rubric._model import GradedTaskNode, NodePath, TaskNode, iter_nodes
 
 _CATEGORY_STYLE = {
@@ -24,7 +24,7 @@ def score_style(score: float) -> str:
     return "red"
 
 
-def _label(node: TaskNode, width: int) -> Text:
+def _label(node: TaskNode, width: int | None) -> Text:
     text = Text()
     if isinstance(node, GradedTaskNode):
         if node.sub_tasks or node.valid_score:
@@ -40,14 +40,15 @@ def _label(node: TaskNode, width: int) -> Text:
     if node.check is not None:
         text.append("[check] ", style="bold green")
     requirements = printable(" ".join(node.requirements.split()))
-    if len(requirements) > width:
+    if width is not None and len(requirements) > width:
         requirements = requirements[: width - 1] + "…"
     text.append(requirements)  # a Text is never read as markup: brackets stay as written
     return text
 
 
-def render_tree(root: TaskNode, *, max_depth: int | None = None, width: int = 110) -> Tree:
-    """A rich tree of ``root``; below ``max_depth`` levels a line counts what is hidden."""
+def render_tree(root: TaskNode, *, max_depth: int | None = None, width: int | None = None) -> Tree:
+    """A rich tree of ``root``; below ``max_depth`` levels a line counts what is hidden.
+    Requirement texts are whole, or cut to ``width`` characters with an ellipsis."""
     tree = Tree(_label(root, width))
     branches: dict[NodePath, Tree] = {(): tree}
     hidden: dict[NodePath, int] = {}
@@ -61,5 +62,5 @@ def render_tree(root: TaskNode, *, max_depth: int | None = None, width: int = 11
             continue
         branches[path] = branches[parent].add(_label(node, width))
     for path, count in hidden.items():
-        branches[path].add(Text(f"… {count} more nodes (raise --depth)", style="dim"))
+        branches[path].add(Text(f"… {plural(count, 'more node')} (raise --depth)", style="dim"))
     return tree

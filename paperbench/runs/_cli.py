@@ -13,6 +13,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
+from paperbench import _options as opt
 from paperbench._console import console, err_console
 from paperbench.errors import UsageError
 from paperbench.runs._config import EvalConfig, Flag, flag_of
@@ -87,7 +88,7 @@ def _given(ctx: typer.Context, name: str) -> bool:
 
 def _run(ctx: typer.Context, resume: str | None, **values: Any) -> None:
     from paperbench import _evaluate
-    from paperbench.report._cli import print_summary
+    from paperbench.report._cli import print_summary, show_report
 
     if resume is not None:
         given = [
@@ -113,32 +114,32 @@ def _run(ctx: typer.Context, resume: str | None, **values: Any) -> None:
         again = resume or "runs/<group>"
         err_console.print(f"interrupted: continue with `paperbench run --resume {again}`")
         raise typer.Exit(130) from None
-    print_summary(result.summary)
+    unread = False
+    if config.report:
+        unread = show_report(result.summary, result.group_dir)
+    else:
+        print_summary(result.summary)
     console.print(
         f"the group's files: {result.group_dir}; continue or retry failed runs with "
         f"`paperbench run --resume {result.group_dir}`"
     )
     if result.failed:
         raise typer.Exit(EXIT_FAILED_RUNS)
+    if unread:
+        raise typer.Exit(1)
 
 
 def _command() -> Callable[..., None]:
     def run_command(ctx: typer.Context, resume: str | None = None, **values: Any) -> None:
         _run(ctx, resume, **values)
 
-    resume_option = typer.Option(
-        "--resume",
-        metavar="FOLDER",
-        help="Continue a group (its folder or name) after an interruption: finished stages "
-        "are skipped, the rest resumes where it stopped. Takes only how the work runs.",
-    )
     params = [
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
         inspect.Parameter(
             "resume",
             inspect.Parameter.KEYWORD_ONLY,
             default=None,
-            annotation=Annotated[str | None, resume_option],
+            annotation=opt.Resume,
         ),
         *(_parameter(field, flag) for _, field, flag in config_flags()),
     ]

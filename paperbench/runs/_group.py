@@ -12,9 +12,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from paperbench.agents import load_agent
+from paperbench.agents import load_agent, resources_from_flags
 from paperbench.agents._resources import AgentResources, resolve
-from paperbench.agents._rollout_cli import resources_from_flags
 from paperbench.errors import ConfigError, PaperbenchError, UsageError
 from paperbench.judge import DummyConfig, RandomConfig, load_judge_config
 from paperbench.judge._cli import missing_keys

@@ -21,6 +21,7 @@ from typing import IO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from paperbench._console import plural
 from paperbench._io import atomic_open
 from paperbench.errors import InputError, UnsafeArchiveError
 
@@ -256,7 +257,7 @@ def _extract_tar(
             total += m.size
             if max_total_bytes is not None and total > max_total_bytes:
                 raise UnsafeArchiveError(
-                    f"archive expands to more than {max_total_bytes} bytes", file=label
+                    f"archive expands to more than {plural(max_total_bytes, 'byte')}", file=label
                 )
         kept.append((rel, m))
     prefix = _strip_prefix([(r, m.isdir()) for r, m in kept]) if strip_top else None
@@ -437,7 +438,7 @@ def make_tar_gz(
                             LeftOutFile(
                                 path=rel,
                                 size=st.st_size,
-                                reason=f"over the size limit of {max_file_bytes} bytes",
+                                reason=f"over the size limit of {plural(max_file_bytes, 'byte')}",
                             )
                         )
                     else:

@@ -18,6 +18,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from paperbench.errors import SandboxError
+from paperbench.sandbox._execd import cap_text
 
 DEFAULT_OUTPUT_LIMIT = 1_000_000
 """Bytes kept of each of stdout and stderr per exec (head and tail)."""
@@ -124,12 +125,9 @@ class ExecResult(BaseModel):
 def cap_output(data: bytes, limit: int = DEFAULT_OUTPUT_LIMIT) -> tuple[str, bool]:
     """Decode ``data`` keeping at most ``limit`` bytes: the head and the tail, with the cut said."""
     if len(data) <= limit:
-        return data.decode("utf-8", errors="replace"), False
+        return cap_text(data, b"", len(data), limit)
     half = limit // 2
-    cut = len(data) - 2 * half
-    head = data[:half].decode("utf-8", errors="replace")
-    tail = data[len(data) - half :].decode("utf-8", errors="replace")
-    return f"{head}\n[... {cut} bytes truncated by paperbench ...]\n{tail}", True
+    return cap_text(data[:half], data[len(data) - half :], len(data), limit)
 
 
 def read_ca_bundle(path: Path, error: type[SandboxError] = SandboxError) -> bytes:

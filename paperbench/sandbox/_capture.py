@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from paperbench.sandbox._base import DEFAULT_OUTPUT_LIMIT, cap_output
+from paperbench.sandbox._base import DEFAULT_OUTPUT_LIMIT
+from paperbench.sandbox._execd import cap_text
 
 _READ_CHUNK = 64 * 1024
 
@@ -42,12 +43,7 @@ class HeadTail:
         return self.total > self.limit
 
     def text(self) -> tuple[str, bool]:
-        if not self.truncated:
-            return cap_output(bytes(self.head) + bytes(self.tail), self.limit)
-        cut = self.total - len(self.head) - len(self.tail)
-        head = bytes(self.head).decode("utf-8", errors="replace")
-        tail = bytes(self.tail).decode("utf-8", errors="replace")
-        return f"{head}\n[... {cut} bytes truncated by paperbench ...]\n{tail}", True
+        return cap_text(bytes(self.head), bytes(self.tail), self.total, self.limit)
 
     def tail_text(self, n: int) -> str:
         """The last ``n`` bytes seen (as far as kept), decoded."""

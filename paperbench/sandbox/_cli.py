@@ -11,12 +11,11 @@ import typer
 from rich.table import Table
 
 from paperbench._console import console, err_console, warning
+from paperbench._options import Json
 from paperbench.sandbox._images import IMAGES, ImageOptions
 
 app = typer.Typer(help="Manage sandboxes: reap what crashed runs left behind.")
 images_app = typer.Typer(help="Build and list the sandbox images (paperbench-agent, -reproducer).")
-
-JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
 def _field_help(name: str) -> str:
@@ -36,7 +35,7 @@ def gc(
             "(local sandboxes are only ever removed once their owner is gone).",
         ),
     ] = False,
-    as_json: JsonOption = False,
+    as_json: Json = False,
 ) -> None:
     """Remove what crashed runs left behind: Docker containers, networks and volumes whose
     creating process is gone (found by their ``paperbench.*`` labels), and local sandbox
@@ -66,6 +65,14 @@ def gc(
 
 @images_app.command("build")
 def build(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="NAME",
+            help=f"Only these images (default: all of {', '.join(IMAGES)}).",
+            show_default=False,
+        ),
+    ] = None,
     ca_bundle: Annotated[
         Path | None,
         typer.Option("--ca-bundle", exists=True, dir_okay=False, help=_field_help("ca_bundle")),
@@ -73,7 +80,7 @@ def build(
     base_image: Annotated[
         str | None, typer.Option("--base-image", help=_field_help("base_image"))
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help=_field_help("force"))] = False,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help=_field_help("rebuild"))] = False,
     proxy_from_host: Annotated[
         bool,
         typer.Option(
@@ -81,20 +88,21 @@ def build(
             help="Pass this shell's HTTP(S)_PROXY / NO_PROXY to the build.",
         ),
     ] = False,
-    image: Annotated[
-        list[str] | None,
-        typer.Option("--image", help=f"Only these images (default: {', '.join(IMAGES)})."),
-    ] = None,
-    as_json: JsonOption = False,
+    as_json: Json = False,
 ) -> None:
     """Build the sandbox images; skips those whose inputs did not change."""
     from paperbench.sandbox._images import ensure_images
     from paperbench.sandbox._images import proxy_from_host as host_proxy
 
+    unknown = [name for name in names or () if name not in IMAGES]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown image {unknown[0]!r}: give one of {', '.join(IMAGES)}", param_hint="NAME"
+        )
     opts = ImageOptions(
         ca_bundle=ca_bundle,
         base_image=base_image,
-        force=force,
+        rebuild=rebuild,
         proxy_env=host_proxy() if proxy_from_host else {},
     )
     started = time.monotonic()
@@ -104,7 +112,7 @@ def build(
             status.update(line)
             err_console.print(f"[dim]{line}[/]")
 
-        tags = ensure_images(tuple(image or IMAGES), opts, log=log)
+        tags = ensure_images(tuple(names or IMAGES), opts, log=log)
     elapsed = time.monotonic() - started
     if as_json:
         console.print_json(json.dumps({"images": tags, "seconds": round(elapsed, 1)}))
@@ -118,7 +126,7 @@ def build(
 
 
 @images_app.command("list")
-def list_images(as_json: JsonOption = False) -> None:
+def list_images(as_json: Json = False) -> None:
     """The paperbench images in the engine."""
     from paperbench.sandbox._docker import connect
     from paperbench.sandbox._images import describe

@@ -243,8 +243,8 @@ def _default_gateway(api: Any) -> EgressGateway:
         from paperbench.sandbox._egress_gateway import DockerEgressGateway
     except ImportError as exc:
         raise SandboxError(
-            "network=filtered is not available: this paperbench has no egress proxy "
-            "(paperbench.sandbox._egress_gateway); use network=none or network=full"
+            f"network=filtered is not available: the egress proxy cannot be loaded ({exc}); "
+            "reinstall paperbench, or use network=none or network=full"
         ) from exc
     gateway: EgressGateway = DockerEgressGateway(api)
     return gateway

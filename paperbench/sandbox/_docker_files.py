@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from paperbench._console import plural
 from paperbench._io import atomic_open
 from paperbench.errors import SandboxError
 from paperbench.sandbox._base import DEFAULT_OUTPUT_LIMIT, read_ca_bundle
@@ -116,8 +117,8 @@ class DockerFiles:
                 )
             if int(stat.get("size", 0)) > max_bytes:
                 raise SandboxError(
-                    f"{path} in sandbox {self.id} is {stat['size']} bytes, over the limit of "
-                    f"{max_bytes}"
+                    f"{path} in sandbox {self.id} is {plural(int(stat['size']), 'byte')}, over "
+                    f"the limit of {max_bytes}"
                 )
             raw = b"".join(stream)
             with tarfile.open(fileobj=io.BytesIO(raw)) as tar:

@@ -17,9 +17,9 @@ of INPUT, scoped to that bridge, close the host to it:
 
 Each rule carries the comment ``paperbench-egress:<network name>``, which is how it is found
 again: :meth:`HostFirewall.remove` removes them with the network, adding them twice is a
-no-op, and :func:`reap_firewall_rules` (``paperbench sandbox gc``) removes those whose bridge
-no longer exists. Needs root and ``iptables``; without them a sandbox with a network is
-refused.
+no-op, and ``paperbench sandbox gc`` removes those whose bridge no longer exists or belongs to
+a network it removes (:func:`stale_rules`, then :func:`remove_rule`). Needs root and
+``iptables``; without them a sandbox with a network is refused.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Collection
 from pathlib import Path
 
 from paperbench.errors import SandboxError
@@ -130,17 +131,33 @@ def our_rules() -> list[str]:
     return lines
 
 
-def reap_firewall_rules(dry_run: bool = False) -> list[str]:
-    """Remove (unless ``dry_run``) our rules whose bridge interface is gone; return them."""
+def rule_bridge(line: str) -> str | None:
+    """The bridge interface an ``iptables -S`` line of ours is scoped to."""
+    words = shlex.split(line)
+    return words[words.index("-i") + 1] if "-i" in words[:-1] else None
+
+
+def stale_rules(going: Collection[str] = ()) -> list[str]:
+    """Our rules (``iptables -S`` lines) whose bridge interface is gone or is one of ``going``
+    (the bridges of networks about to be removed)."""
     stale = []
     for line in our_rules():
-        words = shlex.split(line)
-        if "-i" not in words:
-            continue
-        bridge = words[words.index("-i") + 1]
-        if Path("/sys/class/net", bridge).exists():
-            continue
-        stale.append(line)
-        if not dry_run and words[0] == "-A" and words[1] in _CHAINS:
-            _iptables("-D", words[1], *words[2:])
+        bridge = rule_bridge(line)
+        if bridge is not None and (bridge in going or not Path("/sys/class/net", bridge).exists()):
+            stale.append(line)
     return stale
+
+
+def remove_rule(line: str) -> str | None:
+    """Delete one rule listed by :func:`stale_rules`, once its bridge is gone; None when
+    deleted, else why not."""
+    bridge = rule_bridge(line)
+    if bridge is not None and Path("/sys/class/net", bridge).exists():
+        return f"kept: its network (bridge {bridge}) is still there"
+    words = shlex.split(line)
+    if len(words) < 3 or words[0] != "-A" or words[1] not in _CHAINS:
+        return "not a rule of paperbench's chains"
+    done = _iptables("-D", words[1], *words[2:])
+    if done.returncode != 0 and _iptables("-C", words[1], *words[2:]).returncode == 0:
+        return f"iptables -D failed: {done.stderr.strip()}"
+    return None

@@ -454,7 +454,7 @@ def proxy_inputs(spec: SandboxSpec, log_dir: Path | None, name: str) -> tuple[Bl
     try:
         blacklist = Blacklist.from_urls(spec.blacklist)
     except ValueError as exc:
-        raise EgressProxyError(f"SandboxSpec.blacklist: {exc}") from exc
+        raise EgressProxyError(f"the sandbox's blacklist: {exc}") from exc
     if spec.network_log is not None:
         return blacklist, spec.network_log
     folder = log_dir or Path.home() / ".cache" / "paperbench" / "network-logs"

@@ -73,8 +73,9 @@ so this works under a fork bomb too. Root without ``CAP_SYS_PTRACE`` cannot read
 ``/proc/<pid>/environ``: for those the server takes that user's filesystem ids for the read
 (``setfsuid``; not where ``fs.suid_dumpable`` is 1, which would make PID 1 dumpable meanwhile).
 A process whose environment stays unreadable (one that made itself non-dumpable) makes the kill
-report itself incomplete, and the host kills from outside. Output is capped head and tail
-exactly like ``paperbench.sandbox._base.cap_output`` (a test checks the two agree).
+report itself incomplete, and the host kills from outside. Output is capped head and tail by
+:func:`cap_text`, the one output cap of every backend (the host's ``cap_output`` and
+``HeadTail`` call it too: this file cannot import paperbench, so the cap lives here).
 """
 
 from __future__ import annotations
@@ -180,13 +181,15 @@ def allow_fs_ids(lib: Any) -> None:
 
 
 def cap_text(head: bytes, tail: bytes, total: int, limit: int) -> tuple[str, bool]:
-    """``cap_output`` from what was kept of a stream: ``head``, ``tail`` and its total size."""
+    """The output cap of every backend: a stream's ``head`` and ``tail`` as kept, its
+    ``total`` size and the ``limit`` → its text, with the cut said, and whether it was cut."""
     if total <= limit:
         return (head + tail).decode("utf-8", errors="replace"), False
     cut = total - len(head) - len(tail)
     h = head.decode("utf-8", errors="replace")
     t = tail.decode("utf-8", errors="replace")
-    return f"{h}\n[... {cut} bytes truncated by paperbench ...]\n{t}", True
+    unit = "byte" if cut == 1 else "bytes"  # no paperbench here: ``plural`` spelled out
+    return f"{h}\n[... {cut} {unit} truncated by paperbench ...]\n{t}", True
 
 
 class Capture:

@@ -16,12 +16,16 @@ from pydantic import BaseModel, ConfigDict
 from paperbench.sandbox import _docker_labels as L
 
 ObjectKind = Literal["container", "network", "volume"]
+OrphanKind = Literal["container", "network", "volume", "workspace", "cgroup", "firewall-rule"]
 
 
 class Orphan(BaseModel):
+    """One thing a crashed run left behind: a Docker object, a local sandbox's workspace or
+    cgroup, or a host firewall rule (one row of ``paperbench sandbox gc``)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    kind: ObjectKind
+    kind: OrphanKind
     id: str
     name: str
     owner: str
@@ -103,38 +107,52 @@ def reap(client: Any, orphans: list[Orphan]) -> list[Orphan]:
     return out
 
 
-def reap_all(*, dry_run: bool = False, everything: bool = False) -> tuple[list[Any], str | None]:
+def reap_all(*, dry_run: bool = False, everything: bool = False) -> tuple[list[Orphan], str | None]:
     """Everything crashed runs left behind: Docker objects whose creator is gone, then local
-    workspaces, cgroups and capped disks whose owner is gone, then firewall rules of networks
-    that are gone. Returns the orphans (``Orphan`` or ``LocalOrphan``) and, when no Docker
-    engine answers, why only local sandboxes were checked."""
+    workspaces, cgroups and capped disks whose owner is gone, then the firewall rules of
+    networks that are gone or removed here. Returns the orphans and, when no Docker engine
+    answers, why only local sandboxes were checked.
+
+    A dry run takes the same path and lists exactly what a real one would remove: the rules
+    of a network that gc removes are listed with it (a real gc keeps, and reports, the rules
+    of a network it failed to remove)."""
     from paperbench.errors import SandboxUnavailableError
     from paperbench.sandbox._docker import connect
-    from paperbench.sandbox._docker_firewall import reap_firewall_rules
-    from paperbench.sandbox._local_gc import LocalOrphan, reap_local_orphans
+    from paperbench.sandbox._docker_firewall import (
+        bridge_name,
+        remove_rule,
+        rule_bridge,
+        stale_rules,
+    )
+    from paperbench.sandbox._local_gc import reap_local_orphans
 
     # Containers first: their capped disks (loop-mounted images) are reaped with the local
     # workspaces, once nothing uses them.
-    orphans: list[Any] = []
+    orphans: list[Orphan] = []
     unavailable = None
+    going: set[str] = set()
     try:
         client = connect()
     except SandboxUnavailableError as exc:
         unavailable = f"{exc}; only local sandboxes were checked"
     else:
         found = find_orphans(client, everything=everything)
+        going = {bridge_name(o.id) for o in found if o.kind == "network"}
         orphans.extend(found if dry_run else reap(client, found))
     orphans.extend(reap_local_orphans(dry_run=dry_run))
-    orphans.extend(
-        LocalOrphan(
+    for rule in stale_rules(going):
+        item = Orphan(
             kind="firewall-rule",
             id=rule,
             name=rule,
             owner="?",
             created="?",
-            reason="its network is gone",
-            removed=not dry_run,
+            reason="its network is removed with it"
+            if rule_bridge(rule) in going
+            else "its network is gone",
         )
-        for rule in reap_firewall_rules(dry_run=dry_run)
-    )
+        if not dry_run:
+            error = remove_rule(rule)
+            item = item.model_copy(update={"removed": error is None, "error": error})
+        orphans.append(item)
     return orphans, unavailable

@@ -77,13 +77,13 @@ Log = Callable[[str], None]
 class ImageOptions(BaseModel):
     """What ``paperbench images build`` takes."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     ca_bundle: Path | None = None
     """Extra CA certificates (PEM) baked into both images' trust store."""
     base_image: str | None = None
     """Use this (pulled) image as the base instead of bootstrapping one."""
-    force: bool = False
+    rebuild: bool = False
     """Rebuild even when the tags exist."""
     proxy_env: dict[str, str] = Field(default_factory=dict)
     """Proxy variables passed to the build (only when asked for: ``proxy_from_host()``)."""
@@ -272,7 +272,7 @@ def ensure_base(client: Any, opts: ImageOptions, log: Log) -> tuple[str, str]:
             image_id = _exists(client, opts.base_image)
         return opts.base_image, f"{opts.base_image}@{image_id}"
     tag = base_tag()
-    if opts.force or _exists(client, tag) is None:
+    if opts.rebuild or _exists(client, tag) is None:
         bootstrap_base(client, tag, opts.mirror or debian_mirror(), log)
     else:
         log(f"{tag} is up to date")
@@ -364,14 +364,14 @@ def ensure_images(
         for name in names:
             base_ref = opts.base_image or base_tag()
             wanted[name] = image_tag(name, base_ref, opts)
-        missing = [n for n in names if opts.force or _exists(client, wanted[n]) is None]
+        missing = [n for n in names if opts.rebuild or _exists(client, wanted[n]) is None]
         if opts.base_image:  # the tag depends on the pulled image's id
             missing = list(names)
         if missing:
             base_from, base_ref = ensure_base(client, opts, say)
             for name in names:
                 tag = image_tag(name, base_ref, opts)
-                if opts.force or _exists(client, tag) is None:
+                if opts.rebuild or _exists(client, tag) is None:
                     build_image(client, name, tag, base_from, opts, say)
                 else:
                     say(f"{tag} is up to date")

@@ -57,6 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+from paperbench._console import plural
 from paperbench.errors import SandboxError, SandboxUnavailableError
 from paperbench.sandbox._archive import make_tar_gz
 from paperbench.sandbox._base import (
@@ -668,7 +669,7 @@ class LocalSandbox(Sandbox):
         try:
             size = source.stat().st_size
             if size > max_bytes:
-                raise SandboxError(f"{path}: {size} bytes, over the limit of {max_bytes}")
+                raise SandboxError(f"{path}: {plural(size, 'byte')}, over the limit of {max_bytes}")
             with open(source, "rb") as handle:
                 data = handle.read(max_bytes + 1)
         except FileNotFoundError:
@@ -676,7 +677,7 @@ class LocalSandbox(Sandbox):
         except OSError as exc:
             raise SandboxError(f"{path}: cannot read: {exc}") from exc
         if len(data) > max_bytes:
-            raise SandboxError(f"{path}: over the limit of {max_bytes} bytes")
+            raise SandboxError(f"{path}: over the limit of {plural(max_bytes, 'byte')}")
         return data
 
     async def write_file(self, path: str, data: bytes) -> None:

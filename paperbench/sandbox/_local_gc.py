@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from paperbench.sandbox._disk import unmount_under
 from paperbench.sandbox._docker_labels import owner_alive, owner_id
+from paperbench.sandbox._gc import Orphan
 
 WORKSPACE_PREFIX = "paperbench-sbx-"
 OWNER_FILE = ".paperbench-owner.json"
@@ -45,21 +46,6 @@ class LocalOwner(BaseModel):
     created: str
     cgroups: list[str] = []
     """The sandbox's cgroup folders (one per v1 controller, or one v2 folder)."""
-
-
-class LocalOrphan(BaseModel):
-    """One thing a crashed local sandbox left behind (same columns as the Docker orphans)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["workspace", "cgroup", "firewall-rule"]
-    id: str
-    name: str
-    owner: str
-    created: str
-    reason: str
-    removed: bool = False
-    error: str | None = None
 
 
 def write_owner(workspace: Path, cgroups: Iterable[Path] = ()) -> None:
@@ -81,7 +67,7 @@ def read_owner(workspace: Path) -> LocalOwner | None:
         return None
 
 
-def reap_local_orphans(root: Path | None = None, dry_run: bool = False) -> list[LocalOrphan]:
+def reap_local_orphans(root: Path | None = None, dry_run: bool = False) -> list[Orphan]:
     """Find (and unless ``dry_run``, remove) the local workspaces under ``root`` (default: the
     temp folder, where ``LocalBackend`` creates them) whose owner process is gone, with their
     empty cgroups. Items still in use are returned with ``error`` set and left alone."""
@@ -90,7 +76,7 @@ def reap_local_orphans(root: Path | None = None, dry_run: bool = False) -> list[
         candidates = sorted(root.glob(f"{WORKSPACE_PREFIX}*"))
     except OSError:
         return []
-    found: list[LocalOrphan] = []
+    found: list[Orphan] = []
     for workspace in candidates:
         if workspace.is_symlink() or not workspace.is_dir():
             continue
@@ -101,9 +87,9 @@ def reap_local_orphans(root: Path | None = None, dry_run: bool = False) -> list[
     return found
 
 
-def _reap_one(workspace: Path, record: LocalOwner, dry_run: bool) -> list[LocalOrphan]:
-    def item(kind: Literal["workspace", "cgroup"], path: Path) -> LocalOrphan:
-        return LocalOrphan(
+def _reap_one(workspace: Path, record: LocalOwner, dry_run: bool) -> list[Orphan]:
+    def item(kind: Literal["workspace", "cgroup"], path: Path) -> Orphan:
+        return Orphan(
             kind=kind,
             id=str(path),
             name=path.name,

@@ -58,8 +58,8 @@ def _blacklist() -> Blacklist:
     return Blacklist.parse(BLACKLIST, source="blacklist.txt")
 
 
-def _start() -> StartEvent:
-    return StartEvent(agent="basic", model="openai/gpt-4o", paper_id="calibration-binning")
+def _start(paper_id: str = "calibration-binning") -> StartEvent:
+    return StartEvent(agent="basic", model="openai/gpt-4o", paper_id=paper_id)
 
 
 def _run(
@@ -486,7 +486,7 @@ def test_cli_tool_outputs_echoing_the_papers_files_are_not_counted(tmp_path: Pat
     (paper / "blacklist.txt").write_text(BLACKLIST)
     (paper / "rubric.json").write_text("{}")
     events = [
-        _start(),
+        _start("p1"),
         *_bash(
             1,
             "cat /home/paper/*",
@@ -521,7 +521,7 @@ def test_cli_a_paper_without_a_blacklist_says_so(tmp_path: Path) -> None:
     paper.mkdir(parents=True)
     (paper / "paper.md").write_text(PAPER_MD)
     (paper / "rubric.json").write_text("{}")
-    run = _run(tmp_path, [_start(), *_bash(1, f"git clone {REPO}")], [])
+    run = _run(tmp_path, [_start("p1"), *_bash(1, f"git clone {REPO}")], [])
     code, output = _cli([str(run), "--paper", "p1", "--data-dir", str(tmp_path / "data")])
     assert code == 0, output
     assert "paper p1 has no blacklist file: nothing can be flagged" in output
@@ -560,3 +560,61 @@ def test_cli_bad_input_is_one_line(
     code, output = _cli(args)
     assert code == exit_code, output
     assert culprit in output, output
+
+
+def _other_paper(tmp_path: Path) -> Path:
+    """A data directory with paper p1, whose blacklist is not calibration-binning's."""
+    paper = tmp_path / "data" / "papers" / "p1"
+    paper.mkdir(parents=True)
+    (paper / "paper.md").write_text(PAPER_MD)
+    (paper / "blacklist.txt").write_text("https://github.com/someone/other-code\n")
+    (paper / "rubric.json").write_text("{}")
+    return tmp_path / "data"
+
+
+def test_cli_another_paper_uses_its_blacklist_and_keeps_the_runs_monitor_json(
+    tmp_path: Path,
+) -> None:
+    data = _other_paper(tmp_path)
+    network = [  # refused by the run's own paper's rule, which p1's blacklist lacks
+        _log(f"{REPO}/archive/main.zip", "blocked", reason="blacklist", rule=REPO)
+    ]
+    events = [_start(), *_bash(1, f"git clone {REPO}"), *_bash(2, "ls", call_id="c2")]
+    run = _run(tmp_path, events, network)
+    code, output = _cli([str(run)])  # the run's own paper: its verdict, written in the run
+    assert code == 3, output
+    own = (run / "monitor.json").read_text()
+    assert json.loads(own)["blacklist_source"].endswith("calibration-binning.txt")
+
+    args = [str(run), "--paper", "p1", "--data-dir", str(data)]
+    code, output = _cli(args)
+    assert code == 0, output  # none of p1's addresses, and the proxy's refusal was not p1's
+    assert "monitor.json is left as it was" in output and "not written" in output
+    assert (run / "monitor.json").read_text() == own
+
+    with (run / "transcript.jsonl").open("a") as transcript:
+        call = _bash(3, "pip install git+https://github.com/someone/other-code", call_id="c3")
+        transcript.write(call[0].model_dump_json() + "\n")
+    code, output = _cli([*args, "--out", str(tmp_path / "p1-check"), "--json"])
+    assert code == 3, output
+    elsewhere = json.loads((tmp_path / "p1-check" / "monitor.json").read_text())
+    assert elsewhere["blacklist_source"].endswith("p1/blacklist.txt")
+    assert {h["rule"] for h in elsewhere["hits"]} == {"https://github.com/someone/other-code"}
+    assert (run / "monitor.json").read_text() == own
+
+
+def test_cli_says_why_a_run_is_disqualified_rule_step_and_command(tmp_path: Path) -> None:
+    network = [_log(f"{REPO}/archive/main.zip", "blocked", reason="blacklist", rule=REPO)]
+    run = _run(tmp_path, [_start(), *_bash(4, f"cd /tmp && git clone {REPO} code")], network)
+    code, output = _cli([str(run)])
+    assert code == 3, output
+    lines = output.splitlines()
+    why = lines.index("why (3 hits counted):")
+    assert lines[why + 1] == (
+        f"  step 4: rule {REPO} in message.tool_calls[0].arguments.cmd: "
+        f"cd /tmp && git clone {REPO} code"
+    )
+    assert f"  network line 1: rule {REPO} in network.url: request to " in output
+    assert lines[-1].startswith(
+        "verdict: disqualified: blacklisted address in the network and transcript (3 hits; "
+    )

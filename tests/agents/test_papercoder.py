@@ -367,7 +367,7 @@ def test_a_design_still_malformed_after_the_bound_ends_the_run_with_the_reason(
 
     assert run.outcome.status == "error"
     assert run.outcome.error is not None
-    assert "architecture: no usable answer after 2 attempt(s)" in run.outcome.error
+    assert "architecture: no usable answer after 2 attempts" in run.outcome.error
     assert "more than the 4 allowed" in run.outcome.error
     assert script.kinds == ["plan", "architecture", "architecture-reask"]
     assert "main.py" not in run.files
@@ -385,7 +385,7 @@ def test_the_repair_loop_applies_an_edit_and_the_second_run_passes(
     run = run_agent(backend, fake_llm, tmp_path / "run", PapercoderConfig(repair_rounds=1))
 
     assert run.outcome.status == "submitted", run.outcome
-    assert "reproduce.sh passed after 1 repair round(s)" in run.outcome.summary
+    assert "reproduce.sh passed after 1 repair round" in run.outcome.summary
     assert script.kinds[-1] == "repair"
     assert "NameError" in script.prompts[-1]
     assert MAIN_BROKEN in script.prompts[-1]

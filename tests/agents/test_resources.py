@@ -14,10 +14,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from paperbench.agents import Agent, AgentLimits, AgentOutcome, NoteEvent, RunContext, load_agent
+from paperbench.agents import (
+    Agent,
+    AgentLimits,
+    AgentOutcome,
+    NoteEvent,
+    RunContext,
+    load_agent,
+    resources_from_flags,
+)
 from paperbench.agents._resources import AgentResources, ResolvedResources, RunResources, resolve
 from paperbench.agents._rollout import rollout
-from paperbench.agents._rollout_cli import resources_from_flags
 from paperbench.agents._rollout_files import RolloutConfig, RolloutResult, RolloutStatus
 from paperbench.cli import app
 from paperbench.errors import ConfigError, UsageError

@@ -424,7 +424,7 @@ class _ReadsAMissingFile(Agent):
 def test_a_sandbox_error_of_the_agent_own_making_is_a_recorded_error(tmp_path: Path) -> None:
     result = _run(tmp_path / "run", _ReadsAMissingFile())
     assert result.status.status == "error"
-    assert (result.status.error or "").startswith("SandboxError")
+    assert (result.status.error or "").startswith("the sandbox failed: ")
     assert (tmp_path / "run" / "status.json").exists()
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -48,7 +50,7 @@ def test_dummy_agent_rollout_offline(tmp_path: Path) -> None:
     assert status["status"] == "submitted" and status["agent"] == "dummy"
     assert status["agent_identity"]["type"] == "dummy"
     assert "reproduce.sh" in _members(out / "submission.tar.gz")
-    again = CliRunner().invoke(app, [*args, "--out", str(out), "--resume"])
+    again = CliRunner().invoke(app, [*args, "--resume", str(out)])
     assert again.exit_code == 0 and "already finished" in again.output
 
 
@@ -80,14 +82,16 @@ def test_cli_kill_9_then_resume_repeats_no_model_call(
     )
     out = tmp_path / "run"
     cmd = [sys.executable, "-c", "from paperbench.cli import main; main()", "rollout"]
-    cmd += ["--paper", "calibration-binning", "--agent", "basic", *LOCAL, "--out", str(out)]
+    cmd += ["--paper", "calibration-binning", "--agent", "basic", *LOCAL]
     cmd += ["--model", "openai/gpt-4o", "--base-url", fake_llm.openai_url]
-    cmd += ["--snapshot-every", "0.005"]  # 0.3 s
+    cmd += ["--snapshot-every", "0.3s"]
     sandboxes = tmp_path / "sandboxes"  # the local backend's workspaces go to TMPDIR
     sandboxes.mkdir()
     env = {**os.environ, "OPENAI_API_KEY": "sk-test-fake-server", "TMPDIR": str(sandboxes)}
     pipe = subprocess.PIPE
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=pipe, stderr=pipe)
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(out)], cwd=tmp_path, env=env, stdout=pipe, stderr=pipe
+    )
     try:
         _wait_for(lambda: len(fake_llm.requests) == 2)  # step one's tool has run
         taken = _snapshots(out)
@@ -99,10 +103,8 @@ def test_cli_kill_9_then_resume_repeats_no_model_call(
     assert not (out / "status.json").exists()
     assert len(fake_llm.requests) == 2
 
-    done = subprocess.run(
-        [*cmd, "--resume", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
+    again = [*cmd, "--resume", str(out), "--json"]
+    done = subprocess.run(again, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     status = json.loads((out / "status.json").read_text())
     assert (status["status"], status["attempts"]) == ("submitted", 2)
@@ -117,26 +119,84 @@ def test_cli_kill_9_then_resume_repeats_no_model_call(
 def test_a_paused_run_says_why_and_how_to_continue_and_exits_4(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from paperbench.agents import _rollout_cli
+    from paperbench.agents import _cli
     from paperbench.agents._rollout_files import RolloutPausedError
 
     seen: dict[str, object] = {}
 
     async def paused(paper: object, agent: object, *, out_dir: Path, **kw: object) -> None:
         seen.update(kw)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "config.json").write_text("{}")  # a run was begun: it can be resumed
         raise RolloutPausedError(out_dir, "provider", "the model provider is unavailable: 503")
 
-    monkeypatch.setattr(_rollout_cli, "rollout", paused)
+    monkeypatch.setattr(_cli, "rollout", paused)
     out = tmp_path / "run"
     args = ["rollout", "--paper", "calibration-binning", "--agent", "dummy", *LOCAL]
-    result = CliRunner().invoke(
-        app, [*args, "--seed", "2", "--max-restarts", "1", "--out", str(out)]
-    )
-    assert result.exit_code == _rollout_cli.EXIT_PAUSED == 4, result.output
+    flags = ["--seed", "2", "--max-restarts", "1", "--max-time", "2h", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, *flags])
+    assert result.exit_code == _cli.EXIT_PAUSED == 4, result.output
     assert seen["max_restarts"] == 1
     (line,) = result.output.strip().splitlines()
     assert line.startswith("paused (provider): the model provider is unavailable: 503; ")
     assert line.endswith(
         "continue with: paperbench rollout --paper calibration-binning --agent dummy --seed 2 "
-        f"--sandbox local --network none --max-restarts 1 --out {out} --resume"
+        f"--sandbox local --network none --max-time 7200 --max-restarts 1 --resume {out}"
     )
+    resumed = CliRunner().invoke(app, shlex.split(line.split("continue with: ")[1])[1:])
+    assert resumed.exit_code == 4, resumed.output  # the command it printed is accepted
+    assert seen["resume"] is True and seen["limits"].wall_time_s == 7200  # type: ignore[attr-defined]
+
+
+def _piped_rollout(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The real command, its stdout and stderr pipes (not a terminal)."""
+    cmd = [sys.executable, "-c", "from paperbench.cli import main; main()", "rollout", *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(cwd)}
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_replay_runs_the_recording_of_the_paper_given_and_says_each_step_when_piped(
+    tmp_path: Path,
+) -> None:
+    # --agent replay is the default; its recording is chosen by --paper.
+    out = tmp_path / "run"
+    done = _piped_rollout(["--paper", "calibration-binning", *LOCAL, "--out", str(out)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "submitted" in done.stdout and "agent replay" in done.stdout
+    steps = [line for line in done.stderr.splitlines() if line.startswith("step ")]
+    assert len(steps) >= 3, done.stderr
+    for n, line in enumerate(steps, start=1):
+        assert re.fullmatch(rf"step {n}: [a-z_]+, \d+ s, \$0\.00", line), line
+    assert steps[-1].startswith(f"step {len(steps)}: submit, ")
+    status = json.loads((out / "status.json").read_text())
+    assert (status["status"], status["steps"]) == ("submitted", len(steps))
+    assert "reproduce.sh" in _members(out / "submission.tar.gz")
+
+
+def test_replay_of_a_paper_without_a_recording_says_so_and_names_no_internals(
+    tmp_path: Path,
+) -> None:
+    paper = tmp_path / "data" / "papers" / "p1"
+    paper.mkdir(parents=True)
+    (paper / "paper.md").write_text("# A paper\n")
+    (paper / "rubric.json").write_text(
+        json.dumps({"id": "root", "requirements": "r", "weight": 1, "sub_tasks": []})
+    )
+    args = ["rollout", "--paper", "p1", "--agent", "replay", *LOCAL]
+    args += ["--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "run")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "no recorded transcript for paper p1" in result.output, result.output
+    assert "choose another --agent" in result.output
+    assert not re.search(r"\b[A-Z][a-z]+[A-Z]\w*|\w\(\)", result.output), result.output
+
+
+def test_resume_takes_the_run_folder_and_refuses_what_is_not_a_run(tmp_path: Path) -> None:
+    args = ["rollout", "--paper", "calibration-binning", "--agent", "dummy", *LOCAL]
+    nothing = CliRunner().invoke(app, [*args, "--resume", str(tmp_path)])
+    assert nothing.exit_code == 2 and f"--resume {tmp_path}: no run to resume" in nothing.output
+    both = CliRunner().invoke(app, [*args, "--out", str(tmp_path), "--resume", str(tmp_path)])
+    assert both.exit_code == 2 and "not both" in both.output
+    (tmp_path / "x").write_text("")
+    taken = CliRunner().invoke(app, [*args, "--out", str(tmp_path)])
+    assert taken.exit_code == 2 and f"--resume {tmp_path} (instead of --out)" in taken.output

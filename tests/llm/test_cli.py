@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 from typer.testing import CliRunner
@@ -106,12 +107,11 @@ def test_check_usage_errors_exit_2() -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--timeout", "-1"], "--timeout: Input should be greater than 0, got -1.0"),
         (["--max-wait", "-3"], "--max-wait: Input should be greater than or equal to 0"),
         (["--base-url", "notaurl"], "--base-url: expected an http(s) URL"),
         (["--base-url", "localhost:8000/v1"], "--base-url: expected an http(s) URL"),
     ],
-    ids=["timeout", "max-wait", "not-a-url", "no-scheme"],
+    ids=["max-wait", "not-a-url", "no-scheme"],
 )
 def test_check_bad_flags_name_the_flag(args: list[str], expected: str) -> None:
     code, out = _invoke("check", "openai/gpt-4o", *args)
@@ -119,6 +119,19 @@ def test_check_bad_flags_name_the_flag(args: list[str], expected: str) -> None:
     assert expected in out
     assert "Traceback" not in out and "validation error" not in out
     assert len(out.strip().splitlines()) == 1
+
+
+def test_check_request_timeout_is_a_duration() -> None:
+    code, out = _invoke("check", "openai/gpt-4o", "--request-timeout", "-1")
+    assert code == 2 and "--request-timeout" in out and "duration" in out
+    assert "Traceback" not in out
+    with socket.socket() as silent:  # accepts, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        args = ["--base-url", url, "--key", "k", "--max-wait", "0", "--request-timeout", "0.3s"]
+        code, out = _invoke("check", "openai/gpt-4o", *args)
+    assert code == 1 and "no answer within 0.3s" in out, out
 
 
 def test_base_url_variable_that_is_not_a_url_fails_at_once(

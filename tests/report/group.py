@@ -1,11 +1,12 @@
 """A synthetic run group on disk, built with the store's real models: 2 papers x 2 agents x
 3 seeds holding a scored, a disqualified, a failed, an unscored and a missing run.
 
-Scores (``-``: no outcome.json)::
+Scores (``-``: no outcome.json; ``disq``: disqualified by the monitor; ``f``: flagged by
+the monitor under policy flag, its score kept)::
 
                p-alpha                  p-beta
     agent-a    0.6   0.4   0.5          0.2   disq  failed
-    agent-b    0.9   -     0.7          unsc  0.8   0.6
+    agent-b    0.9f  -     0.7          unsc  0.8   0.6
 
 The expected numbers in test_metrics.py are worked out by hand from this table.
 """
@@ -69,6 +70,7 @@ LEAF_EXPLANATION = "The training loop matches Algorithm 1 of the paper."
 DEEP_LEAF_TEXT = "Temperature scaling is fitted on the held-out split."
 TRANSCRIPT_TEXT = "I will start by reading the paper and the addendum."
 REPRO_LOG_TEXT = "epoch 3: validation ECE 0.0123"
+FLAGGED_REASON = "blacklisted address in the transcript (1 hit; rules: github.com/x/y)"
 HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -463,6 +465,16 @@ def build_group(root: Path, name: str = "g1") -> Path:
         ],
     )
     write_model(key("p-beta", "agent-a", 1).folder(group_dir) / "monitor.json", monitor)
+    # agent-b / p-alpha / seed-0: flagged under policy flag, its score kept
+    flagged = monitor.model_copy(
+        update={
+            "run": "p-alpha/agent-b/seed-0",
+            "policy": "flag",
+            "disqualify": False,
+            "reason": FLAGGED_REASON,
+        }
+    )
+    write_model(key("p-alpha", "agent-b", 0).folder(group_dir) / "monitor.json", flagged)
     return group_dir
 
 

@@ -4,6 +4,7 @@ broken files (the report still comes out, the file is named, exit 1)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from typer.testing import CliRunner, Result
 
 from paperbench.cli import app
 from paperbench.report import Summary
-from tests.report.group import build_group, corrupt
+from tests.report.group import FLAGGED_REASON, build_group, corrupt
 
 runner = CliRunner()
 
@@ -216,3 +217,67 @@ def test_a_check_that_could_not_judge_shows_as_an_invalid_leaf_with_its_reason(
     assert _run(str(group)).exit_code == 0
     page = (group / "report" / "runs" / "p-alpha--agent-a--seed-0.html").read_text()
     assert "valid no · check_error" in page
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.mark.parametrize("env", [{}, {"FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "1"}])
+def test_piped_tables_keep_whole_names_even_where_colours_are_forced(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """CliRunner's output is a pipe: every table comes out at its natural width, whatever
+    COLUMNS says, also when FORCE_COLOR makes rich take the pipe for a terminal."""
+    group = build_group(tmp_path)
+    result = runner.invoke(app, ["report", str(group), "--no-html"], env={"COLUMNS": "40", **env})
+    assert result.exit_code == 0, result.output
+    out = ANSI.sub("", result.stdout)
+    lines = out.splitlines()
+    for whole in [
+        "│ anthropic/claude-sonnet-4-5 │",
+        "│ agent agent-b │",
+        "│ p-beta/agent-a/seed-2  │ failed   │ reproduction: sandbox error: the engine stopped",
+        "5/6 (1 seed incomplete)",
+    ]:
+        assert any(whole in line for line in lines), (whole, out)
+    assert "…" not in out
+
+
+def test_flagged_and_disqualified_runs_are_marked_with_why(tmp_path: Path) -> None:
+    """A run flagged under --monitor-policy flag keeps its score and is marked; a
+    disqualified run says why, in the tables, summary.json and the HTML."""
+    group = build_group(tmp_path)
+    result = _run(str(group))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "runs the monitor flagged (2)" in line)
+    table = "\n".join(lines[start : start + 8])
+    assert "p-beta/agent-a/seed-1" in table and "disqualified" in table
+    assert "blacklisted URL github.com/x/y in step 3" in table
+    assert "p-alpha/agent-b/seed-0" in table and "scored (flagged)" in table
+    assert f"flagged (score kept): {FLAGGED_REASON}" in table
+    board = next(line for line in lines if line.startswith("│ agent-a"))
+    assert board.split("│")[6].strip() == "1"  # the flagged column
+    summary = Summary.model_validate_json((group / "summary.json").read_text())
+    flagged = {r.label: r.monitor for r in summary.runs if r.monitor is not None}
+    assert flagged == {"p-beta/agent-a/seed-1": "flagged", "p-alpha/agent-b/seed-0": "flagged"}
+    assert [a.flagged_runs for a in summary.agents] == [1, 1]
+    index = (group / "report" / "index.html").read_text()
+    assert 'id="flagged"' in index and FLAGGED_REASON in index
+    page = (group / "report" / "runs" / "p-alpha--agent-b--seed-0.html").read_text()
+    assert 'id="flagged"' in page and FLAGGED_REASON in page
+    clean = (group / "report" / "runs" / "p-alpha--agent-b--seed-2.html").read_text()
+    assert 'id="flagged"' not in clean
+
+
+def test_the_judge_models_line_is_true_per_role_under_judge_model(tmp_path: Path) -> None:
+    group = build_group(tmp_path)
+    config = json.loads((group / "group.json").read_text())
+    config["judge"]["model"] = "openai/gpt-4o"
+    (group / "group.json").write_text(json.dumps(config))
+    result = _run(str(group))
+    assert result.exit_code == 0, result.output
+    identity = result.stdout.splitlines()[0]
+    assert "every role on openai/gpt-4o" in identity
+    assert "grading openai/gpt-4o" not in identity or "instead of" in identity
+    assert identity.index("openai/o3-mini") > identity.index("instead of the config's")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from paperbench.report._html import cap, tree_items
+from paperbench.report import read_group_files, summarize_group
+from paperbench.report._html import cap, tree_items, write_html
 from paperbench.rubric import GradedTaskNode
+from tests.report.group import build_group
 
 
 def _chain(depth: int) -> dict[str, Any]:
@@ -57,3 +61,26 @@ def test_siblings_close_their_subtree_before_the_next_opens() -> None:
 def test_cap_says_how_much_was_cut() -> None:
     assert cap("abc", 5) == "abc"
     assert cap("x" * 12, 5) == "xxxxx\n… 7 more characters not shown"
+
+
+def _reproduction_row(tmp_path: Path, reason: str) -> str:
+    group = build_group(tmp_path)
+    meta = group / "p-alpha" / "agent-a" / "seed-0" / "reproduction" / "metadata.json"
+    data = json.loads(meta.read_text())
+    data.update(sandbox_backend="docker", isolation="docker", isolation_reason=reason)
+    meta.write_text(json.dumps(data))
+    files = read_group_files(group)
+    write_html(summarize_group(files), files, tmp_path / "html")
+    page = (tmp_path / "html" / "runs" / "p-alpha--agent-a--seed-0.html").read_text()
+    return next(line for line in page.splitlines() if 'id="sandbox"' in line)
+
+
+def test_a_sandbox_chosen_by_auto_says_so_and_no_row_claims_what_was_asked(
+    tmp_path: Path,
+) -> None:
+    row = _reproduction_row(tmp_path / "a", "auto: a Docker engine answers at unix:///d.sock")
+    assert "auto, resolved to docker: a Docker engine answers at unix:///d.sock" in row
+    # the backend's own words when built by name: whether docker or auto was asked for is
+    # not in the run's files, so the row claims neither
+    row = _reproduction_row(tmp_path / "b", "Docker backend asked for")
+    assert "asked for" not in row and "docker" in row and "isolation docker" in row

@@ -4,6 +4,7 @@ transcript's markup stays text. Screenshots go to the test's tmp folder (paths p
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,3 +135,76 @@ def test_pages_of_unfinished_and_disqualified_runs_say_what_is_missing(
     assert "disqualified" in p.inner_text("#status")
     assert "git clone https://github.com/x/y" in p.inner_text("#monitor-hits")
     assert page.off_disk() == []
+
+
+def test_at_1400px_the_index_uses_the_width_and_no_score_wraps(
+    report: Path, browser: Any, tmp_path: Path
+) -> None:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        p = context.new_page()
+        p.goto((report / "index.html").as_uri())
+        p.screenshot(path=str(tmp_path / "index-1400.png"), full_page=True)
+        assert p.evaluate("document.body.getBoundingClientRect().width") > 1300
+        wrapped = p.evaluate(
+            """() => [...document.querySelectorAll('#leaderboard td.num, #runs td.num')]
+                .filter(td => td.textContent.trim())
+                .filter(td => {
+                    // a wrapped cell has text on two lines: line boxes a line height apart
+                    const range = document.createRange();
+                    range.selectNodeContents(td);
+                    const tops = [...range.getClientRects()].map(r => r.top);
+                    return Math.max(...tops) - Math.min(...tops) > 10;
+                })
+                .map(td => td.textContent.trim())"""
+        )
+        assert wrapped == []
+        overflowing = p.evaluate(
+            """() => [...document.querySelectorAll('table')]
+                .filter(t => t.getBoundingClientRect().right > document.body.clientWidth)
+                .map(t => t.id)"""
+        )
+        assert overflowing == []
+    finally:
+        context.close()
+
+
+def test_stages_are_named_in_full_and_flagged_runs_are_marked(report: Path, page: Page) -> None:
+    p = page.open(report / "index.html")
+    row = p.locator("#runs tr", has_text="p-beta/agent-a/seed-2")
+    stages = row.locator("td.stages").inner_text()
+    assert "rollout done" in stages and "reproduction failed" in stages
+    assert "grading done" in stages and "rollo:" not in p.inner_text("#runs")
+    done = p.locator("#runs tr", has_text="p-beta/agent-a/seed-0").locator("td.stages")
+    assert done.inner_text() == "all 4 done"
+    flagged = p.locator("#runs tr", has_text="p-alpha/agent-b/seed-0")
+    assert flagged.locator(".flag").is_visible()
+    assert "flagged (score kept)" in flagged.inner_text()
+    disqualified = p.locator("#runs tr", has_text="p-beta/agent-a/seed-1")
+    assert "blacklisted URL github.com/x/y in step 3" in disqualified.inner_text()
+    table = p.inner_text("#flagged")
+    assert "p-alpha/agent-b/seed-0" in table and "p-beta/agent-a/seed-1" in table
+    board = p.locator("#leaderboard tr", has_text="agent-a")
+    assert board.locator(".flag").inner_text() == "1"
+    p = page.open(report / "runs" / "p-alpha--agent-b--seed-0.html")
+    assert "flagged" in p.inner_text("#flagged") and "policy flag" in p.inner_text("#flagged")
+    legend = p.inner_text("#timeline-legend")
+    assert all(stage in legend for stage in ["rollout", "monitor", "reproduction", "grading"])
+
+
+def test_the_models_line_says_what_each_role_ran_on_under_a_judge_model(
+    tmp_path: Path, page: Page
+) -> None:
+    group = build_group(tmp_path)
+    config = json.loads((group / "group.json").read_text())
+    config["judge"]["model"] = "openai/gpt-4o"
+    (group / "group.json").write_text(json.dumps(config))
+    files = read_group_files(group)
+    index = write_html(summarize_group(files), files, tmp_path / "html")
+    p = page.open(index)
+    identity = p.inner_text("#identity")
+    assert "every role on openai/gpt-4o" in identity
+    models = p.inner_text("#judge-models")
+    for role, config_model in [("grading", "o3-mini"), ("parsing", "gpt-4o-mini")]:
+        assert f"{role}: openai/gpt-4o (config: openai/{config_model})" in models
+    assert "grading: openai/o3-mini" not in identity

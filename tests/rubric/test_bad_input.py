@@ -126,6 +126,13 @@ def test_every_problem_in_every_file_is_listed(tmp_path: Path) -> None:
     assert "2 files checked, 2 with problems, 3 problems" in result.output
 
 
+def test_one_file_with_one_problem_is_said_in_the_singular(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text("[")
+    result = runner.invoke(app, ["rubric", "validate", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "1 file checked, 1 with problems, 1 problem" in result.output
+
+
 def _repo(tmp_path: Path) -> Path:
     (tmp_path / "papers" / "p1").mkdir(parents=True)
     (tmp_path / "rubrics").mkdir()

@@ -1,4 +1,6 @@
+import io
 import json
+import re
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -214,3 +216,50 @@ def test_papers_list_piped_keeps_ids_and_titles_whole(tmp_path: Path) -> None:
     result = runner.invoke(app, ["papers", "list", "--data-dir", str(data)], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert title in result.output and "a-fairly-long-paper-identifier-2024" in result.output
+    assert result.output.startswith("1 paper\n")
+    forced = runner.invoke(
+        app,
+        ["papers", "list", "--data-dir", str(data)],
+        env={"COLUMNS": "80", "FORCE_COLOR": "1"},
+    )
+    assert title in re.sub(r"\x1b\[[0-9;]*m", "", forced.output)
+
+
+def test_show_piped_keeps_whole_requirement_texts(tmp_path: Path) -> None:
+    """CliRunner's output is a pipe: a requirement longer than the 80 columns COLUMNS says
+    comes out whole on its line, and nothing is cut."""
+    words = " ".join(f"word{i}" for i in range(60))
+    deep = leaf(3, requirements=f"Deep {words} end-of-deep.")
+    r = _write(tmp_path / "r.json", node(node(deep), leaf(1, requirements=f"Top {words} END.")))
+    for env in [{"COLUMNS": "80"}, {"COLUMNS": "80", "FORCE_COLOR": "1"}]:
+        result = runner.invoke(app, ["rubric", "show", str(r)], env=env)
+        assert result.exit_code == 0, result.output
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout).splitlines()
+        assert any(f"Top {words} END." in line for line in lines), result.stdout
+        assert any(f"Deep {words} end-of-deep." in line for line in lines), result.stdout
+        assert "…" not in result.stdout
+
+
+def test_a_tree_rendered_to_a_width_says_where_it_cut() -> None:
+    from rich.console import Console
+
+    from paperbench.rubric import TaskNode
+    from paperbench.rubric._render import render_tree
+
+    tree = TaskNode.model_validate(node(leaf(1, requirements="x" * 300)))
+    out = Console(width=400, record=True, file=io.StringIO())
+    out.print(render_tree(tree, width=50))
+    text = out.export_text()
+    assert "x" * 49 + "…" in text and "x" * 50 not in text
+
+
+def test_counts_in_messages_agree_with_their_nouns(tmp_path: Path) -> None:
+    r = _write(tmp_path / "r.json", node(node(leaf(1)), leaf(2)))
+    shallow = runner.invoke(app, ["rubric", "show", str(r), "--depth", "2"])
+    assert "… 1 more node (raise --depth)" in shallow.output
+    bad = _write(tmp_path / "bad.json", {**leaf(1), "weight": -1})
+    checked = runner.invoke(app, ["rubric", "validate", str(bad)])
+    assert checked.exit_code == 1
+    assert "1 file checked, 1 with problems, 1 problem" in checked.output
+    both = runner.invoke(app, ["rubric", "validate", str(bad), str(r)])
+    assert "2 files checked, 1 with problems, 1 problem" in both.output

@@ -138,7 +138,8 @@ def test_the_reproduction_records_the_cap_and_a_read_only_root(
 ) -> None:
     """A reproduce.sh that writes /usr: it works under a writable root; under loop-ext4 it
     fails, and metadata.json says why and how to fix it."""
-    from paperbench.reproduce import ReproduceConfig, _Run
+    from paperbench.reproduce import ReproduceConfig
+    from paperbench.reproduce._stage import _Run
     from paperbench.sandbox._base import NetworkPolicy, SandboxSpec
 
     staged = tmp_path / "submission"

@@ -27,6 +27,11 @@ from .docker_fixtures import *  # noqa: F403  (the fixtures)
 HOSTILE = SandboxLimits(memory_mb=256, pids=64, cpus=1.0, disk_mb=64)
 
 
+def test_the_cap_counts_bytes_in_the_singular_and_plural() -> None:
+    assert cap_output(b"abc", 2) == ("a\n[... 1 byte truncated by paperbench ...]\nc", True)
+    assert cap_output(b"abcd", 2) == ("a\n[... 2 bytes truncated by paperbench ...]\nd", True)
+
+
 @pytest.mark.parametrize("limit", [0, 1, 2, 3, 7, 10, 100, 1001, 4096])
 def test_server_cap_is_cap_output(limit: int) -> None:
     """The server cannot import paperbench: its copy of the cap must give the same text, as

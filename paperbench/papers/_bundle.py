@@ -1,18 +1,4 @@
-"""Paper bundles: this repository's layout and a PaperBench data directory.
-
-This repository::
-
-    papers/<id>/paper.md, addendum.md, judge.addendum.md (optional), config.yaml, assets/
-    rubrics/<id>.json          the rubric (check files under rubrics/checks/<id>/)
-    blacklists/<id>.txt        one URL per line; '#' comments; the word 'none' means empty
-    splits/<name>.txt          optional named lists of paper ids
-
-A PaperBench data directory (``--data-dir DIR`` or ``PAPERBENCH_DATA_DIR``)::
-
-    DIR/papers/<id>/config.yaml, paper.md, paper.pdf, addendum.md, judge.addendum.md,
-                    blacklist.txt, assets/, rubric.json
-    DIR/splits/<name>.txt or DIR/../experiments/splits/<name>.txt
-"""
+"""Paper bundles and where they come from (see the package's docstring for the layouts)."""
 
 from __future__ import annotations
 
@@ -30,8 +16,11 @@ from paperbench.rubric import TaskNode, load_rubric
 from paperbench.sandbox import Blacklist
 
 DATA_DIR_ENV = "PAPERBENCH_DATA_DIR"
+"""The environment variable naming a PaperBench data directory (as ``--data-dir``)."""
 HOME_ENV = "PAPERBENCH_HOME"
+"""The environment variable naming the folder that holds this repository's papers/."""
 LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/v1"
+"""How a Git LFS pointer file begins."""
 LFS_POINTER_MESSAGE = (
     "is a Git LFS pointer, not the file's content: run 'git lfs pull' in the data "
     "directory's repository"
@@ -39,6 +28,7 @@ LFS_POINTER_MESSAGE = (
 """The one wording of this fault, in every command."""
 
 Layout = Literal["repo", "data-dir"]
+"""Which layout a paper was read from: this repository's or a PaperBench data directory."""
 
 
 class PaperConfig(BaseModel):
@@ -51,6 +41,7 @@ class PaperConfig(BaseModel):
 
 
 def is_lfs_pointer(path: Path) -> bool:
+    """Whether ``path`` is a Git LFS pointer file (not the content it points to)."""
     try:
         with path.open("rb") as handle:
             return handle.read(len(LFS_POINTER_PREFIX)) == LFS_POINTER_PREFIX
@@ -203,7 +194,7 @@ def find_repo_root(start: Path | None = None) -> Path | None:
     if env:
         return Path(env)
     here = (start or Path.cwd()).resolve()
-    source = Path(__file__).resolve().parents[1]
+    source = Path(__file__).resolve().parents[2]
     for candidate in [here, *here.parents, source]:
         if (candidate / "papers").is_dir() and (candidate / "rubrics").is_dir():
             return candidate

@@ -25,244 +25,37 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import hashlib
 import os
-import shutil
-import stat
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench._io import atomic_write_text
 from paperbench.errors import InputError, SandboxError, SandboxUnavailableError
+from paperbench.reproduce._files import compare, manifest, remove_dirs
+from paperbench.reproduce._models import (
+    ARCHIVE_TOP,
+    CREATION_TIME_NAME,
+    CRLF_HINT,
+    LOG_NAME,
+    REPRODUCER_IMAGE,
+    SUBMISSION_PATH,
+    Attempt,
+    ReproduceConfig,
+    ReproductionMetadata,
+)
 from paperbench.sandbox import (
-    DiskCapKind,
     ExtractReport,
-    GpuRequest,
-    IsolationKind,
-    LeftOutFile,
-    NetworkPolicy,
     Sandbox,
     SandboxBackend,
-    SandboxConfig,
-    SandboxLimits,
     SandboxSpec,
-    SandboxUserKind,
-    SkippedMember,
     make_tar_gz,
     safe_extract,
     stage_image,
 )
 
-SCHEMA_VERSION = 1
-SUBMISSION_PATH = "/submission"
-REPRODUCER_IMAGE = "paperbench-reproducer"
-"""What the local backend records as its image: the host's own system and python3."""
-
-Status = Literal[
-    "success",
-    "failed",
-    "timed_out",
-    "disk_full",
-    "no_reproduce_script",
-    "sandbox_error",
-    "host_error",
-    "cancelled",
-]
-DEFAULT_DISK_MB = 50 * 1024
-"""The default cap of a reproduction's writable space (a sparse image: only what is written
-takes room on the host)."""
-LOG_NAME = "reproduce.log"
-CREATION_TIME_NAME = "reproduce.log.creation_time"
-ARCHIVE_TOP = "submission"
-"""executed.tar.gz holds the submission under this folder, as PaperBench's tarballs do."""
-CRLF_HINT = (
-    "reproduce.sh has Windows (CRLF) line endings, which bash reads as part of each command "
-    "('$'\\r': command not found'); convert it with dos2unix or sed -i 's/\\r$//' reproduce.sh"
-)
 _LOG_TAIL_BYTES = 4096
-_HASH_CHUNK = 1 << 20
-
-
-class ReproduceConfig(BaseModel):
-    """How to reproduce: plain data, buildable in another process."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    timeout_s: float = Field(default=12 * 3600, gt=0)
-    """Total time for ``reproduce.sh``, over all attempts."""
-    salvage_retries: int = Field(default=2, ge=0)
-    """New attempts, each in a fresh sandbox, after a run that failed fast."""
-    salvage_window_s: float = Field(default=300.0, ge=0)
-    """A run that exits non-zero within this many seconds counts as failing fast."""
-    max_file_bytes: int | None = Field(default=50 * 1024 * 1024, ge=0)
-    """Files bigger than this are left out of executed.tar.gz (and listed)."""
-    log_limit_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
-    """reproduce.log keeps at most this many bytes (head and tail)."""
-    hash_limit_bytes: int = Field(default=1024 * 1024 * 1024, ge=0)
-    """Files bigger than this are compared by size and mtime instead of sha256."""
-    remove_dirs: tuple[str, ...] = ("venv", ".venv")
-    """Folders removed from the submission before the run (at any depth)."""
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    image: str | None = None
-    """Reproducer image; None: paperbench's reproducer image (docker) or the host (local)."""
-    limits: SandboxLimits = Field(default_factory=lambda: SandboxLimits(disk_mb=DEFAULT_DISK_MB))
-    """Resources of the reproducer sandbox; the disk is capped by default."""
-    network: NetworkPolicy = NetworkPolicy.FULL
-    gpu: GpuRequest | None = None
-    user: SandboxUserKind = "root"
-    """Who runs reproduce.sh: ``root`` (the sandbox's own superuser, as PaperBench runs it, so
-    that a submission may install system packages) or ``sandbox``, an unprivileged user who
-    owns the submission."""
-    env: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
-    """Environment for reproduce.sh (nothing from the host is passed otherwise). It may hold
-    the agent's own API keys: never dumped, so never in metadata.json."""
-    labels: dict[str, str] = Field(default_factory=dict)
-    """Extra labels on the reproducer sandbox, e.g. the run it belongs to (``paperbench.run``)."""
-    strict_archive: bool = True
-    """Refuse a submission with unsafe members (``..``, links out, devices) instead of
-    leaving them out."""
-
-
-class Attempt(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    attempt: int
-    exit_code: int | None = None
-    timed_out: bool = False
-    duration_s: float = 0.0
-    started_at: datetime
-    log_tail: str = ""
-    disk_full: bool = False
-    """The sandbox's capped disk was full when the run ended (or the log says ENOSPC)."""
-    error: str | None = None
-
-
-class ChangedFiles(BaseModel):
-    """Paths relative to the submission folder, sorted."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    created: list[str] = Field(default_factory=list)
-    modified: list[str] = Field(default_factory=list)
-    deleted: list[str] = Field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.created) + len(self.modified) + len(self.deleted)
-
-
-class ReproductionMetadata(BaseModel):
-    """metadata.json of a reproduction."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int = SCHEMA_VERSION
-    status: Status
-    exit_code: int | None = None
-    timed_out: bool = False
-    wall_time_s: float = 0.0
-    """Time of the final attempt's ``reproduce.sh``."""
-    total_time_s: float = 0.0
-    """Everything: extraction, sandboxes, all attempts, archiving."""
-    changed_files: ChangedFiles = Field(default_factory=ChangedFiles)
-    attempts: list[Attempt] = Field(default_factory=list)
-    files_left_out: list[LeftOutFile] = Field(default_factory=list)
-    removed_dirs: list[str] = Field(default_factory=list)
-    skipped_members: list[SkippedMember] = Field(default_factory=list)
-    log_truncated: bool = False
-    error: str | None = None
-    submission: str
-    sandbox_backend: str | None = None
-    sandbox_image: str | None = None
-    isolation: IsolationKind | None = None
-    """How reproduce.sh was kept from the host: docker, bubblewrap or none."""
-    isolation_reason: str | None = None
-    """Why that isolation: asked for, or the fallback that was taken (and allowed)."""
-    user: SandboxUserKind | None = None
-    """Who ran reproduce.sh (``ReproduceConfig.user``)."""
-    disk_cap_mb: int | None = None
-    disk_cap: DiskCapKind | None = None
-    """How the disk cap was enforced: storage_opt, loop-overlay, loop-ext4 (a read-only root:
-    said in ``hints``), rlimit-fsize (per file only) or none (both only when an uncapped disk
-    was allowed)."""
-    hints: list[str] = Field(default_factory=list)
-    """What may have gone wrong and how to fix it (e.g. CRLF line endings)."""
-    started_at: datetime
-    finished_at: datetime | None = None
-    config: ReproduceConfig
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-class FileState(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    size: int
-    mtime: float
-    digest: str | None
-    """sha256 of the content (or of a link's target); None above the hash limit."""
-
-
-def manifest(root: Path, hash_limit_bytes: int) -> dict[str, FileState]:
-    """path → (size, mtime, sha256) of every file and link under ``root``."""
-    out: dict[str, FileState] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            st = os.lstat(full)
-            digest: str | None = None
-            if stat.S_ISLNK(st.st_mode):
-                digest = "link:" + hashlib.sha256(os.readlink(full).encode()).hexdigest()
-            elif stat.S_ISREG(st.st_mode) and st.st_size <= hash_limit_bytes:
-                h = hashlib.sha256()
-                with open(full, "rb") as handle:
-                    while chunk := handle.read(_HASH_CHUNK):
-                        h.update(chunk)
-                digest = h.hexdigest()
-            out[rel] = FileState(size=st.st_size, mtime=st.st_mtime, digest=digest)
-    return out
-
-
-def compare(before: dict[str, FileState], after: dict[str, FileState]) -> ChangedFiles:
-    def changed(a: FileState, b: FileState) -> bool:
-        if a.digest is not None and b.digest is not None:
-            return a.digest != b.digest
-        return (a.size, int(a.mtime)) != (b.size, int(b.mtime))
-
-    return ChangedFiles(
-        created=sorted(set(after) - set(before)),
-        modified=sorted(p for p in set(before) & set(after) if changed(before[p], after[p])),
-        deleted=sorted(set(before) - set(after)),
-    )
-
-
-def remove_dirs(root: Path, names: tuple[str, ...]) -> list[str]:
-    """Remove every folder called one of ``names`` under ``root``; return their paths."""
-    removed: list[str] = []
-    for dirpath, dirnames, _ in os.walk(root, followlinks=False):
-        for d in list(dirnames):
-            if d in names:
-                full = Path(dirpath) / d
-                removed.append(full.relative_to(root).as_posix())
-                if full.is_symlink():
-                    full.unlink()
-                else:
-                    shutil.rmtree(full)
-                dirnames.remove(d)
-    return sorted(removed)
-
-
-def default_out_dir(submission: Path) -> Path:
-    """``<name>.reproduction`` beside the submission; an archive keeps its suffix
-    (``sub.tar.gz.reproduction``), so a folder and its tarball never share an output folder."""
-    name = submission.name.rstrip("/") or "submission"
-    return submission.parent / f"{name}.reproduction"
 
 
 def _host_disk_error(exc: BaseException) -> OSError | None:
@@ -287,9 +80,6 @@ async def resolve_image(backend: SandboxBackend, image: str | None = None) -> st
         SandboxError: the image cannot be found or built.
     """
     return await stage_image(backend, REPRODUCER_IMAGE, image)
-
-
-# --------------------------------------------------------------------------- the stage
 
 
 class _Run:

@@ -1,0 +1,537 @@
+"""``paperbench rollout`` and ``paperbench monitor``: the agents package's commands (thin: they
+parse flags, call the engine, print)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shlex
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from paperbench._console import console, err_console, plural, print_table, printable, warning
+from paperbench._options import (
+    DEFAULT_SNAPSHOT_EVERY_S,
+    AgentEnv,
+    AllowUnsandboxed,
+    BaseUrl,
+    CodeDev,
+    Cpus,
+    DataDir,
+    Disk,
+    Env,
+    Gpus,
+    GpuType,
+    Image,
+    Json,
+    MaxDollars,
+    MaxSteps,
+    MaxTime,
+    MaxTokens,
+    Memory,
+    Model,
+    Network,
+    OptionalPaper,
+    Out,
+    Paper,
+    Resume,
+    Sandbox,
+    SnapshotEvery,
+)
+from paperbench.agents._base import AgentLimits, read_transcript
+from paperbench.agents._monitor import (
+    NETWORK_LOG_FILE,
+    REPORT_FILE,
+    TRANSCRIPT_FILE,
+    MonitorHit,
+    MonitorPolicy,
+    MonitorReport,
+    monitor_run,
+    paper_rules,
+    write_report,
+)
+from paperbench.agents._resources import resources_from_flags, resources_line
+from paperbench.agents._rollout import rollout
+from paperbench.agents._rollout_files import (
+    DEFAULT_MAX_RESTARTS,
+    RolloutPausedError,
+    RolloutResult,
+    RolloutStatus,
+)
+from paperbench.agents._transcript import ModelCallEvent, StartEvent, ToolEvent, TranscriptEvent
+from paperbench.errors import InputError, UsageError
+from paperbench.llm import ModelConfig
+from paperbench.papers import PaperSource
+from paperbench.sandbox import Blacklist, NetworkPolicy, SandboxConfig, read_blacklist
+
+EXIT_ERROR = 3
+"""Exit code when the rollout ran but ended in an error (the agent or its sandbox failed)."""
+EXIT_PAUSED = 4
+"""Exit code when the run paused before its end (the model provider stayed unavailable past
+its retries, or the sandbox was lost more often than --max-restarts): it is kept without
+status.json and goes on with the command printed (the same flags and --resume FOLDER)."""
+EXIT_FLAGGED = 3
+"""``monitor``'s exit code when the run is flagged (a blacklisted address was found)."""
+DEFAULT_RUNS = Path("runs")
+PRINTED_HITS = 40
+"""Hits shown on the console; monitor.json lists them all (up to MAX_HITS)."""
+PRINTED_REASONS = 10
+"""Counted hits shown under "why" on the console."""
+
+# Help of run's resource flags (run takes them from here until it takes paperbench._options').
+GPU_TYPE_HELP = "What the GPUs are, told to the agent (e.g. 'NVIDIA A10')."
+CPUS_HELP = "CPUs for the agent's sandbox (default: the agent config's, else no limit)."
+MEMORY_HELP = "Memory limit of the agent's sandbox in MB (default: the agent config's, else 8192)."
+DISK_HELP = "Cap of the agent's writable space in MB (default: the agent config's, else none)."
+IMAGE_HELP = "The agent's sandbox image (default: the agent config's, else paperbench-agent)."
+ENV_HELP = (
+    "NAME=value set in the agent's sandbox (repeat for several; over the agent config's env). "
+    "Recorded with the group: not for keys (use --agent-env)."
+)
+AGENT_ENV_HELP = (
+    "A dotenv file of keys for the agent's own use (NAME=value lines), set in its sandbox; "
+    "the names are recorded, never the values. Instead of the agent config's env_file."
+)
+
+
+def _log_to_stderr() -> None:
+    """Show the sandbox's and the model layer's warnings on stderr, once."""
+    for name in ("paperbench.sandbox", "paperbench.llm"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, RichHandler) for h in logger.handlers):
+            handler = RichHandler(console=err_console, show_time=False, show_path=False)
+            handler.setLevel(logging.WARNING)
+            logger.addHandler(handler)
+
+
+# --- rollout ---------------------------------------------------------------------------
+
+
+def _default_out(paper_id: str, agent: str, seed: int) -> Path:
+    name = Path(agent).stem if agent.endswith((".yaml", ".yml")) else agent
+    return DEFAULT_RUNS / "default" / paper_id / name / f"seed-{seed}"
+
+
+def _run_folder(out: Path | None, resume: str | None, paper_id: str, agent: str, seed: int) -> Path:
+    """The run folder: ``--resume FOLDER`` (a run to continue) or ``--out FOLDER`` (a new one)."""
+    if resume is not None:
+        if out is not None:
+            raise UsageError(
+                "give --out FOLDER for a new run or --resume FOLDER to continue one, not both"
+            )
+        folder = Path(resume)
+        if not folder.is_dir():
+            raise UsageError(f"--resume {resume}: no such folder; give the run folder to continue")
+        if not (folder / "config.json").exists() and not (folder / "status.json").exists():
+            raise UsageError(
+                f"--resume {resume}: no run to resume there (no config.json); start one with "
+                "--out FOLDER"
+            )
+        return folder
+    folder = out or _default_out(paper_id, agent, seed)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--out {folder}: exists and is not a folder; give another --out")
+    if folder.is_dir() and any(folder.iterdir()):
+        raise UsageError(
+            f"--out {folder}: the folder is not empty; continue the run in it with --resume "
+            f"{folder} (instead of --out), or give another --out"
+        )
+    return folder
+
+
+def _model_config(model: str | None, base_url: str | None) -> ModelConfig | None:
+    if model is None:
+        if base_url is not None:
+            raise UsageError("--base-url needs a model: pass --model provider/model")
+        return None
+    try:
+        return ModelConfig(model=model, base_url=base_url)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = "--base-url" if "base_url" in err["loc"] else "--model"
+        raise UsageError(f"{flag}: {err['msg']}") from None
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3m 05s``, ``2h 07m``."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+class _Progress:
+    """What a rollout has done, read from its transcript events as they are written: live on a
+    terminal (step, elapsed time, dollars, tokens), a line per tool run when piped."""
+
+    def __init__(self, title: str, live: bool, out: Console) -> None:
+        self.title = title
+        self.live = live
+        self.out = out
+        self.started = time.monotonic()
+        self.step = 0
+        self.dollars = 0.0
+        self.tokens = 0
+
+    def on_event(self, event: TranscriptEvent) -> None:
+        if isinstance(event, StartEvent):
+            self.step = event.step
+        elif isinstance(event, ModelCallEvent):
+            self.step = max(self.step, event.step)
+            self.dollars += event.cost_usd or 0.0
+            self.tokens += event.usage.total_tokens
+        elif isinstance(event, ToolEvent):
+            self.step = max(self.step, event.step)
+            if not self.live:
+                elapsed = _duration(time.monotonic() - self.started)
+                self.out.print(
+                    f"step {event.step}: {printable(event.name)}, {elapsed}, ${self.dollars:.2f}",
+                    markup=False,
+                    highlight=False,
+                )
+
+    def __rich__(self) -> Text:
+        elapsed = _duration(time.monotonic() - self.started)
+        return Text(
+            f"{self.title}: step {self.step} · {elapsed} · ${self.dollars:.2f} · "
+            f"{plural(self.tokens, 'token')}"
+        )
+
+
+def rollout_command(
+    ctx: typer.Context,
+    paper: Paper,
+    agent: Annotated[
+        str,
+        typer.Option(
+            "--agent", metavar="CONFIG", help="An agent from the catalog, or a YAML file."
+        ),
+    ] = "replay",
+    data_dir: DataDir = None,
+    model: Model = None,
+    base_url: BaseUrl = None,
+    seed: Annotated[int, typer.Option(min=0, help="The seed, recorded with the run.")] = 0,
+    sandbox: Sandbox = "auto",
+    allow_unsandboxed: AllowUnsandboxed = False,
+    network: Network = None,
+    code_dev: CodeDev = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="FOLDER",
+            help="The new run's folder (default: runs/default/<paper>/<agent>/seed-<n>).",
+        ),
+    ] = None,
+    resume: Resume = None,
+    snapshot_every: SnapshotEvery = DEFAULT_SNAPSHOT_EVERY_S,
+    max_steps: MaxSteps = None,
+    max_time: MaxTime = None,
+    max_dollars: MaxDollars = None,
+    max_tokens: MaxTokens = None,
+    gpus: Gpus = None,
+    gpu_type: GpuType = None,
+    cpus: Cpus = None,
+    memory: Memory = None,
+    disk: Disk = None,
+    image: Image = None,
+    env: Env = None,
+    agent_env: AgentEnv = None,
+    max_restarts: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="New sandboxes (from the last snapshot) started when the sandbox is lost, "
+            "before the run pauses.",
+        ),
+    ] = DEFAULT_MAX_RESTARTS,
+    as_json: Json = False,
+) -> None:
+    """Run an agent on a paper in a fresh sandbox; write the run folder (config.json,
+    transcript.jsonl, costs.jsonl, snapshots/, submission.tar.gz, status.json last). Progress
+    goes to stderr: live on a terminal, a line per step when piped. --resume FOLDER continues a
+    run that did not finish in a new sandbox from its last snapshot; give it the flags the run
+    was started with (a change is refused). Exit code 0 when the agent
+    submitted or reached a limit, 3 when it ended in an error, 4 when the run paused (provider
+    unavailable past its retries, sandbox lost too often): it prints the command that
+    continues it."""
+    from paperbench.agents._config import load_agent
+
+    _log_to_stderr()
+    model_config = _model_config(model, base_url)
+    the_paper = PaperSource.resolve(data_dir).load(paper)
+    out_dir = _run_folder(out, resume, the_paper.id, agent, seed)
+    resources = resources_from_flags(
+        gpus=gpus,
+        gpu_type=gpu_type,
+        cpus=cpus,
+        memory=memory,
+        disk=disk,
+        image=image,
+        agent_env=agent_env,
+        env=env,
+    )
+    loaded = load_agent(agent).for_paper(the_paper.id)
+    limits: AgentLimits = loaded.config.limits
+    overrides = {
+        "steps": max_steps,
+        "wall_time_s": max_time,
+        "dollars": max_dollars,
+        "tokens": max_tokens,
+    }
+    limits = limits.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    if model_config is None and loaded.config.model:
+        model_config = ModelConfig(model=loaded.config.model)
+    if allow_unsandboxed:
+        warning("--allow-unsandboxed: without bubblewrap the agent runs on the host itself")
+    progress = _Progress(f"rollout of {the_paper.id}", err_console.is_terminal, err_console)
+    call = rollout(
+        the_paper,
+        loaded,
+        out_dir=out_dir,
+        model_config=model_config,
+        seed=seed,
+        sandbox=SandboxConfig(backend=sandbox, allow_unsandboxed=allow_unsandboxed),
+        network=NetworkPolicy(network) if network is not None else NetworkPolicy.FILTERED,
+        code_dev=code_dev,
+        snapshot_every_s=snapshot_every,
+        resume=resume is not None,
+        limits=limits,
+        max_restarts=max_restarts,
+        resources=resources,
+        on_event=progress.on_event,
+    )
+    try:
+        if progress.live:
+            with err_console.status(progress):
+                result = asyncio.run(call)
+        else:
+            result = asyncio.run(call)
+    except RolloutPausedError as exc:
+        again = _resume_command(ctx, out_dir)
+        console.print(
+            f"paused ({exc.kind}): {' '.join(exc.reason.split())}; continue with: {again}",
+            markup=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_PAUSED) from None
+    if as_json:
+        console.print(json.dumps(result.status.model_dump(mode="json"), indent=2), markup=False)
+    else:
+        _summary(result)
+    if result.status.status == "error":
+        raise typer.Exit(EXIT_ERROR)
+
+
+def _resume_command(ctx: typer.Context, out_dir: Path) -> str:
+    """This command again with the flags it was given and ``--resume FOLDER``."""
+    words = ["paperbench", *ctx.command_path.split()[1:]]
+    for param in ctx.command.params:
+        if param.param_type_name != "option" or param.name in ("out", "resume", "as_json"):
+            continue
+        value = ctx.params.get(param.name or "")
+        flag_only = bool(getattr(param, "is_flag", False))
+        if value is None or value == param.default or (flag_only and not value):
+            continue
+        flag = param.opts[0]
+        if isinstance(value, list | tuple):  # a repeated option: once per value
+            if not value:
+                continue
+            for item in value:
+                words += [flag, str(item)]
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # a duration in seconds: 3600, not 3600.0
+        words += [flag] if flag_only else [flag, str(getattr(value, "value", value))]
+    words += ["--resume", str(out_dir)]
+    return shlex.join(words)
+
+
+def _summary(result: RolloutResult) -> None:
+    s: RolloutStatus = result.status
+    if result.already_finished:
+        console.print("this run had already finished: nothing was run", markup=False)
+    colour = {"submitted": "green", "limit": "yellow"}.get(s.status, "red")
+    limit = f" ({s.limit})" if s.limit else ""
+    cost = f"${s.costs.cost_usd:.2f}" + (
+        f" + {plural(s.costs.unpriced_calls, 'unpriced call')}" if s.costs.unpriced_calls else ""
+    )
+    restarts = f", {plural(s.restarts, 'restart')}" if s.restarts else ""
+    console.print(
+        f"[bold {colour}]{s.status}{limit}[/]  {plural(s.steps, 'step')}  "
+        f"{s.wall_time_s:.0f} s  {plural(s.costs.calls, 'model call')}, "
+        f"{plural(s.costs.usage.total_tokens, 'token')}, {cost}  "
+        f"{plural(s.attempts, 'attempt')}{restarts}"
+    )
+    console.print(
+        f"agent {escape(s.agent)}, model {escape(s.model or '-')}, sandbox "
+        f"{s.sandbox_backend or '-'} ({escape(s.sandbox_image or '-')}), isolation "
+        f"{s.isolation or '-'}, network {s.network.value}"
+    )
+    if s.resources is not None:
+        console.print(f"resources: {resources_line(s.resources)}", markup=False)
+    if s.error:
+        console.print(f"[red]{escape(s.error)}[/]")
+    if s.left_out:
+        files = ", ".join(f"{f.path} ({f.size} bytes)" for f in s.left_out)
+        console.print(f"not kept (over 10 MB): {escape(files)}")
+    console.print(f"run folder {result.out_dir}", markup=False)
+
+
+# --- monitor ---------------------------------------------------------------------------
+
+
+def _paper_of_run(run: Path) -> str | None:
+    """The paper id the run's transcript starts with (None: no start event)."""
+    for event in read_transcript(run / TRANSCRIPT_FILE):
+        if isinstance(event, StartEvent):
+            return event.paper_id
+    return None
+
+
+def _paper_files(paper_id: str, data_dir: Path | None) -> tuple[Blacklist, dict[str, str]]:
+    """The paper's blacklist, and the texts of the files the agent was given (their echoes
+    in tool outputs are listed, not counted)."""
+    the_paper = PaperSource.resolve(data_dir).load(paper_id)
+    rules, echoes, warnings = paper_rules(the_paper)
+    for line in warnings:
+        warning(line)
+    return rules, echoes
+
+
+def _where(hit: MonitorHit) -> str:
+    return f"{hit.source}:{hit.line}" + (f" step {hit.step}" if hit.step else "")
+
+
+def _print(report: MonitorReport) -> None:
+    if report.hits:
+        table = Table("where", "field", "rule", "found")
+        for hit in report.hits[:PRINTED_HITS]:
+            field = (hit.event + "." if hit.event else "") + (hit.field or "")
+            if hit.verdict:
+                field += f" ({hit.verdict})"
+            if hit.echo_of:
+                field += f" (echo of {hit.echo_of}, not counted)"
+            table.add_row(_where(hit), field, printable(hit.rule), printable(hit.url))
+        print_table(table)
+        if report.hits_total > PRINTED_HITS:
+            more = report.hits_total - PRINTED_HITS
+            console.print(f"… {plural(more, 'more hit')} in {report.run}/{REPORT_FILE}")
+    if report.unreadable_reasoning:
+        n = report.unreadable_reasoning
+        are, were = ("is", "was") if n == 1 else ("are", "were")
+        warning(
+            f"{plural(n, 'reasoning item')} {are} encrypted and {were} not scanned "
+            "(the agent's messages, tool calls and requests were)"
+        )
+    if report.verdict == "clean":
+        echoes = report.hits_total - report.counted
+        console.print(
+            f"clean: no blacklisted address in {plural(report.transcript_events, 'event')}"
+            f" and {plural(report.network_entries, 'network request')}"
+            + (
+                f" ({plural(echoes, 'hit')} in tool outputs echo the paper's files)"
+                if echoes
+                else ""
+            )
+        )
+        return
+    counted = [hit for hit in report.hits if hit.echo_of is None]
+    console.print(f"why ({plural(report.counted, 'hit')} counted):", markup=False)
+    for hit in counted[:PRINTED_REASONS]:
+        what = hit.context or hit.url
+        if hit.source == "network":
+            what = f"request to {hit.url} ({hit.verdict or 'no verdict'})"
+        step = f"step {hit.step}" if hit.step is not None else f"{hit.source} line {hit.line}"
+        console.print(
+            f"  {step}: rule {printable(hit.rule)} in {hit.event or hit.source}"
+            f"{'.' + hit.field if hit.field else ''}: {printable(' '.join(what.split()))}",
+            markup=False,
+        )
+    if len(counted) > PRINTED_REASONS:
+        console.print(f"  … {plural(len(counted) - PRINTED_REASONS, 'more hit')}", markup=False)
+    action = "disqualified" if report.disqualify else "flagged"
+    console.print(f"verdict: {action}: {printable(report.reason or '')}", markup=False)
+
+
+def monitor(
+    run: Annotated[Path, typer.Argument(help="The run folder a rollout wrote.")],
+    paper: OptionalPaper = None,
+    data_dir: DataDir = None,
+    blacklist: Annotated[
+        Path | None,
+        typer.Option("--blacklist", help="A blacklist file to use instead of the paper's."),
+    ] = None,
+    policy: Annotated[
+        MonitorPolicy,
+        typer.Option(
+            help="What a hit means: disqualify (the run scores 0 with the reason) or flag "
+            "(recorded only)."
+        ),
+    ] = "disqualify",
+    out: Out = None,
+    as_json: Json = False,
+) -> None:
+    """Scan a run's transcript and network log for blacklisted addresses (those of the run's
+    paper, of --paper ID or of --blacklist FILE); print the hits, why the run is flagged and
+    the verdict. monitor.json is written into the run folder (and into --out FOLDER when
+    given), except with --paper naming another paper than the run's: then it goes to --out
+    FOLDER only, and the run's own verdict is kept.
+
+    Exit 0 when clean, 3 when flagged (whatever the policy), 1 on bad input.
+    """
+    if not run.is_dir():
+        raise InputError("not a folder; give the run folder a rollout wrote", file=run)
+    if not (run / TRANSCRIPT_FILE).is_file():
+        raise InputError(f"no {TRANSCRIPT_FILE}; give the run folder a rollout wrote", file=run)
+    if blacklist is not None and paper is not None:
+        raise UsageError("give --blacklist FILE or --paper ID, not both")
+    own = _paper_of_run(run)
+    if blacklist is not None:
+        try:
+            rules = read_blacklist(blacklist)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        echoes = {"blacklist.txt": blacklist.read_text(encoding="utf-8")}
+    else:
+        if paper is None and own is None:
+            raise UsageError(
+                f"{run / TRANSCRIPT_FILE}: no start event names the paper; pass --paper ID or "
+                "--blacklist FILE"
+            )
+        rules, echoes = _paper_files(paper or own or "", data_dir)
+    if not (run / NETWORK_LOG_FILE).is_file():
+        warning(f"{run / NETWORK_LOG_FILE}: no network log; only the transcript is scanned")
+    the_runs_own = paper is None or paper == own  # (a --blacklist FILE is the user's choice)
+    report = monitor_run(run, rules, policy=policy, echoes=echoes, proxy_refusals=the_runs_own)
+    folders = ([run] if the_runs_own else []) + ([out] if out is not None else [])
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_report(report, folder)
+        except OSError as exc:
+            raise InputError(f"cannot write {REPORT_FILE}: {exc.strerror}", file=folder) from None
+    if not the_runs_own:
+        kept = f"written to {out / REPORT_FILE}" if out is not None else "not written"
+        warning(
+            f"checked against paper {paper}, not the run's own paper ({own or 'unknown'}): "
+            f"the run's {REPORT_FILE} is left as it was; this report is {kept}"
+        )
+    if as_json:
+        console.print(report.model_dump_json(indent=2), markup=False, highlight=False)
+    else:
+        _print(report)
+    if report.verdict == "flagged":
+        raise typer.Exit(EXIT_FLAGGED)

@@ -1,0 +1,49 @@
+"""Paper bundles: this repository's layout and a PaperBench data directory.
+
+This repository::
+
+    papers/<id>/paper.md, addendum.md, judge.addendum.md (optional), config.yaml, assets/
+    rubrics/<id>.json          the rubric (check files under rubrics/checks/<id>/)
+    blacklists/<id>.txt        one URL per line; '#' comments; the word 'none' means empty
+    splits/<name>.txt          optional named lists of paper ids
+
+A PaperBench data directory (``--data-dir DIR`` or ``PAPERBENCH_DATA_DIR``)::
+
+    DIR/papers/<id>/config.yaml, paper.md, paper.pdf, addendum.md, judge.addendum.md,
+                    blacklist.txt, assets/, rubric.json
+    DIR/splits/<name>.txt or DIR/../experiments/splits/<name>.txt
+"""
+
+from paperbench.papers._bundle import (
+    DATA_DIR_ENV,
+    HOME_ENV,
+    LFS_POINTER_MESSAGE,
+    LFS_POINTER_PREFIX,
+    Layout,
+    Paper,
+    PaperConfig,
+    PaperSource,
+    find_repo_root,
+    is_lfs_pointer,
+    load_data_dir_paper,
+    load_repo_paper,
+    parse_blacklist,
+    read_paper_text,
+)
+
+__all__ = [
+    "DATA_DIR_ENV",
+    "HOME_ENV",
+    "LFS_POINTER_MESSAGE",
+    "LFS_POINTER_PREFIX",
+    "Layout",
+    "Paper",
+    "PaperConfig",
+    "PaperSource",
+    "find_repo_root",
+    "is_lfs_pointer",
+    "load_data_dir_paper",
+    "load_repo_paper",
+    "parse_blacklist",
+    "read_paper_text",
+]

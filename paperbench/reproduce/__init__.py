@@ -1,0 +1,45 @@
+"""The reproduction stage: run a submission's ``reproduce.sh`` in a fresh reproducer sandbox.
+
+``await reproduce_submission(submission, out_dir, config)`` copies the submission into a new
+sandbox, runs ``bash reproduce.sh`` with a timeout and writes ``reproduce.log``,
+``executed.tar.gz`` and ``metadata.json`` (a :class:`ReproductionMetadata`) into ``out_dir``;
+see :mod:`paperbench.reproduce._stage` for the details. ``paperbench reproduce`` is the same
+from the command line.
+"""
+
+from paperbench.reproduce._files import default_out_dir
+from paperbench.reproduce._models import (
+    ARCHIVE_TOP,
+    CREATION_TIME_NAME,
+    CRLF_HINT,
+    DEFAULT_DISK_MB,
+    LOG_NAME,
+    REPRODUCER_IMAGE,
+    SCHEMA_VERSION,
+    SUBMISSION_PATH,
+    Attempt,
+    ChangedFiles,
+    ReproduceConfig,
+    ReproductionMetadata,
+    Status,
+)
+from paperbench.reproduce._stage import reproduce_submission, resolve_image
+
+__all__ = [
+    "ARCHIVE_TOP",
+    "CREATION_TIME_NAME",
+    "CRLF_HINT",
+    "DEFAULT_DISK_MB",
+    "LOG_NAME",
+    "REPRODUCER_IMAGE",
+    "SCHEMA_VERSION",
+    "SUBMISSION_PATH",
+    "Attempt",
+    "ChangedFiles",
+    "ReproduceConfig",
+    "ReproductionMetadata",
+    "Status",
+    "default_out_dir",
+    "reproduce_submission",
+    "resolve_image",
+]
