@@ -71,8 +71,8 @@ def evaluate(config: EvalConfig | None = None) -> Evaluation:
     planned = plan_group(config)  # every value checked before any work
     group_dir = config.runs_dir / planned.group
     refuse_existing(group_dir, planned.group)
-    sandbox = asyncio.run(resolve_sandbox(config.sandbox))
-    planned = planned.model_copy(update={"sandbox": sandbox})
+    sandbox, reason = asyncio.run(resolve_sandbox(config.sandbox))
+    planned = planned.model_copy(update={"sandbox": sandbox, "sandbox_reason": reason})
     for entry in planned.agents:
         if entry.resources is not None:
             refuse_image_without_docker(entry.resources.image, sandbox.backend)
@@ -140,8 +140,12 @@ def _say_group(group_dir: Path, config: GroupConfig) -> None:
         plural(config.seeds, "seed"),
     ]
     console.print(
-        f"group {config.group}: {' × '.join(sizes)} in {group_dir} (sandbox "
-        f"{config.sandbox.backend}, judge {config.judge.identity.get('name')}, {config.mode})"
+        f"group {config.group}: {' × '.join(sizes)} in {group_dir} (judge "
+        f"{config.judge.identity.get('name')}, {config.mode})"
+    )
+    console.print(
+        f"sandbox: {config.sandbox.backend} ({config.sandbox_reason or 'asked for'})",
+        markup=False,
     )
     for entry in config.agents:
         if entry.resources is not None and entry.resources != ResolvedResources():

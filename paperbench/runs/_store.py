@@ -252,6 +252,8 @@ class GroupConfig(BaseModel):
     monitor_policy: Literal["disqualify", "flag"] = "disqualify"
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     """The backend resolved when the group was planned (never ``auto``) and its settings."""
+    sandbox_reason: str | None = None
+    """Why that backend: ``auto: a Docker engine answers at ...``, or the one asked for."""
     agent_limits: LimitOverrides = Field(default_factory=LimitOverrides)
     """Limits over each agent config's own."""
     agent_model: str | None = None
@@ -292,7 +294,8 @@ class GroupConfig(BaseModel):
     def comparable(self) -> dict[str, Any]:
         """What a resume must match: everything but when it was made and how fast it runs."""
         return self.model_dump(
-            mode="json", exclude={"created_at", "concurrency", "max_connections"}
+            mode="json",
+            exclude={"created_at", "concurrency", "max_connections", "sandbox_reason"},
         )
 
 

@@ -76,7 +76,7 @@ def make_group(root: Path, name: str, sleep_s: float, seeds: int, **options: Any
             **options,
         }
     )
-    sandbox = asyncio.run(resolve_sandbox(eval_config.sandbox))
+    sandbox, _ = asyncio.run(resolve_sandbox(eval_config.sandbox))
     config = plan_group(eval_config, sandbox)
     group_dir = root / "runs" / name
     open_group(group_dir, config)
