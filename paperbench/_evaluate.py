@@ -177,6 +177,8 @@ def _finish(group_dir: Path, config: GroupConfig, executor: Executor, report: bo
     for outcome in outcomes:
         if outcome.status == "failed":
             warning(f"{outcome.key.label}: failed in {outcome.failed_stage}: {outcome.reason}")
+        elif outcome.status == "disqualified":
+            warning(f"{outcome.key.label}: {outcome.reason} (score 0; its monitor.json says more)")
     summary = write_report(group_dir) if report else summarize_group(read_group_files(group_dir))
     return Evaluation(group_dir=group_dir, outcomes=outcomes, summary=summary)
 
