@@ -5,108 +5,36 @@ is a new option with the same default."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Any
 
-import annotated_types
 import typer
-from pydantic import BaseModel, ValidationError
-from pydantic.fields import FieldInfo
 
 from paperbench import _options as opt
 from paperbench._console import console, err_console
+from paperbench._model_options import from_options, given_on_command_line, parameters
 from paperbench.errors import UsageError
-from paperbench.runs._config import EvalConfig, Flag, flag_of
+from paperbench.runs._config import EvalConfig
 
 EXIT_FAILED_RUNS = 3
 """Exit code when every run was worked on but some failed (their reasons are recorded)."""
-
-
-def config_flags() -> Iterator[tuple[tuple[str, ...], FieldInfo, Flag]]:
-    """Every field of :class:`EvalConfig` that is an option: its path, field and flag."""
-
-    def walk(model: type[BaseModel], path: tuple[str, ...]) -> Iterator[Any]:
-        for name, field in model.model_fields.items():
-            flag = flag_of(field.metadata)
-            kind = field.annotation
-            if flag is not None:
-                yield (*path, name), field, flag
-            elif isinstance(kind, type) and issubclass(kind, BaseModel):
-                yield from walk(kind, (*path, name))
-
-    yield from walk(EvalConfig, ())
-
-
-def _param_name(flag: Flag) -> str:
-    return flag.name.split("/")[0].removeprefix("--").replace("-", "_")
-
-
-def _parameter(field: FieldInfo, flag: Flag) -> inspect.Parameter:
-    default = None if flag.convert else field.get_default(call_default_factory=True)
-    if flag.option is not None:
-        annotation = flag.option
-    else:
-        lower = [m.ge for m in field.metadata if isinstance(m, annotated_types.Ge)]
-        option = typer.Option(
-            flag.name,
-            help=field.description,
-            metavar=flag.metavar,
-            min=lower[0] if lower else None,
-        )
-        annotation = Annotated[field.annotation, option]  # type: ignore[name-defined]
-    return inspect.Parameter(
-        _param_name(flag), inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
-    )
-
-
-def _config(values: dict[str, Any]) -> EvalConfig:
-    data: dict[str, Any] = {}
-    where: dict[tuple[str, ...], str] = {}
-    for path, _, flag in config_flags():
-        value = values[_param_name(flag)]
-        if flag.convert is not None:
-            value = flag.convert(value)
-        section = data
-        for part in path[:-1]:
-            section = section.setdefault(part, {})
-        section[path[-1]] = value
-        where[path] = flag.name.split("/")[0]
-    try:
-        return EvalConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        flag = where.get(tuple(str(p) for p in first["loc"][:2]), "") or where.get(
-            tuple(str(p) for p in first["loc"][:1]), "a value"
-        )
-        raise UsageError(f"{flag}: {first['msg']}") from None
-
-
-def _given(ctx: typer.Context, name: str) -> bool:
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name == "COMMANDLINE"
 
 
 def _run(ctx: typer.Context, resume: str | None, **values: Any) -> None:
     from paperbench import _evaluate
     from paperbench.report._cli import print_summary, show_report
 
+    config = from_options(EvalConfig, values)
     if resume is not None:
-        given = [
-            flag.name.split("/")[0]
-            for _, _, flag in config_flags()
-            if not flag.on_resume and _given(ctx, _param_name(flag))
-        ]
+        given = given_on_command_line(ctx, EvalConfig)
         if given:
-            raise UsageError(
-                f"--resume takes the group's own configuration; drop {', '.join(given)}"
-            )
-        config = _config(values)
+            drop = ", ".join(given)
+            raise UsageError(f"--resume takes the group's own configuration; drop {drop}")
         settings = config.executor
         run = lambda: _evaluate.resume(  # noqa: E731
             resume, runs_dir=config.runs_dir, executor=settings, report=config.report
         )
     else:
-        config = _config(values)
         run = lambda: _evaluate.evaluate(config)  # noqa: E731
     try:
         result = run()
@@ -114,10 +42,8 @@ def _run(ctx: typer.Context, resume: str | None, **values: Any) -> None:
         again = resume or "runs/<group>"
         err_console.print(f"interrupted: continue with `paperbench run --resume {again}`")
         raise typer.Exit(130) from None
-    unread = False
-    if config.report:
-        unread = show_report(result.summary, result.group_dir)
-    else:
+    unread = show_report(result.summary, result.group_dir) if config.report else False
+    if not config.report:
         print_summary(result.summary)
     console.print(
         f"the group's files: {result.group_dir}; continue or retry failed runs with "
@@ -133,15 +59,11 @@ def _command() -> Callable[..., None]:
     def run_command(ctx: typer.Context, resume: str | None = None, **values: Any) -> None:
         _run(ctx, resume, **values)
 
+    keyword = inspect.Parameter.KEYWORD_ONLY
     params = [
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-        inspect.Parameter(
-            "resume",
-            inspect.Parameter.KEYWORD_ONLY,
-            default=None,
-            annotation=opt.Resume,
-        ),
-        *(_parameter(field, flag) for _, field, flag in config_flags()),
+        inspect.Parameter("resume", keyword, default=None, annotation=opt.Resume),
+        *parameters(EvalConfig),
     ]
     run_command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     run_command.__annotations__ = {p.name: p.annotation for p in params}

@@ -1,21 +1,20 @@
 """What an evaluation is asked to do: :class:`EvalConfig`, one typed model for Python and the
 command line alike.
 
-``paperbench.evaluate(EvalConfig(...))`` takes it from Python; ``paperbench run`` builds its
-options from it (each leaf field marked with a :class:`Flag` is an option, its default the
-field's default, written once here). A field without a flag is for Python only.
+``paperbench.evaluate(EvalConfig(...))`` takes it from Python; ``paperbench run`` is made from
+it (each field marked with a :class:`~paperbench._model_options.Flag` is an option, its
+default the field's default, written once here).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench import _options as opt
+from paperbench._model_options import Flag
 
 DEFAULT_RUNS_DIR = Path("runs")
 DEFAULT_AGENT = "replay"
@@ -24,24 +23,6 @@ DEFAULT_JUDGE = "simple"
 STAGE_CONCURRENCY: dict[str, int] = {"rollout": 4, "reproduction": 2, "grading": 4}
 """Runs in each stage at once, unless asked otherwise. Set ``reproduction`` to the number of
 GPUs divided by the GPUs one reproduction takes."""
-
-
-@dataclass(frozen=True)
-class Flag:
-    """Marks a config field as a ``paperbench run`` option.
-
-    ``option`` is the shared option of :mod:`paperbench._options` when other commands take the
-    same flag (its type, unit and help are then theirs); otherwise the option is made from the
-    field's type and description.
-    """
-
-    name: str
-    option: Any = None
-    metavar: str | None = None
-    on_resume: bool = False
-    """Whether ``--resume`` takes it (how the work runs, not what it is)."""
-    convert: Callable[[Any], Any] | None = None
-    """From the option's value to the field's (the option's default is then None: unset)."""
 
 
 def _concurrency(values: list[str] | None) -> dict[str, int]:
@@ -226,8 +207,3 @@ class EvalConfig(BaseModel):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     reproduction: ReproductionSettings = Field(default_factory=ReproductionSettings)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
-
-
-def flag_of(metadata: list[Any]) -> Flag | None:
-    """The :class:`Flag` among a field's metadata, if any."""
-    return next((m for m in metadata if isinstance(m, Flag)), None)

@@ -10,6 +10,7 @@ import pytest
 import typer
 
 import paperbench
+from paperbench._model_options import flag_of, model_flags
 from paperbench.cli import app
 from paperbench.errors import UsageError
 from paperbench.runs import (
@@ -20,8 +21,6 @@ from paperbench.runs import (
     RunState,
     SandboxSettings,
 )
-from paperbench.runs._cli import config_flags
-from paperbench.runs._config import flag_of
 
 PAPER = "calibration-binning"
 
@@ -42,7 +41,7 @@ def _leaves(model: type[typing.Any], path: tuple[str, ...] = ()) -> list[tuple[s
 
 
 def test_every_config_field_is_a_run_option_with_the_same_default() -> None:
-    flagged = {path: (field, flag) for path, field, flag in config_flags()}
+    flagged = {path: (field, flag) for path, field, flag in model_flags(EvalConfig)}
     assert set(flagged) == set(_leaves(EvalConfig)), "a config field without an option"
     command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
     params = {p.opts[0]: p for p in command.params if p.param_type_name == "option"}
@@ -56,7 +55,9 @@ def test_every_config_field_is_a_run_option_with_the_same_default() -> None:
 
 
 def test_a_flag_converted_from_its_option_reaches_the_config() -> None:
-    (path, _, flag) = next(item for item in config_flags() if item[2].name == "--concurrency")
+    (path, _, flag) = next(
+        item for item in model_flags(EvalConfig) if item[2].name == "--concurrency"
+    )
     assert path == ("executor", "concurrency") and flag.convert is not None
     assert flag.convert(["reproduction=1"])["reproduction"] == 1
     assert flag.convert(None) == EvalConfig().executor.concurrency
