@@ -17,8 +17,7 @@ from paperbench._console import console, error, print_table, printable, warning
 from paperbench.agents._monitor_cli import monitor
 from paperbench.agents._rollout_cli import rollout_command
 from paperbench.errors import PaperbenchError, UsageError
-from paperbench.judge._cli import grade
-from paperbench.judge._eval_cli import judge_eval_command
+from paperbench.judge._cli import grade, judge_eval_command
 from paperbench.llm._cli import app as models_app
 from paperbench.papers import DATA_DIR_ENV, LFS_POINTER_MESSAGE, PaperSource
 from paperbench.report._cli import report_command

@@ -263,7 +263,7 @@ class Model:
                 api.target.require_key()
             return api
         except ModelError as exc:
-            self._record(label, stage, outcome="failed", cost_usd=0.0, error=str(exc))
+            self._record(label, stage, outcome="failed", cost_usd=0.0, error=str(exc), sent=False)
             raise
 
     async def _cache_hit(
@@ -380,7 +380,7 @@ class Model:
             if shared is not None and shared[1].refused is not None:
                 raise BudgetExhaustedError(f"{config.model}: {shared[1].refused}")
         except BudgetExhaustedError as exc:
-            self._record(label, stage, outcome="budget_exhausted", error=str(exc))
+            self._record(label, stage, outcome="budget_exhausted", error=str(exc), sent=False)
             raise
         clock.sending()
         sent_at = time.monotonic()

@@ -7,13 +7,8 @@ from pathlib import Path
 import pytest
 
 from paperbench.errors import ConfigError
-from paperbench.judge import (
-    FaithfulConfig,
-    SimpleConfig,
-    catalog_dir,
-    catalog_names,
-    load_judge_config,
-)
+from paperbench.judge import FaithfulConfig, SimpleConfig, catalog_names, load_judge_config
+from paperbench.judge._config import catalog_dir
 
 from .conftest import ROOT
 
@@ -158,7 +153,7 @@ def test_the_public_names_are_sorted_and_importable() -> None:
 
 
 def test_the_submission_budget_is_what_the_window_leaves_capped_by_the_config() -> None:
-    from paperbench.judge import Budgets
+    from paperbench.judge._config import Budgets
 
     budgets = Budgets(context_window=128_000, answer_tokens=10_000)
     assert budgets.submission_budget(30_000) == 88_000

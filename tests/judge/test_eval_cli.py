@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from paperbench.cli import app
-from paperbench.judge import GoldSubmission, GradeFn, LoadedJudge, _eval_cli
+from paperbench.judge import GoldSubmission, GradeFn, LoadedJudge, _cli
 from paperbench.rubric import GradedTaskNode, aggregate, iter_leaves
 
 runner = CliRunner()
@@ -34,10 +34,10 @@ async def _all_pass(gold: GoldSubmission, judge: LoadedJudge) -> GradedTaskNode:
 
 @pytest.fixture
 def fake_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    def load(work: Path) -> GradeFn:
+    def load(work: Path, settings: object = None) -> GradeFn:
         return _all_pass
 
-    monkeypatch.setattr(_eval_cli, "load_grade_fn", load)
+    monkeypatch.setattr(_cli, "load_grade_fn", load)
 
 
 def _gold_counts() -> tuple[int, int]:
@@ -114,7 +114,7 @@ def test_a_predicted_tree_of_another_rubric_is_one_line_and_exit_1(
         tree = await _all_pass(gold, judge)
         return aggregate(tree.model_copy(update={"sub_tasks": tree.sub_tasks[:1]}))
 
-    monkeypatch.setattr(_eval_cli, "load_grade_fn", lambda work: first_child_only)
+    monkeypatch.setattr(_cli, "load_grade_fn", lambda work, settings=None: first_child_only)
     result = _run(["judge-eval", "--judge", "dummy", "--paper", "calibration-binning"])
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output

@@ -83,11 +83,17 @@ def test_grade_without_a_key_leaves_model_leaves_invalid_and_says_how_to_set_it(
 ) -> None:
     example = EXAMPLES / "calibration-binning" / "partial"
     result = runner.invoke(app, [*_args(example, tmp_path / "o"), "--json"])
-    assert result.exit_code == 0, result.output
+    # nothing could be graded: the command fails, saying why (counts by reason, first message)
+    assert result.exit_code == 1, result.output
     assert "OPENAI_API_KEY is not set" in result.stderr
+    assert "66 of 66 leaves invalid (66 not_graded)" in result.stderr
+    assert "not_graded: openai/o3-mini: set OPENAI_API_KEY" in result.stderr
+    assert "no leaf that needs a model could be graded" in result.stderr
     summary = json.loads(result.stdout)
-    assert summary["score"] is None and summary["unscored"]
+    assert summary["score"] is None and summary["unscored"] and summary["nothing_graded"]
     assert summary["invalid_reasons"] == {"not_graded": summary["leaves"]}
+    # calls refused before sending are not requests
+    assert summary["requests"] == 0 and summary["refused_calls"] > 0
     assert all(
         "OPENAI_API_KEY" in (g.error or "") or g.source == "check" for g in _grades(tmp_path / "o")
     )
@@ -105,7 +111,7 @@ def test_a_grading_killed_mid_way_resumes_without_repeating_a_request(
     example = EXAMPLES / "calibration-binning" / "partial"
     out = tmp_path / "o"
     args = [*_args(example, out, "--base-url", fake_llm.openai_url), "--model", "openai/gpt-4o"]
-    args += ["--concurrency", "1"]
+    args += ["--concurrency", "leaves=1"]
     # the child imports the paperbench under test, not whichever one is installed
     source = str(Path(paperbench.__file__).parents[1])
     path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
