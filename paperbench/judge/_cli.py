@@ -237,7 +237,9 @@ def _table(result: GradeResult, out: Path) -> Table:
     )
     addressed = {(f.file, f.line, f.text) for f in result.addressed_to_judge()}
     if addressed:
-        table.add_row("text addressed to the judge", f"{len(addressed)} places (see grade.json)")
+        table.add_row(
+            "text addressed to the judge", f"{plural(len(addressed), 'place')} (see grade.json)"
+        )
     cost = "unknown (unpriced model)" if result.cost_usd is None else f"${result.cost_usd:.4f}"
     table.add_row("cost", cost)
     requests = str(result.requests)
@@ -485,7 +487,10 @@ def _agreement_lines(report: JudgeEvalReport) -> list[str]:
     lines = []
     for a in report.agreement:
         found = "no leaf graded by both" if a.agreement is None else f"{a.agreement:.3f}"
-        lines.append(f"verdict agreement {a.first} / {a.second}: {found} ({a.leaves} leaves)")
+        lines.append(
+            f"verdict agreement {a.first} / {a.second}: {found} "
+            f"({plural(a.leaves, 'leaf', 'leaves')})"
+        )
     return lines
 
 

@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from paperbench._console import plural
 from paperbench._io import atomic_write_json
 from paperbench.errors import InputError
 from paperbench.judge._addressed import context_findings
@@ -507,7 +508,7 @@ def _result(
         unscored=unscored,
         unscored_reason=(
             f"coverage {summary.coverage:.1%} is below the judge's threshold {threshold:.0%}: "
-            f"{summary.invalid_leaves} leaves have no valid grade"
+            f"{plural(summary.invalid_leaves, 'leaf', 'leaves')} without a valid grade"
             if unscored
             else None
         ),
@@ -549,6 +550,12 @@ def _interval(
 
 
 def read_result(out_dir: Path) -> GradeResult:
+    """The :class:`GradeResult` of a finished grading in ``out_dir`` (its
+    ``grading/grade.json``).
+
+    Raises:
+        InputError: no such file, or not a grade file.
+    """
     path = out_dir / "grading" / GRADE_FILE
     try:
         return GradeResult.model_validate(json.loads(path.read_text(encoding="utf-8")))

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Group, RenderableType
 from rich.table import Table
 
+from paperbench._console import plural
 from paperbench._io import atomic_write_text
 from paperbench.errors import (
     BudgetExhaustedError,
@@ -465,7 +466,7 @@ def render_repo_score(score: RepoScore) -> RenderableType:
     )
     cost = f"${score.cost_usd:.4f}"
     if score.unpriced_calls:
-        cost += f" (+{score.unpriced_calls} calls without a price)"
+        cost += f" (+{plural(score.unpriced_calls, 'call')} without a price)"
     summary.add_row("cost", cost)
     if score.addressed_to_judge:
         places = "; ".join(

@@ -10,7 +10,7 @@ import typer
 from pydantic import BaseModel, SecretStr, ValidationError
 from rich.table import Table
 
-from paperbench._console import console, error
+from paperbench._console import console, error, plural
 from paperbench.errors import PaperbenchError
 from paperbench.llm._costs import PriceTable
 from paperbench.llm._model import Model
@@ -125,7 +125,8 @@ def check(
             error(row.error or f"{row.model}: failed")
         count = len({r.model for r in rows}) - len({r.model for r in failed})
         console.print(
-            f"{count} of {len(configs)} models ready ({time.perf_counter() - started:.1f}s)"
+            f"{count} of {plural(len(configs), 'model')} ready "
+            f"({time.perf_counter() - started:.1f}s)"
         )
     if failed:
         raise typer.Exit(1)

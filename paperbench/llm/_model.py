@@ -30,6 +30,7 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, ValidationError
 
+from paperbench._console import plural
 from paperbench.errors import (
     BudgetExhaustedError,
     IncompleteAnswerError,
@@ -237,7 +238,8 @@ class Model:
                     # whole fails here, for the caller to record as invalid.
                     raise StructuredOutputError(
                         f"{config.model}: the answer did not match the schema "
-                        f"{schema.name if schema else ''!r} after {attempt} attempts: {error}"
+                        f"{schema.name if schema else ''!r} after "
+                        f"{plural(attempt, 'attempt')}: {error}"
                     )
             conversation = conversation.model_copy(
                 update={"messages": (*conversation.messages, *_reask(answer, error))}
