@@ -278,3 +278,33 @@ def test_grade_counts_text_addressed_to_the_judge(fake_llm: FakeLLMServer, tmp_p
         ("README.md", "note to the grader"),
         ("README.md", "full marks"),
     }
+
+
+def test_grade_with_only_a_base_url_grades_with_the_configs_reasoning_model(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    # the simple judge's o3-mini behind a base URL: max_completion_tokens, not the
+    # max_tokens the server (as OpenAI) refuses for a reasoning model
+    fake_llm.handler = ScriptedJudge(lambda text: 1.0)
+    example = EXAMPLES / "calibration-binning" / "partial"
+    result = runner.invoke(app, _args(example, tmp_path / "o", "--base-url", fake_llm.openai_url))
+    assert result.exit_code == 0, result.output
+    llm = [g for g in _grades(tmp_path / "o") if g.source == "llm"]
+    assert llm and all(g.valid for g in llm)
+    assert all("max_tokens" not in r.body for r in fake_llm.requests)
+
+
+def test_a_grading_that_fails_says_why_on_the_console_and_exits_1(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = lambda request: Fault.http(400, "this gateway refuses everything")
+    example = EXAMPLES / "calibration-binning" / "partial"
+    args = _args(example, tmp_path / "o", "--base-url", fake_llm.openai_url)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "66 of 66 leaves invalid" in result.stderr
+    assert "failed: " in result.stderr and "this gateway refuses everything" in result.stderr
+    assert "not_graded: a check leaf needs an executed submission" in result.stderr
+    assert "no leaf that needs a model could be graded" in result.stderr
+    # piped: a line per graded leaf on stderr, as it is graded
+    assert "simple: leaf 1/66" in result.stderr and "simple: leaf 66/66" in result.stderr

@@ -216,3 +216,32 @@ def test_a_check_that_could_not_judge_shows_as_an_invalid_leaf_with_its_reason(
     assert _run(str(group)).exit_code == 0
     page = (group / "report" / "runs" / "p-alpha--agent-a--seed-0.html").read_text()
     assert "valid no · check_error" in page
+
+
+def test_the_costs_table_shows_requests_sent_apart_from_calls_refused(tmp_path: Path) -> None:
+    from paperbench.llm import CostRecord
+
+    group = build_group(tmp_path)
+    # a grading with no key: three calls refused before anything was sent
+    folder = next(group.rglob("grading/costs.jsonl"))
+    refused = CostRecord(
+        model="openai/o3-mini",
+        label="judge_grading",
+        stage="grading",
+        outcome="failed",
+        cost_usd=0.0,
+        error="set OPENAI_API_KEY",
+        sent=False,
+    )
+    with folder.open("a", encoding="utf-8") as handle:
+        handle.write((refused.model_dump_json() + "\n") * 3)
+    result = _run(str(group))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if "requests sent" in line)
+    assert "refused unsent" in header
+    summary = Summary.model_validate_json((group / "summary.json").read_text())
+    total = summary.costs.total
+    assert total.refused == 3 and total.sent == total.calls - 3
+    cells = [line.replace("│", " ").split() for line in lines]
+    assert ["all", "total", str(total.sent), "3"] in [c[:4] for c in cells]
