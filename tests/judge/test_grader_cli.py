@@ -308,3 +308,19 @@ def test_a_grading_that_fails_says_why_on_the_console_and_exits_1(
     assert "no leaf that needs a model could be graded" in result.stderr
     # piped: a line per graded leaf on stderr, as it is graded
     assert "simple: leaf 1/66" in result.stderr and "simple: leaf 66/66" in result.stderr
+
+
+def test_a_code_dev_grading_runs_its_check_leaves_against_the_submission(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    # Code-Dev reproduces nothing, so no --executed: the checks run against the submission
+    # itself in a sandbox (the local backend here), not left ungraded
+    fake_llm.handler = ScriptedJudge(lambda text: 1.0)
+    example = EXAMPLES / "calibration-binning" / "reference"
+    args = _args(example, tmp_path / "o", "--base-url", fake_llm.openai_url, "--code-dev")
+    result = runner.invoke(app, [*args, "--sandbox", "local", "--json"])
+    assert result.exit_code == 0, result.output
+    checks = [g for g in _grades(tmp_path / "o") if g.source == "check"]
+    assert len(checks) == 3
+    assert all(g.valid for g in checks), [g.error or g.explanation for g in checks]
+    assert json.loads(result.stdout)["coverage"] == 1.0
