@@ -10,11 +10,11 @@ import typer
 from pydantic import BaseModel, SecretStr, ValidationError
 from rich.table import Table
 
-from paperbench._console import console, error, plural
+from paperbench._console import console, error
 from paperbench.errors import PaperbenchError
 from paperbench.llm._costs import PriceTable
 from paperbench.llm._model import Model
-from paperbench.llm._registry import endpoints
+from paperbench.llm._registry import endpoints, known_missing_key, missing_key_message
 from paperbench.llm._types import ModelConfig, ModelOutput
 
 app = typer.Typer(help="Check models before a long run, and show their prices.")
@@ -43,6 +43,10 @@ class CheckRow(BaseModel):
 
 async def _check_one(config: ModelConfig) -> list[CheckRow]:
     rows: list[CheckRow] = []
+    missing = known_missing_key(config)
+    if missing is not None:  # said at once, before the provider's SDK is loaded
+        why = missing_key_message(config.model, missing)
+        return [CheckRow(model=config.model, call="-", ok=False, error=why)]
     try:
         async with Model(config, stage="check") as model:
             text = await model.generate("Reply with the single word: ok", label="check")
@@ -125,8 +129,7 @@ def check(
             error(row.error or f"{row.model}: failed")
         count = len({r.model for r in rows}) - len({r.model for r in failed})
         console.print(
-            f"{count} of {plural(len(configs), 'model')} ready "
-            f"({time.perf_counter() - started:.1f}s)"
+            f"{count} of {len(configs)} models ready ({time.perf_counter() - started:.1f}s)"
         )
     if failed:
         raise typer.Exit(1)
