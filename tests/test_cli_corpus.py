@@ -441,11 +441,13 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
             ["reproduce", str(not_archive), "--out", out], str(not_archive), frozenset({1})
         ),
         "models check without models": BadCall(["models", "check"], "Missing argument 'models'"),
-        "models check --timeout abc": BadCall(
-            ["models", "check", "openai/x", "--base-url", closed, "--timeout", "abc"], "--timeout"
+        "models check --request-timeout abc": BadCall(
+            ["models", "check", "openai/x", "--base-url", closed, "--request-timeout", "abc"],
+            "--request-timeout",
         ),
-        "models check --timeout -1": BadCall(
-            ["models", "check", "openai/x", "--base-url", closed, "--timeout", "-1"], "--timeout"
+        "models check --request-timeout -1": BadCall(
+            ["models", "check", "openai/x", "--base-url", closed, "--request-timeout", "-1"],
+            "--request-timeout",
         ),
         "models check --base-url notaurl": BadCall(
             ["models", "check", "openai/x", "--base-url", "notaurl"],

@@ -11,6 +11,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from rich.table import Table
 
 from paperbench._console import console, error
+from paperbench._options import BaseUrl, parse_duration
 from paperbench.errors import PaperbenchError
 from paperbench.llm._costs import PriceTable
 from paperbench.llm._model import Model
@@ -84,17 +85,21 @@ def check(
     models: Annotated[
         list[str], typer.Argument(help="provider/model strings, e.g. openai/gpt-4o.")
     ],
-    base_url: Annotated[
-        str | None,
-        typer.Option(help="An OpenAI- or Anthropic-compatible server for every model given."),
-    ] = None,
+    base_url: BaseUrl = None,
     key: Annotated[
         str | None,
         typer.Option(
             help="API key (default: the provider's variable, or .env).", show_default=False
         ),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds one request may take.")] = 60.0,
+    request_timeout: Annotated[
+        float,
+        typer.Option(
+            metavar="DURATION",
+            parser=parse_duration,
+            help="How long one request may take, e.g. 60 or 2m.",
+        ),
+    ] = 60.0,
     max_wait: Annotated[
         float, typer.Option(help="Seconds to keep retrying 429/5xx/timeouts per call.")
     ] = 10.0,
@@ -107,7 +112,7 @@ def check(
                 model=name,
                 base_url=base_url,
                 api_key=SecretStr(key) if key else None,
-                timeout_s=timeout,
+                timeout_s=request_timeout,
                 max_retry_wait_s=max_wait,
                 structured_retries=1,
             )
@@ -138,7 +143,7 @@ def check(
 _FLAGS = {
     "model": "MODELS",
     "base_url": "--base-url",
-    "timeout_s": "--timeout",
+    "timeout_s": "--request-timeout",
     "max_retry_wait_s": "--max-wait",
 }
 """The option or argument of ``models check`` that sets each ModelConfig field."""

@@ -107,12 +107,11 @@ def test_check_usage_errors_exit_2() -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--timeout", "-1"], "--timeout: Input should be greater than 0, got -1.0"),
         (["--max-wait", "-3"], "--max-wait: Input should be greater than or equal to 0"),
         (["--base-url", "notaurl"], "--base-url: expected an http(s) URL"),
         (["--base-url", "localhost:8000/v1"], "--base-url: expected an http(s) URL"),
     ],
-    ids=["timeout", "max-wait", "not-a-url", "no-scheme"],
+    ids=["max-wait", "not-a-url", "no-scheme"],
 )
 def test_check_bad_flags_name_the_flag(args: list[str], expected: str) -> None:
     code, out = _invoke("check", "openai/gpt-4o", *args)
@@ -169,3 +168,14 @@ def test_the_built_in_key_table_matches_the_providers() -> None:
 
     for name, cls in (("openai", OpenAIAPI), ("anthropic", AnthropicAPI)):
         assert _BUILTIN_KEYS[name] == (cls.key_env, cls.base_url_env)
+
+
+@pytest.mark.parametrize("value", ["-1", "soon"])
+def test_request_timeout_is_a_duration(value: str) -> None:
+    from typer.testing import CliRunner
+
+    from paperbench.cli import app as main
+
+    result = CliRunner().invoke(main, ["models", "check", "openai/x", "--request-timeout", value])
+    assert result.exit_code == 2
+    assert "--request-timeout" in result.output and "duration" in result.output
