@@ -200,6 +200,7 @@ class RandomConfig(_Common):
 JudgeConfig = Annotated[
     SimpleConfig | FaithfulConfig | DummyConfig | RandomConfig, Field(discriminator="mode")
 ]
+"""A judge config of any mode, chosen by its ``mode`` key."""
 _ADAPTER: TypeAdapter[SimpleConfig | FaithfulConfig | DummyConfig | RandomConfig] = TypeAdapter(
     JudgeConfig
 )

@@ -179,8 +179,10 @@ def test_the_public_names_are_what_another_judge_or_the_pipeline_needs() -> None
     assert len(judge.__all__) == 32  # was 91: tokenizers, fences, renderers are private now
     for name in judge.__all__:
         value = getattr(judge, name)
-        if inspect.isclass(value) or inspect.isfunction(value):
-            assert inspect.getdoc(value), f"{name} has no docstring"
+        if inspect.isclass(value):
+            assert vars(value).get("__doc__"), f"{name} has no docstring of its own"
+        elif inspect.isfunction(value):
+            assert value.__doc__, f"{name} has no docstring"
     # constants and aliases are documented where they are defined
     source = inspect.getsource(judge)
     for name in ("ADDRESSED_KEY", "PASS_THRESHOLD", "GradeFn", "JudgeConfig"):
