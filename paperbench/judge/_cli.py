@@ -76,7 +76,7 @@ JudgeOption = Annotated[
     typer.Option(
         "--judge",
         help="A judge config: a catalog name (simple, simple-faithful, dummy, random) or a "
-        "YAML file [default: simple]. Repeat to compare configs.",
+        "YAML file (default: simple). Repeat to compare configs.",
     ),
 ]
 
@@ -282,7 +282,7 @@ def grade(
         typer.Option(
             "--judge",
             help="A judge config: a catalog name (simple, simple-faithful, dummy, random) or a "
-            "YAML file [default: simple]. Give it several times to grade with each config "
+            "YAML file (default: simple). Give it several times to grade with each config "
             "into OUT/<judge-name>/ and compare their verdicts (OUT/agreement.json).",
         ),
     ] = None,
