@@ -324,3 +324,35 @@ def test_a_code_dev_grading_runs_its_check_leaves_against_the_submission(
     assert len(checks) == 3
     assert all(g.valid for g in checks), [g.error or g.explanation for g in checks]
     assert json.loads(result.stdout)["coverage"] == 1.0
+
+
+def test_grade_shows_live_progress_on_a_terminal(llm_env: Path, tmp_path: Path) -> None:
+    import pty
+
+    example = EXAMPLES / "calibration-binning" / "partial"
+    source = str(Path(paperbench.__file__).parents[1])
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm", "PYTHONPATH": source}
+    parent, child = pty.openpty()
+    args = _args(example, tmp_path / "o", "--judge", "dummy")
+    done = subprocess.run(
+        [sys.executable, "-c", "from paperbench.cli import app; app()", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=child,
+        timeout=120,
+    )
+    os.close(child)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(parent, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(parent)
+    assert done.returncode == 0
+    text = seen.decode(errors="replace")
+    assert "grading (dummy)" in text and "66/66" in text and "0 invalid, $0.0000" in text
+    assert "leaf 1/66" not in text  # the per-leaf lines are for pipes
