@@ -19,8 +19,7 @@ from paperbench._io import json_path
 from paperbench.agents import AgentLimits, load_agent
 from paperbench.agents._resources import AgentResources, resolve
 from paperbench.errors import ConfigError, PaperbenchError, UsageError
-from paperbench.judge import DummyConfig, RandomConfig, load_judge_config
-from paperbench.judge._cli import missing_keys
+from paperbench.judge import DummyConfig, RandomConfig, load_judge_config, missing_keys
 from paperbench.judge._job import ModelSettings
 from paperbench.papers import PaperSource
 from paperbench.reproduce import DEFAULT_DISK_MB
