@@ -12,8 +12,7 @@ from paperbench import __version__
 from paperbench._console import console, error
 from paperbench.agents._cli import monitor, rollout_command
 from paperbench.errors import PaperbenchError, UsageError
-from paperbench.judge._cli import grade
-from paperbench.judge._eval_cli import judge_eval_command
+from paperbench.judge._cli import grade, judge_eval_command
 from paperbench.llm._cli import app as models_app
 from paperbench.papers._cli import app as papers_app
 from paperbench.papers._cli import rubric_app

@@ -470,7 +470,13 @@ def _bad_calls(tmp_path: Path) -> dict[str, BadCall]:
         "images list --bogus": BadCall(["images", "list", "--bogus"], "--bogus"),
         "sandbox gc --bogus": BadCall(["sandbox", "gc", "--bogus"], "--bogus"),
         "sandbox gc extra argument": BadCall(["sandbox", "gc", "extra"], "extra"),
-        "judge-eval without --judge": BadCall(["judge-eval"], "--judge"),
+        "judge-eval --concurrency of an unknown stage": BadCall(
+            ["judge-eval", "--judge", "dummy", "--concurrency", "rollout=2"], "--concurrency"
+        ),
+        "grade --concurrency of an unknown stage": BadCall(
+            ["grade", str(tmp_path), "--paper", "calibration-binning", "--concurrency", "x=1"],
+            "--concurrency",
+        ),
         "judge-eval --judge unknown": BadCall(
             ["judge-eval", "--judge", "nosuch"], "'nosuch'", frozenset({1})
         ),

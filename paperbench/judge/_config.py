@@ -4,7 +4,8 @@
 ``load_judge_config("path/to/mine.yaml")`` loads any file. Unknown keys and bad values are
 one :class:`~paperbench.errors.ConfigError` line naming the file and the key path. Prompt
 files are named relative to the YAML's folder, so a config outside the catalog can bring its
-own prompts.
+own prompts; a prompt file not found there is the catalog's (a YAML anywhere uses the built-in
+prompts it does not override).
 
 The :class:`JudgeIdentity` (config name, mode, SHA-256 over the resolved config and the bytes
 of every prompt file it uses, the model of each role) is stored with every graded tree: two
@@ -163,6 +164,16 @@ class FaithfulConfig(_Common):
         )
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_templates(cls, data: Any) -> Any:
+        """A ``prompts:`` block overrides only the prompts it names (ranking and parsing
+        keep theirs)."""
+        if isinstance(data, dict) and isinstance(data.get("prompts"), dict):
+            defaults = {"ranking": "prompts/rank_files.md", "parsing": "prompts/parse_verdict.md"}
+            data = {**data, "prompts": {**defaults, **data["prompts"]}}
+        return data
+
     @model_validator(mode="after")
     def _roles(self) -> FaithfulConfig:
         missing = [r for r in ("ranking", "parsing") if getattr(self.roles, r) is None]
@@ -189,6 +200,7 @@ class RandomConfig(_Common):
 JudgeConfig = Annotated[
     SimpleConfig | FaithfulConfig | DummyConfig | RandomConfig, Field(discriminator="mode")
 ]
+"""A judge config of any mode, chosen by its ``mode`` key."""
 _ADAPTER: TypeAdapter[SimpleConfig | FaithfulConfig | DummyConfig | RandomConfig] = TypeAdapter(
     JudgeConfig
 )
@@ -236,6 +248,7 @@ def resolve_config_path(ref: str | Path) -> Path:
 
 
 def catalog_names() -> list[str]:
+    """The names of the catalog's judge configs (``simple``, ``simple-faithful``, ...)."""
     return catalog_entries(catalog_dir())
 
 
@@ -275,17 +288,27 @@ def _read_prompts(
 ) -> dict[str, str]:
     out: dict[str, str] = {}
     for role, name in _prompt_files(config).items():
-        file = path.parent / name
+        file = _prompt_path(path, name)
         try:
             out[role] = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(
-                f"prompt file {file} cannot be read ({exc.__class__.__name__}); "
-                "paths are relative to the config's folder",
+                f"prompt file {name} cannot be read ({exc.__class__.__name__}; looked in "
+                f"{path.parent} and in the built-in prompts); paths are relative to the "
+                "config's folder",
                 file=path,
                 path=f"$.prompts.{role}",
             ) from exc
     return out
+
+
+def _prompt_path(config_path: Path, name: str) -> Path:
+    """A prompt file beside the config (relative to its folder), else the catalog's own."""
+    mine = config_path.parent / name
+    if mine.is_file():
+        return mine
+    builtin = catalog_dir() / name
+    return builtin if builtin.is_file() else mine
 
 
 def _identity(
@@ -297,7 +320,7 @@ def _identity(
     digest.update(json.dumps(config.model_dump(mode="json"), sort_keys=True).encode())
     for role, name in sorted(_prompt_files(config).items()):
         digest.update(f"\x00{role}\x00{name}\x00".encode())
-        digest.update((path.parent / name).read_bytes())
+        digest.update(_prompt_path(path, name).read_bytes())
     models: dict[str, str] = {}
     if isinstance(config, SimpleConfig | FaithfulConfig):
         for role in ("ranking", "grading", "parsing"):

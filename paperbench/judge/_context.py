@@ -38,6 +38,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from paperbench._console import plural
 from paperbench.judge._fence import fence
 from paperbench.judge._log import LineCosts, LogExcerpt, log_terms
 from paperbench.judge._view import FileKind, SubmissionView, ViewFile
@@ -228,7 +229,7 @@ class SubmissionIndex:
             tokens = count_tokens(cut, self.model) + JOIN_TOKENS
             if tokens <= room:
                 where = "around the lines that speak of the criteria" if terms else "of the middle"
-                note = f"cut to fit: {excerpt.lines_cut} lines left out {where}"
+                note = f"cut to fit: {plural(excerpt.lines_cut, 'line')} left out {where}"
                 return _Fit(
                     text=cut,
                     tokens=tokens,

@@ -8,14 +8,21 @@ with :func:`config_agreement` and over all configs at once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from rich.table import Table
 
+from paperbench._io import atomic_write_text
 from paperbench.judge._agreement import PairAgreement, config_agreement, passes
-from paperbench.judge._grader import LEAVES_FILE, GradeResult, LeafStore
+from paperbench.judge._config import LoadedJudge
+from paperbench.judge._grader import LEAVES_FILE, GradeResult, LeafStore, grade_submission
+from paperbench.judge._job import GradeOptions, ModelSettings
+from paperbench.judge._types import LeafGrade
+from paperbench.judge._view import SubmissionView
+from paperbench.papers import Paper
 from paperbench.rubric import NodePath
 
 AGREEMENT_FILE = "agreement.json"
@@ -144,3 +151,67 @@ def ensemble_tables(report: EnsembleReport) -> list[Table]:
     every = report.all_agree
     pairs.add_row("all configs", str(every.leaves), _share(every.agreement))
     return [configs, pairs]
+
+
+def ensemble_folders(judges: Sequence[LoadedJudge], out_dir: Path) -> list[Path]:
+    """Where each config grades: ``out_dir`` itself for one config, else
+    ``out_dir/<judge-name>/``."""
+    if len(judges) == 1:
+        return [out_dir]
+    return [out_dir / judge.identity.name for judge in judges]
+
+
+async def grade_ensemble(
+    view: SubmissionView,
+    paper: Paper,
+    judges: Sequence[LoadedJudge],
+    *,
+    out_dir: Path,
+    options: GradeOptions,
+    samples: int | None = None,
+    settings: ModelSettings | None = None,
+    sandbox: Any = None,
+    on_leaf: Callable[[LoadedJudge, LeafGrade], None] | None = None,
+    on_start: Callable[[LoadedJudge, int], None] | None = None,
+) -> tuple[list[GradeResult], EnsembleReport | None]:
+    """Grade ``view`` with each judge config, one config after the other (each keeps the
+    settings' concurrency to itself), into :func:`ensemble_folders`; with several configs,
+    also write ``out_dir/agreement.json`` and return its report.
+
+    ``samples`` overrides each config's verdicts per leaf; ``on_start(judge, leaves)`` is
+    called before a config grades, ``on_leaf(judge, grade)`` as each leaf is graded.
+
+    Raises:
+        InputError: a folder holds a grading of another paper, judge or options.
+    """
+    folders = ensemble_folders(judges, out_dir)
+    results: list[GradeResult] = []
+    for judge, folder in zip(judges, folders, strict=True):
+        these = options.model_copy(update={"samples": samples or judge.config.samples})
+
+        def leaf_done(grade: LeafGrade, judge: LoadedJudge = judge) -> None:
+            if on_leaf is not None:
+                on_leaf(judge, grade)
+
+        def started(leaves: int, judge: LoadedJudge = judge) -> None:
+            if on_start is not None:
+                on_start(judge, leaves)
+
+        results.append(
+            await grade_submission(
+                view,
+                paper,
+                judge,
+                out_dir=folder,
+                options=these,
+                settings=settings,
+                sandbox=sandbox,
+                on_leaf=leaf_done,
+                on_start=started,
+            )
+        )
+    if len(results) == 1:
+        return results, None
+    report = ensemble_report(paper.id, list(zip(results, folders, strict=True)))
+    atomic_write_text(out_dir / AGREEMENT_FILE, report.model_dump_json(indent=2) + "\n")
+    return results, report

@@ -32,7 +32,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -391,6 +391,10 @@ class SubmissionResult(BaseModel):
     metrics: BinaryMetrics
     cost: CallCost
     wall_time_s: float
+    invalid_reasons: dict[str, int] = Field(default_factory=dict)
+    """Invalid leaves by reason (``failed``, ``not_graded``, ``unparseable``...)."""
+    invalid_messages: dict[str, str] = Field(default_factory=dict)
+    """The first error message of each reason."""
 
 
 class PaperCost(BaseModel):
@@ -418,6 +422,15 @@ class ConfigResult(BaseModel):
     cost: CallCost
     wall_time_s: float
     """Summed over the submissions' gradings (they may run concurrently)."""
+    invalid_reasons: dict[str, int] = Field(default_factory=dict)
+    """Invalid leaves by reason, over every gold submission."""
+    invalid_messages: dict[str, str] = Field(default_factory=dict)
+    """The first error message of each reason."""
+
+    @property
+    def nothing_graded(self) -> bool:
+        """No leaf of any gold submission got a valid verdict: the judging failed as a whole."""
+        return self.overall.leaves > 0 and self.overall.invalid == self.overall.leaves
 
 
 class JudgeEvalReport(BaseModel):
@@ -468,6 +481,31 @@ def _paper_costs(results: Sequence[SubmissionResult]) -> list[PaperCost]:
 
 Progress = Callable[[str, str], None]
 """Called with (judge name, gold name) as each grading finishes."""
+
+
+def _invalid_reasons(tree: GradedTaskNode) -> dict[str, dict[str, Any]]:
+    """The invalid leaves of a predicted tree by reason, and each reason's first message
+    (from the engine's ``judge_metadata``)."""
+    reasons: dict[str, int] = {}
+    messages: dict[str, str] = {}
+    for _, leaf in iter_leaves(tree):
+        if leaf.valid_score:
+            continue
+        metadata = leaf.judge_metadata or {}
+        reason = str(metadata.get("reason") or "failed")
+        reasons[reason] = reasons.get(reason, 0) + 1
+        message = str(metadata.get("error") or leaf.explanation or "").strip()
+        if message and reason not in messages:
+            messages[reason] = message.splitlines()[0]
+    return {"invalid_reasons": reasons, "invalid_messages": messages}
+
+
+def _sum_reasons(counts: Sequence[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for count in counts:
+        for reason, n in count.items():
+            out[reason] = out.get(reason, 0) + n
+    return dict(sorted(out.items()))
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -534,6 +572,7 @@ async def judge_eval(
                 metrics=binary_metrics(pairs),
                 cost=tree_cost(predicted),
                 wall_time_s=wall,
+                **_invalid_reasons(predicted),
             ),
             pairs,
         )
@@ -563,6 +602,10 @@ async def judge_eval(
                 papers=_paper_costs(subs),
                 cost=_sum_costs([r.cost for r in subs]),
                 wall_time_s=sum(r.wall_time_s for r in subs),
+                invalid_reasons=_sum_reasons([r.invalid_reasons for r in subs]),
+                invalid_messages={
+                    k: v for r in reversed(subs) for k, v in r.invalid_messages.items()
+                },
             )
         )
         verdicts[judge.identity.name] = {

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from paperbench._console import plural
 from paperbench.judge._faithful_files import cut_to_tokens
 from paperbench.llm import count_tokens
 
@@ -83,12 +84,12 @@ def fold_like_paperbench(text: str) -> str:
             repeats += 1
             continue
         if repeats > 1:
-            out.append(f"  (repeated {repeats} times)")
+            out.append(f"  (repeated {plural(repeats, 'time')})")
         out.append(line)
         repeats = 1
         previous = cluster
     if repeats > 1:
-        out.append(f"  (repeated {repeats} times)")
+        out.append(f"  (repeated {plural(repeats, 'time')})")
     return "\n".join(out)
 
 

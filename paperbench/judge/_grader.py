@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from paperbench._console import plural
 from paperbench._io import atomic_write_json
 from paperbench.errors import InputError
 from paperbench.judge._addressed import context_findings
@@ -111,10 +112,19 @@ class GradeResult(BaseModel):
     leaves: int
     invalid_leaves: int
     invalid_reasons: dict[str, int] = Field(default_factory=dict)
+    invalid_messages: dict[str, str] = Field(default_factory=dict)
+    """The first error message of each invalid reason (what to fix)."""
+    nothing_graded: bool = False
+    """Every leaf that needed a model is invalid (and there was at least one): the judging
+    failed as a whole (a missing key, a refused request, an unreachable server...)."""
     sources: dict[str, int] = Field(default_factory=dict)
     scores_by_category: dict[str, float]
     cost_usd: float | None
     requests: int
+    """Requests sent to a provider (retried attempts included; cache hits and calls refused
+    before sending are not)."""
+    refused_calls: int = 0
+    """Calls refused before anything was sent (no key, the budget reached...)."""
     input_tokens: int
     graded_leaves_this_run: int
     reused_leaves: int
@@ -279,6 +289,9 @@ def _with_addressed(job: Job, leaf: Leaf, grade: LeafGrade) -> LeafGrade:
 
 async def _run_check(job: Job, leaf: Leaf) -> LeafGrade:
     executed = job.view.executed
+    if executed is None and job.options.code_dev:
+        # Code-Dev reproduces nothing: a check runs against the submission as submitted
+        executed = job.view.submission
     if executed is None or job.rubric_dir is None:
         return LeafGrade(
             path=leaf.path,
@@ -289,7 +302,8 @@ async def _run_check(job: Job, leaf: Leaf) -> LeafGrade:
             source="check",
             reason="not_graded",
             error="a check leaf needs an executed submission: give --executed "
-            "(the output folder of `paperbench reproduce`)",
+            "(the output folder of `paperbench reproduce`), or grade with --code-dev to run "
+            "the checks against the submission itself",
         )
     runner = job.check_runner or run_check
     return await runner(
@@ -375,8 +389,14 @@ async def grade_submission(
     sandbox: Any = None,
     rubric: TaskNode | None = None,
     on_leaf: Callable[[LeafGrade], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> GradeResult:
     """Grade every leaf missing from ``out_dir/grading/leaves.jsonl`` and write the results.
+
+    ``on_start(n)`` is called with the number of leaves to grade now, before the first;
+    ``on_leaf(grade)`` as each is graded (for progress). Check leaves run in ``sandbox`` (a
+    :class:`~paperbench.sandbox.SandboxConfig`): against ``view.executed``, or in Code-Dev
+    (``options.code_dev``), where nothing is reproduced, against ``view.submission``.
 
     Raises:
         InputError: ``out_dir`` holds a grading of another paper, judge or options.
@@ -415,6 +435,8 @@ async def grade_submission(
         sandbox=sandbox,
     )
     grades = dict(kept)
+    if on_start is not None:
+        on_start(len(todo))
     semaphore = asyncio.Semaphore(settings.concurrency)
 
     async def run(unit: list[Leaf]) -> None:
@@ -460,12 +482,19 @@ def _result(
     threshold = judge.config.coverage_threshold
     unscored = summary.coverage < threshold
     reasons: dict[str, int] = {}
+    messages: dict[str, str] = {}
     sources: dict[str, int] = {}
-    for grade in grades.values():
+    model_leaves = model_valid = 0
+    for _, grade in sorted(grades.items()):
         sources[grade.source] = sources.get(grade.source, 0) + 1
+        if grade.source == "llm":
+            model_leaves += 1
+            model_valid += grade.valid
         if not grade.valid:
             key = grade.reason or "failed"
             reasons[key] = reasons.get(key, 0) + 1
+            if key not in messages and (grade.error or grade.explanation):
+                messages[key] = (grade.error or grade.explanation).strip().splitlines()[0]
     missing = summary.leaves - len(grades)
     if missing:
         reasons["not_graded"] = reasons.get("not_graded", 0) + missing
@@ -479,7 +508,7 @@ def _result(
         unscored=unscored,
         unscored_reason=(
             f"coverage {summary.coverage:.1%} is below the judge's threshold {threshold:.0%}: "
-            f"{summary.invalid_leaves} leaves have no valid grade"
+            f"{plural(summary.invalid_leaves, 'leaf', 'leaves')} without a valid grade"
             if unscored
             else None
         ),
@@ -488,10 +517,13 @@ def _result(
         leaves=summary.leaves,
         invalid_leaves=summary.invalid_leaves,
         invalid_reasons=dict(sorted(reasons.items())),
+        invalid_messages=dict(sorted(messages.items())),
+        nothing_graded=model_leaves > 0 and model_valid == 0,
         sources=dict(sorted(sources.items())),
         scores_by_category=_category_scores(tree),
         cost_usd=total.cost_usd if not total.unpriced_calls else None,
-        requests=total.calls - total.cache_hits,
+        requests=total.sent,
+        refused_calls=total.refused,
         input_tokens=total.usage.input_tokens,
         graded_leaves_this_run=graded,
         reused_leaves=reused,
@@ -518,6 +550,12 @@ def _interval(
 
 
 def read_result(out_dir: Path) -> GradeResult:
+    """The :class:`GradeResult` of a finished grading in ``out_dir`` (its
+    ``grading/grade.json``).
+
+    Raises:
+        InputError: no such file, or not a grade file.
+    """
     path = out_dir / "grading" / GRADE_FILE
     try:
         return GradeResult.model_validate(json.loads(path.read_text(encoding="utf-8")))

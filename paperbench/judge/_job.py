@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from paperbench._options import DEFAULT_LEAVES_AT_ONCE, DEFAULT_MAX_CONNECTIONS
 from paperbench.errors import (
     BudgetExhaustedError,
     IncompleteAnswerError,
@@ -60,8 +61,28 @@ class ModelSettings(BaseModel):
     model: str | None = None
     """Use this ``provider/model`` for every role instead of the config's."""
     base_url: str | None = None
-    concurrency: int = Field(default=16, ge=1)
+    """An OpenAI- or Anthropic-compatible server for every call of the judge."""
+    concurrency: int = Field(default=DEFAULT_LEAVES_AT_ONCE, ge=1)
     """Leaves (or batches) graded at once; the model layer's connection limit does the rest."""
+    max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=1)
+    """Requests in flight per provider endpoint."""
+
+
+def missing_keys(judge: LoadedJudge, settings: ModelSettings) -> list[str]:
+    """The API key variables the judge's models need and that are not set (none for a
+    judge without models)."""
+    from paperbench.llm._registry import resolve
+
+    missing: set[str] = set()
+    for model in judge.identity.models.values():
+        config = ModelConfig(model=settings.model or model, base_url=settings.base_url)
+        try:
+            _, target = resolve(config, require_key=False)
+        except Exception:  # an unknown provider is reported when a call is made
+            continue
+        if target.missing_key is not None:
+            missing.add(target.missing_key)
+    return sorted(missing)
 
 
 @dataclass(frozen=True)
@@ -120,6 +141,7 @@ class Job:
             config = ModelConfig(
                 model=name,
                 base_url=self.settings.base_url,
+                max_connections=self.settings.max_connections,
                 reasoning_effort=effort,
                 max_tokens=role.max_output_tokens,
                 cache=True,

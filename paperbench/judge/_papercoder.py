@@ -37,12 +37,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import Counter
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Group, RenderableType
 from rich.table import Table
 
+from paperbench._console import plural
+from paperbench._io import atomic_write_text
 from paperbench.errors import (
     BudgetExhaustedError,
     IncompleteAnswerError,
@@ -53,12 +56,21 @@ from paperbench.errors import (
     UnknownProviderError,
 )
 from paperbench.judge._addressed import context_findings
-from paperbench.judge._config import catalog_dir
+from paperbench.judge._config import LoadedJudge, catalog_dir
 from paperbench.judge._fence import fence
+from paperbench.judge._job import ModelSettings
 from paperbench.judge._prompts import render
 from paperbench.judge._types import AddressedText, InvalidReason
 from paperbench.judge._view import SubmissionView, ViewFile
-from paperbench.llm import CostTotal, Message, Model, UserMessage, count_message_tokens
+from paperbench.llm import (
+    CostLedger,
+    CostTotal,
+    Message,
+    Model,
+    ModelConfig,
+    UserMessage,
+    count_message_tokens,
+)
 from paperbench.papers import Paper
 
 RepoScoreMode = Literal["reference-free", "reference-based"]
@@ -454,7 +466,7 @@ def render_repo_score(score: RepoScore) -> RenderableType:
     )
     cost = f"${score.cost_usd:.4f}"
     if score.unpriced_calls:
-        cost += f" (+{score.unpriced_calls} calls without a price)"
+        cost += f" (+{plural(score.unpriced_calls, 'call')} without a price)"
     summary.add_row("cost", cost)
     if score.addressed_to_judge:
         places = "; ".join(
@@ -469,3 +481,44 @@ def render_repo_score(score: RepoScore) -> RenderableType:
         for c in sample.critiques:
             critiques.add_row(str(sample.index + 1), c.severity, c.file, c.function, c.text)
     return Group(summary, critiques) if critiques.row_count else summary
+
+
+async def grade_papercoder(
+    view: SubmissionView,
+    paper: Paper,
+    judge: LoadedJudge,
+    *,
+    out_dir: Path,
+    settings: ModelSettings | None = None,
+    reference: SubmissionView | None = None,
+    samples: int | None = None,
+) -> RepoScore:
+    """Rate a repository with the grading model of ``judge`` (or ``settings.model``) and
+    write ``out_dir/grading/papercoder.json`` and ``costs.json``.
+
+    Raises:
+        ValueError: the judge has no grading model (dummy, random).
+    """
+    roles = getattr(judge.config, "roles", None)
+    if roles is None:
+        raise ValueError(f"judge {judge.identity.name!r} has no grading model")
+    settings = settings or ModelSettings()
+    config = ModelConfig(
+        model=settings.model or roles.grading.model,
+        base_url=settings.base_url,
+        max_connections=settings.max_connections,
+        cache=True,
+    )
+    ledger = CostLedger()
+    async with Model(config, ledger=ledger, stage="grading") as model:
+        score = await papercoder_scores(
+            view,
+            paper,
+            model=model,
+            reference=reference,
+            samples=samples or judge.config.samples,
+        )
+    folder = out_dir / "grading"
+    atomic_write_text(folder / "papercoder.json", score.model_dump_json(indent=2) + "\n")
+    ledger.write(folder / "costs.json")
+    return score

@@ -38,6 +38,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from paperbench._console import plural
 from paperbench.errors import InputError
 from paperbench.judge._log import cut_log, fold_log
 from paperbench.sandbox import safe_extract
@@ -427,7 +428,9 @@ def build_view(
             mtimes = _member_mtimes(source, report.stripped_prefix)
         files, not_listed, skipped = _scan(root, limits, mtimes)
         if not_listed:
-            notes.append(f"{not_listed} files over the limit of {limits.max_files} not listed")
+            notes.append(
+                f"{plural(not_listed, 'file')} over the limit of {limits.max_files} not listed"
+            )
         log_source = log
         if log_source is None and executed is not None and (executed / "reproduce.log").is_file():
             log_source = executed / "reproduce.log"

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.errors import ModelRequestError
 from paperbench.llm._registry import SDKModelAPI, Target, cut_calls, parse_options, usage_count
-from paperbench.llm._retry import TransientError, status_error
+from paperbench.llm._retry import TransientError, connection_reason, status_error
 from paperbench.llm._schema import anthropic_schema
 from paperbench.llm._types import (
     AssistantMessage,
@@ -269,7 +269,7 @@ def _translate(exc: anthropic.APIError, target: Target) -> Exception:
         return TransientError(f"no answer within {target.config.timeout_s:g}s")
     if isinstance(exc, anthropic.APIConnectionError):
         where = target.base_url or "the Anthropic API"
-        return TransientError(f"cannot reach {where}: {exc.__cause__ or exc}")
+        return TransientError(f"cannot reach {where}: {connection_reason(exc)}")
     if isinstance(exc, anthropic.APIStatusError):
         message = exc.message
         body = exc.body

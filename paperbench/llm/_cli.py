@@ -11,11 +11,11 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from rich.table import Table
 
 from paperbench._console import console, error
-from paperbench._options import parse_duration
+from paperbench._options import BaseUrl, parse_duration
 from paperbench.errors import PaperbenchError
 from paperbench.llm._costs import PriceTable
 from paperbench.llm._model import Model
-from paperbench.llm._registry import endpoints
+from paperbench.llm._registry import endpoints, known_missing_key, missing_key_message
 from paperbench.llm._types import ModelConfig, ModelOutput
 
 app = typer.Typer(help="Check models before a long run, and show their prices.")
@@ -44,6 +44,10 @@ class CheckRow(BaseModel):
 
 async def _check_one(config: ModelConfig) -> list[CheckRow]:
     rows: list[CheckRow] = []
+    missing = known_missing_key(config)
+    if missing is not None:  # said at once, before the provider's SDK is loaded
+        why = missing_key_message(config.model, missing)
+        return [CheckRow(model=config.model, call="-", ok=False, error=why)]
     try:
         async with Model(config, stage="check") as model:
             text = await model.generate("Reply with the single word: ok", label="check")
@@ -81,10 +85,7 @@ def check(
     models: Annotated[
         list[str], typer.Argument(help="provider/model strings, e.g. openai/gpt-4o.")
     ],
-    base_url: Annotated[
-        str | None,
-        typer.Option(help="An OpenAI- or Anthropic-compatible server for every model given."),
-    ] = None,
+    base_url: BaseUrl = None,
     key: Annotated[
         str | None,
         typer.Option(
@@ -96,7 +97,7 @@ def check(
         typer.Option(
             metavar="DURATION",
             parser=parse_duration,
-            help="Time one request may take, e.g. 60 or 2m.",
+            help="How long one request may take, e.g. 60 or 2m.",
         ),
     ] = 60.0,
     max_wait: Annotated[

@@ -148,17 +148,25 @@ class CostRecord(BaseModel):
     """Why the model stopped, for an attempt that got an answer."""
     error: str | None = None
     """What went wrong: the error, or why an ``incomplete`` answer is not an answer."""
+    sent: bool = True
+    """False for a call refused before anything was sent (no key, no provider, the budget
+    reached); ``budget_exhausted`` and ``cache_hit`` records are never sent."""
     time: float = Field(default_factory=time.time)
 
 
 class CostTotal(BaseModel):
     """The sum over a group of records. ``calls`` counts every record but the ``retried``
-    attempts, which ``retried`` counts; ``cost_usd`` sums the known costs; ``unpriced_calls``
-    counts the records whose cost is unknown, so a total is never silently low."""
+    attempts, which ``retried`` counts; ``sent`` counts the requests that reached the wire
+    (retried attempts included), ``refused`` the calls refused before anything was sent (no
+    key, the budget reached), ``cache_hits`` the calls answered from the cache; ``cost_usd``
+    sums the known costs; ``unpriced_calls`` counts the records whose cost is unknown, so a
+    total is never silently low."""
 
     model_config = ConfigDict(extra="forbid")
 
     calls: int = 0
+    sent: int = 0
+    refused: int = 0
     cache_hits: int = 0
     incomplete: int = 0
     failed: int = 0
@@ -171,6 +179,9 @@ class CostTotal(BaseModel):
 
     def add(self, record: CostRecord) -> None:
         self.calls += record.outcome != "retried"
+        unsent = not record.sent or record.outcome == "budget_exhausted"
+        self.refused += unsent and record.outcome != "cache_hit"
+        self.sent += not unsent and record.outcome != "cache_hit"
         self.retried += record.outcome == "retried"
         self.cache_hits += record.outcome == "cache_hit"
         self.incomplete += record.outcome == "incomplete"

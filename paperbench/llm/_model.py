@@ -30,6 +30,7 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, ValidationError
 
+from paperbench._console import plural
 from paperbench.errors import (
     BudgetExhaustedError,
     IncompleteAnswerError,
@@ -237,7 +238,8 @@ class Model:
                     # whole fails here, for the caller to record as invalid.
                     raise StructuredOutputError(
                         f"{config.model}: the answer did not match the schema "
-                        f"{schema.name if schema else ''!r} after {attempt} attempts: {error}"
+                        f"{schema.name if schema else ''!r} after "
+                        f"{plural(attempt, 'attempt')}: {error}"
                     )
             conversation = conversation.model_copy(
                 update={"messages": (*conversation.messages, *_reask(answer, error))}
@@ -263,7 +265,7 @@ class Model:
                 api.target.require_key()
             return api
         except ModelError as exc:
-            self._record(label, stage, outcome="failed", cost_usd=0.0, error=str(exc))
+            self._record(label, stage, outcome="failed", cost_usd=0.0, error=str(exc), sent=False)
             raise
 
     async def _cache_hit(
@@ -380,7 +382,7 @@ class Model:
             if shared is not None and shared[1].refused is not None:
                 raise BudgetExhaustedError(f"{config.model}: {shared[1].refused}")
         except BudgetExhaustedError as exc:
-            self._record(label, stage, outcome="budget_exhausted", error=str(exc))
+            self._record(label, stage, outcome="budget_exhausted", error=str(exc), sent=False)
             raise
         clock.sending()
         sent_at = time.monotonic()

@@ -5,7 +5,8 @@ gpt-5, codex) on OpenAI's own endpoint, or whenever ``options: {api: responses}`
 OpenAI's own endpoint is any base URL on api.openai.com (or one declared with
 ``options: {official: true}``). An OpenAI-compatible server (vLLM, Ollama, LiteLLM,
 OpenRouter) is any other host, always reached through Chat Completions unless told
-otherwise; it gets ``max_tokens`` instead of ``max_completion_tokens`` and a placeholder key
+otherwise; it gets ``max_tokens`` instead of ``max_completion_tokens`` (except for OpenAI's
+reasoning models, which refuse ``max_tokens`` wherever they are served) and a placeholder key
 when none is set. Responses are stateless (``store: false``): a reasoning model's reasoning
 items come back encrypted and are sent back, in order, with the next turn.
 """
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from paperbench.errors import ModelRequestError
 from paperbench.llm._registry import SDKModelAPI, Target, cut_calls, parse_options, usage_count
-from paperbench.llm._retry import TransientError, status_error
+from paperbench.llm._retry import TransientError, connection_reason, status_error
 from paperbench.llm._schema import openai_schema
 from paperbench.llm._types import (
     AssistantMessage,
@@ -161,7 +162,10 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
                 },
             }
         if request.max_tokens is not None:
-            key = "max_tokens" if self.custom_endpoint else "max_completion_tokens"
+            # OpenAI's reasoning models refuse max_tokens wherever they are served (a gateway
+            # or proxy too); other models on a compatible server may know only max_tokens
+            plain = self.custom_endpoint and not self.reasoning_model
+            key = "max_tokens" if plain else "max_completion_tokens"
             params[key] = request.max_tokens
         if request.temperature is not None:
             params["temperature"] = request.temperature
@@ -390,7 +394,7 @@ def _translate(exc: openai.APIError, target: Target) -> Exception:
         return TransientError(f"no answer within {target.config.timeout_s:g}s")
     if isinstance(exc, openai.APIConnectionError):
         where = target.base_url or "the OpenAI API"
-        return TransientError(f"cannot reach {where}: {exc.__cause__ or exc}")
+        return TransientError(f"cannot reach {where}: {connection_reason(exc)}")
     if isinstance(exc, openai.APIStatusError):
         return status_error(
             exc.status_code,

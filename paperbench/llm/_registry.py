@@ -191,9 +191,7 @@ class Target:
     def require_key(self) -> None:
         """Raise :class:`MissingKeyError` if a request would need a key that is not set."""
         if self.missing_key is not None:
-            raise MissingKeyError(
-                f"{self.model}: set {self.missing_key} (environment or .env) or pass --key"
-            )
+            raise MissingKeyError(missing_key_message(self.model, self.missing_key))
 
 
 ProviderFactory = Callable[[], type[ModelAPI]]
@@ -203,7 +201,34 @@ _PROVIDERS: dict[str, str | ProviderFactory] = {
     "anthropic": "paperbench.llm._anthropic:AnthropicAPI",
     "mockllm": "paperbench.llm._mock:MockAPI",
 }
+_DEFAULT_PROVIDERS = dict(_PROVIDERS)
 _SDK_HINTS = {"openai": "openai>=3,<4", "anthropic": "anthropic>=2,<3"}
+
+
+_BUILTIN_KEYS = {
+    "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+}
+"""The key and base-URL variables of the built-in SDK providers (their classes'
+``key_env`` and ``base_url_env``), known without importing the SDK."""
+
+
+def missing_key_message(model: str, variable: str) -> str:
+    """What to do about a missing key, in one line."""
+    return f"{model}: set {variable} (environment or .env) or pass --key"
+
+
+def known_missing_key(config: ModelConfig) -> str | None:
+    """The key variable a built-in provider's call would lack, said without importing its SDK
+    (a second or so): ``None`` when a key, a base URL or another provider is given, so that
+    :func:`resolve` decides."""
+    keys = _BUILTIN_KEYS.get(config.provider)
+    if keys is None or _PROVIDERS.get(config.provider) != _DEFAULT_PROVIDERS[config.provider]:
+        return None
+    key_env, base_url_env = keys
+    if config.api_key is not None or config.base_url is not None or env_value(base_url_env):
+        return None
+    return None if env_value(key_env) else key_env
 
 
 def register_provider(name: str, factory: str | ProviderFactory) -> None:

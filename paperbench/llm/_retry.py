@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from paperbench._console import plural
 from paperbench.errors import ContextLengthError, ModelRequestError, ModelUnavailableError
 
 log = logging.getLogger("paperbench.llm")
@@ -37,6 +38,36 @@ class TransientError(Exception):
         super().__init__(message)
         self.retry_after = retry_after
         self.status = status
+
+
+_CONNECTION_REASONS = {
+    "RemoteProtocolError": "connection closed by the server",
+    "ServerDisconnectedError": "connection closed by the server",
+    "ReadError": "connection closed by the server",
+    "ConnectionResetError": "connection reset by the server",
+    "ConnectError": "connection refused",
+    "ConnectionRefusedError": "connection refused",
+}
+
+
+def connection_reason(exc: BaseException) -> str:
+    """Why a connection failed, in a few words: the first non-empty message down the
+    exception's chain (its causes, below the SDK's generic "Connection error."), else what
+    the innermost exception's type says (``connection closed by the server``), else its name."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for link in chain[1:]:
+        text = str(link).strip()
+        if text:
+            return text.splitlines()[0]
+    for link in reversed(chain):
+        if type(link).__name__ in _CONNECTION_REASONS:
+            return _CONNECTION_REASONS[type(link).__name__]
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(chain[-1]).__name__
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
@@ -173,6 +204,6 @@ class RetryClock:
 
     def give_up(self, exc: TransientError) -> ModelUnavailableError:
         return ModelUnavailableError(
-            f"{self.model}: gave up after {self.attempts} attempts "
+            f"{self.model}: gave up after {plural(self.attempts, 'attempt')} "
             f"(retry budget {self.max_wait_s:g}s): {exc}"
         )

@@ -140,14 +140,24 @@ def _costs(s: Summary) -> Table:
     table = Table(title="costs")
     table.add_column("by", overflow="fold")
     table.add_column("name", overflow="fold")
-    table.add_column("calls", justify="right")
+    # requests that reached a provider apart from calls refused before sending (no key,
+    # budget reached): a run with no key sent nothing, however many calls it tried
+    table.add_column("requests sent", justify="right")
+    table.add_column("refused unsent", justify="right")
     table.add_column("cost", justify="right", no_wrap=True)
     groups = [("stage", s.costs.by_stage), ("model", s.costs.by_model)]
     groups += [(f"agent {a.agent}", {"total": a.costs.total}) for a in s.agents]
     for by, totals in groups:
         for name, total in sorted(totals.items()):
-            table.add_row(Text(printable(by)), Text(printable(name)), str(total.calls), _usd(total))
-    table.add_row("all", "total", str(s.costs.total.calls), _usd(s.costs.total))
+            table.add_row(
+                Text(printable(by)),
+                Text(printable(name)),
+                str(total.sent),
+                str(total.refused),
+                _usd(total),
+            )
+    total = s.costs.total
+    table.add_row("all", "total", str(total.sent), str(total.refused), _usd(total))
     return table
 
 

@@ -15,8 +15,7 @@ from pathlib import Path
 from paperbench.agents import load_agent, resources_from_flags
 from paperbench.agents._resources import AgentResources, resolve
 from paperbench.errors import ConfigError, PaperbenchError, UsageError
-from paperbench.judge import DummyConfig, RandomConfig, load_judge_config
-from paperbench.judge._cli import missing_keys
+from paperbench.judge import DummyConfig, RandomConfig, load_judge_config, missing_keys
 from paperbench.judge._job import ModelSettings
 from paperbench.papers import PaperSource
 from paperbench.runs._config import AgentSettings, EvalConfig, JudgeSettings, SandboxSettings

@@ -174,6 +174,12 @@ _ROUTES: dict[str, Protocol] = {
 }
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128
+    """As many waiting connections as a grading opens at once (the default, 5, resets the
+    rest: a real API does not)."""
+
+
 class FakeLLMServer:
     """The server; start it with ``with FakeLLMServer() as server:`` or :meth:`start`.
 
@@ -214,7 +220,7 @@ class FakeLLMServer:
         self.requests: list[RecordedRequest] = []
         self.handler_errors: list[str] = []
         """What a raising ``handler`` raised (each such call was answered with a 400)."""
-        self._httpd = ThreadingHTTPServer((host, port), _make_handler(self))
+        self._httpd = _Server((host, port), _make_handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from paperbench.judge import (
+from paperbench.judge._agreement import (
     bootstrap_interval,
     config_agreement,
     leaf_agreement,

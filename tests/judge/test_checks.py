@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from paperbench.errors import InputError
-from paperbench.judge import CHECK_LIMITS, CheckRunner, LeafGrade, run_check, run_checks
+from paperbench.judge import LeafGrade
+from paperbench.judge._checks import CHECK_LIMITS, CheckRunner, run_check, run_checks
 from paperbench.reproduce import ReproduceConfig, reproduce_submission
 from paperbench.rubric import Check, NodePath, TaskCategory, TaskNode, iter_leaves, load_rubric
 from paperbench.sandbox import SandboxConfig

@@ -7,13 +7,8 @@ from pathlib import Path
 import pytest
 
 from paperbench.errors import ConfigError
-from paperbench.judge import (
-    FaithfulConfig,
-    SimpleConfig,
-    catalog_dir,
-    catalog_names,
-    load_judge_config,
-)
+from paperbench.judge import FaithfulConfig, SimpleConfig, catalog_names, load_judge_config
+from paperbench.judge._config import catalog_dir
 
 from .conftest import ROOT
 
@@ -99,9 +94,28 @@ def test_a_bad_config_is_one_line_naming_the_file_and_key_path(
     assert expected in _error(path)
 
 
+def test_a_yaml_anywhere_uses_the_built_in_prompts_it_does_not_override(tmp_path: Path) -> None:
+    path = tmp_path / "alone.yaml"
+    path.write_text(
+        "mode: simple-faithful\nroles: {ranking: openai/o3-mini, grading: openai/o3-mini, "
+        "parsing: openai/gpt-4o-mini}\nprompts: {leaf: mine.md}\n"
+    )
+    (tmp_path / "mine.md").write_text("Grade {{ criterion }} strictly.\n")
+    loaded = load_judge_config(path)
+    builtin = load_judge_config("simple-faithful")
+    assert loaded.prompts["leaf"] == "Grade {{ criterion }} strictly.\n"
+    for role in ("system", "paper", "ranking", "parsing"):
+        assert loaded.prompts[role] == builtin.prompts[role], role
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("mode: simple\nroles: {grading: openai/o3-mini}\n")
+    assert load_judge_config(plain).prompts == load_judge_config("simple").prompts
+
+
 def test_a_missing_prompt_file_names_the_prompts_key(tmp_path: Path) -> None:
     path = tmp_path / "alone.yaml"
-    path.write_text("mode: simple\nroles: {grading: openai/o3-mini}\n")
+    path.write_text(
+        "mode: simple\nroles: {grading: openai/o3-mini}\nprompts: {system: nowhere.md}\n"
+    )
     message = _error(path)
     assert "$.prompts.system" in message and "relative to the config's folder" in message
 
@@ -157,8 +171,26 @@ def test_the_public_names_are_sorted_and_importable() -> None:
         assert hasattr(judge, name), name
 
 
+def test_the_public_names_are_what_another_judge_or_the_pipeline_needs() -> None:
+    import inspect
+
+    import paperbench.judge as judge
+
+    assert len(judge.__all__) == 32  # was 91: tokenizers, fences, renderers are private now
+    for name in judge.__all__:
+        value = getattr(judge, name)
+        if inspect.isclass(value):
+            assert vars(value).get("__doc__"), f"{name} has no docstring of its own"
+        elif inspect.isfunction(value):
+            assert value.__doc__, f"{name} has no docstring"
+    # constants and aliases are documented where they are defined
+    source = inspect.getsource(judge)
+    for name in ("ADDRESSED_KEY", "PASS_THRESHOLD", "GradeFn", "JudgeConfig"):
+        assert name in source
+
+
 def test_the_submission_budget_is_what_the_window_leaves_capped_by_the_config() -> None:
-    from paperbench.judge import Budgets
+    from paperbench.judge._config import Budgets
 
     budgets = Budgets(context_window=128_000, answer_tokens=10_000)
     assert budgets.submission_budget(30_000) == 88_000

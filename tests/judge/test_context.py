@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from paperbench.judge import SubmissionIndex, build_view, select_context
+from paperbench.judge import build_view
+from paperbench.judge._context import SubmissionIndex, select_context
 from paperbench.llm import count_tokens
 
 from .conftest import example, write_executed

@@ -14,15 +14,17 @@ from hypothesis import strategies as st
 from paperbench.errors import InputError, LfsPointerError, UsageError
 from paperbench.judge import (
     GoldSubmission,
-    LeafPair,
     LoadedJudge,
+    judge_eval,
+    load_gold_set,
+    load_judge_config,
+)
+from paperbench.judge._eval import (
+    LeafPair,
     ShapeMismatchError,
     binary_metrics,
     by_category,
     compare_trees,
-    judge_eval,
-    load_gold_set,
-    load_judge_config,
     tree_cost,
 )
 from paperbench.rubric import GradedTaskNode, aggregate, load_graded

@@ -9,8 +9,11 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from paperbench.cli import app
-from paperbench.judge import GoldSubmission, GradeFn, LoadedJudge, _eval_cli
+from paperbench.judge import GoldSubmission, GradeFn, LoadedJudge, _cli
 from paperbench.rubric import GradedTaskNode, aggregate, iter_leaves
+from paperbench.testing import FakeLLMServer, Fault
+
+from .scripted import ScriptedJudge
 
 runner = CliRunner()
 
@@ -34,10 +37,10 @@ async def _all_pass(gold: GoldSubmission, judge: LoadedJudge) -> GradedTaskNode:
 
 @pytest.fixture
 def fake_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    def load(work: Path) -> GradeFn:
+    def load(work: Path, settings: object = None) -> GradeFn:
         return _all_pass
 
-    monkeypatch.setattr(_eval_cli, "load_grade_fn", load)
+    monkeypatch.setattr(_cli, "load_grade_fn", load)
 
 
 def _gold_counts() -> tuple[int, int]:
@@ -114,7 +117,7 @@ def test_a_predicted_tree_of_another_rubric_is_one_line_and_exit_1(
         tree = await _all_pass(gold, judge)
         return aggregate(tree.model_copy(update={"sub_tasks": tree.sub_tasks[:1]}))
 
-    monkeypatch.setattr(_eval_cli, "load_grade_fn", lambda work: first_child_only)
+    monkeypatch.setattr(_cli, "load_grade_fn", lambda work, settings=None: first_child_only)
     result = _run(["judge-eval", "--judge", "dummy", "--paper", "calibration-binning"])
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
@@ -136,3 +139,39 @@ def test_the_real_engine_grades_the_examples_with_the_dummy_judge(tmp_path: Path
     # every leaf passes under the dummy judge: accuracy is the share of gold passes
     assert overall["accuracy"] == pytest.approx(passes / leaves)
     assert (out / "gradings").is_dir()  # the engine's per-leaf records
+
+
+def test_a_model_judge_reports_its_requests_and_dollars(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(lambda text: 1.0)
+    out = tmp_path / "eval"
+    args = ["judge-eval", "--paper", "calibration-binning", "--out", str(out)]
+    args += ["--base-url", fake_llm.openai_url, "--model", "openai/gpt-4o"]
+    result = _run(args)
+    assert result.exit_code == 0, result.output
+    [config] = json.loads((out / "report.json").read_text())["configs"]
+    assert config["judge"]["name"] == "simple"  # the default judge
+    # every attempt is a request (one that failed to connect and was retried too)
+    answered = len(fake_llm.requests)
+    assert answered > 0 and config["cost"]["requests"] >= answered
+    assert config["cost"]["input_tokens"] > 0 and config["cost"]["cost_usd"] > 0
+    assert sum(s["cost"]["requests"] for s in config["submissions"]) == config["cost"]["requests"]
+    assert "$0 " not in result.stdout
+
+
+def test_a_judging_that_fails_says_why_and_exits_1(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    fake_llm.handler = lambda request: Fault.http(400, "this gateway refuses everything")
+    args = ["judge-eval", "--paper", "calibration-binning", "--concurrency", "submissions=1"]
+    args += ["--base-url", fake_llm.openai_url, "--model", "openai/gpt-4o"]
+    result = _run(args)
+    assert result.exit_code == 1, result.output
+    assert "invalid (" in result.stderr and "failed" in result.stderr
+    assert "this gateway refuses everything" in result.stderr
+    assert "no leaf could be graded" in result.stderr
+
+
+def test_concurrency_takes_the_stages_of_judge_eval() -> None:
+    result = _run(["judge-eval", "--judge", "dummy", "--concurrency", "rollouts=2"])
+    assert result.exit_code == 2
+    assert "--concurrency rollouts=2" in result.stderr and "submissions" in result.stderr

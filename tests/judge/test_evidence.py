@@ -61,7 +61,7 @@ def _submission(root: Path) -> Path:
 
 def _judge(tmp_path: Path, **budgets: Any) -> Any:
     """The catalog's simple judge with some budgets changed (its prompts beside it)."""
-    from paperbench.judge import catalog_dir
+    from paperbench.judge._config import catalog_dir
 
     folder = tmp_path / "judges"
     shutil.copytree(catalog_dir(), folder, dirs_exist_ok=True)

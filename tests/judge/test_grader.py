@@ -91,7 +91,7 @@ def submission(make_submission: Any) -> Path:
 
 
 def _judge(tmp_path: Path, mode: str, **changes: Any) -> Any:
-    from paperbench.judge import catalog_dir
+    from paperbench.judge._config import catalog_dir
 
     folder = tmp_path / "judges"
     if not folder.exists():

@@ -83,11 +83,17 @@ def test_grade_without_a_key_leaves_model_leaves_invalid_and_says_how_to_set_it(
 ) -> None:
     example = EXAMPLES / "calibration-binning" / "partial"
     result = runner.invoke(app, [*_args(example, tmp_path / "o"), "--json"])
-    assert result.exit_code == 0, result.output
+    # nothing could be graded: the command fails, saying why (counts by reason, first message)
+    assert result.exit_code == 1, result.output
     assert "OPENAI_API_KEY is not set" in result.stderr
+    assert "66 of 66 leaves invalid (66 not_graded)" in result.stderr
+    assert "not_graded: openai/o3-mini: set OPENAI_API_KEY" in result.stderr
+    assert "no leaf that needs a model could be graded" in result.stderr
     summary = json.loads(result.stdout)
-    assert summary["score"] is None and summary["unscored"]
+    assert summary["score"] is None and summary["unscored"] and summary["nothing_graded"]
     assert summary["invalid_reasons"] == {"not_graded": summary["leaves"]}
+    # calls refused before sending are not requests
+    assert summary["requests"] == 0 and summary["refused_calls"] > 0
     assert all(
         "OPENAI_API_KEY" in (g.error or "") or g.source == "check" for g in _grades(tmp_path / "o")
     )
@@ -105,7 +111,7 @@ def test_a_grading_killed_mid_way_resumes_without_repeating_a_request(
     example = EXAMPLES / "calibration-binning" / "partial"
     out = tmp_path / "o"
     args = [*_args(example, out, "--base-url", fake_llm.openai_url), "--model", "openai/gpt-4o"]
-    args += ["--concurrency", "1"]
+    args += ["--concurrency", "leaves=1"]
     # the child imports the paperbench under test, not whichever one is installed
     source = str(Path(paperbench.__file__).parents[1])
     path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
@@ -272,3 +278,81 @@ def test_grade_counts_text_addressed_to_the_judge(fake_llm: FakeLLMServer, tmp_p
         ("README.md", "note to the grader"),
         ("README.md", "full marks"),
     }
+
+
+def test_grade_with_only_a_base_url_grades_with_the_configs_reasoning_model(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    # the simple judge's o3-mini behind a base URL: max_completion_tokens, not the
+    # max_tokens the server (as OpenAI) refuses for a reasoning model
+    fake_llm.handler = ScriptedJudge(lambda text: 1.0)
+    example = EXAMPLES / "calibration-binning" / "partial"
+    result = runner.invoke(app, _args(example, tmp_path / "o", "--base-url", fake_llm.openai_url))
+    assert result.exit_code == 0, result.output
+    llm = [g for g in _grades(tmp_path / "o") if g.source == "llm"]
+    assert llm and all(g.valid for g in llm)
+    assert all("max_tokens" not in r.body for r in fake_llm.requests)
+
+
+def test_a_grading_that_fails_says_why_on_the_console_and_exits_1(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = lambda request: Fault.http(400, "this gateway refuses everything")
+    example = EXAMPLES / "calibration-binning" / "partial"
+    args = _args(example, tmp_path / "o", "--base-url", fake_llm.openai_url)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "66 of 66 leaves invalid" in result.stderr
+    assert "failed: " in result.stderr and "this gateway refuses everything" in result.stderr
+    assert "not_graded: a check leaf needs an executed submission" in result.stderr
+    assert "no leaf that needs a model could be graded" in result.stderr
+    # piped: a line per graded leaf on stderr, as it is graded
+    assert "simple: leaf 1/66" in result.stderr and "simple: leaf 66/66" in result.stderr
+
+
+def test_a_code_dev_grading_runs_its_check_leaves_against_the_submission(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    # Code-Dev reproduces nothing, so no --executed: the checks run against the submission
+    # itself in a sandbox (the local backend here), not left ungraded
+    fake_llm.handler = ScriptedJudge(lambda text: 1.0)
+    example = EXAMPLES / "calibration-binning" / "reference"
+    args = _args(example, tmp_path / "o", "--base-url", fake_llm.openai_url, "--code-dev")
+    result = runner.invoke(app, [*args, "--sandbox", "local", "--json"])
+    assert result.exit_code == 0, result.output
+    checks = [g for g in _grades(tmp_path / "o") if g.source == "check"]
+    assert len(checks) == 3
+    assert all(g.valid for g in checks), [g.error or g.explanation for g in checks]
+    assert json.loads(result.stdout)["coverage"] == 1.0
+
+
+def test_grade_shows_live_progress_on_a_terminal(llm_env: Path, tmp_path: Path) -> None:
+    import pty
+
+    example = EXAMPLES / "calibration-binning" / "partial"
+    source = str(Path(paperbench.__file__).parents[1])
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm", "PYTHONPATH": source}
+    parent, child = pty.openpty()
+    args = _args(example, tmp_path / "o", "--judge", "dummy")
+    done = subprocess.run(
+        [sys.executable, "-c", "from paperbench.cli import app; app()", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=child,
+        timeout=120,
+    )
+    os.close(child)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(parent, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(parent)
+    assert done.returncode == 0
+    text = seen.decode(errors="replace")
+    assert "grading (dummy)" in text and "66/66" in text and "0 invalid, $0.0000" in text
+    assert "leaf 1/66" not in text  # the per-leaf lines are for pipes

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from paperbench.judge import cut_log, fold_log
+from paperbench.judge._log import cut_log, fold_log
 from paperbench.llm import count_tokens
 
 MODEL = "openai/gpt-4o"

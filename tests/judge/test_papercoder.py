@@ -14,15 +14,9 @@ from pydantic import SecretStr
 from rich.console import Console
 
 from paperbench.errors import MissingKeyError
-from paperbench.judge import (
-    RepoScore,
-    SubmissionView,
-    ViewLimits,
-    build_view,
-    papercoder_scores,
-    render_repo_score,
-)
+from paperbench.judge import RepoScore, SubmissionView, ViewLimits, build_view
 from paperbench.judge._fence import closing, fence_tag, opening
+from paperbench.judge._papercoder import papercoder_scores, render_repo_score
 from paperbench.llm import BudgetCaps, CostLedger, Model, ModelConfig
 from paperbench.papers import Paper, PaperSource
 from paperbench.testing import FakeLLMServer, FakeReply, FakeUsage

@@ -6,19 +6,17 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from paperbench.judge import (
+from paperbench.judge import build_view, load_judge_config
+from paperbench.judge._context import select_context
+from paperbench.judge._fence import closing, fence, fence_tag
+from paperbench.judge._prompts import (
     CATEGORY_QUESTIONS,
-    build_view,
-    fence,
     file_tree,
     grading_messages,
-    load_judge_config,
     parsing_messages,
     ranking_messages,
     render,
-    select_context,
 )
-from paperbench.judge._fence import closing, fence_tag
 from paperbench.papers import load_repo_paper
 from paperbench.rubric import iter_leaves, prior_criteria
 

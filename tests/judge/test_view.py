@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from paperbench.errors import InputError
-from paperbench.judge import SubmissionView, ViewLimits, build_view, classify
+from paperbench.judge import SubmissionView, ViewLimits, build_view
+from paperbench.judge._view import classify
 
 from .conftest import EXAMPLES, example, write_executed
 

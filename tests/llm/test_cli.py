@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -150,3 +151,45 @@ def test_model_config_refuses_a_base_url_that_is_not_http() -> None:
     with pytest.raises(ValueError, match="expected an http\\(s\\) URL"):
         ModelConfig(model="openai/gpt-4o", base_url="ftp://example.org")
     assert ModelConfig(model="openai/gpt-4o", base_url="http://127.0.0.1:8000/v1").base_url
+
+
+def test_check_says_a_missing_key_at_once_without_loading_the_sdk(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    import paperbench
+
+    source = str(Path(paperbench.__file__).parents[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+    env["PYTHONPATH"] = source
+    code = (
+        "import sys\nfrom paperbench.cli import app\n"
+        "try:\n    app(['models', 'check', 'openai/gpt-4o'])\nexcept SystemExit as e:\n"
+        "    print('exit', e.code, 'openai' in sys.modules, file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert "set OPENAI_API_KEY" in done.stderr, done.stderr
+    assert "exit 1 False" in done.stderr  # no retries, and the SDK was never imported
+
+
+def test_the_built_in_key_table_matches_the_providers() -> None:
+    from paperbench.llm._anthropic import AnthropicAPI
+    from paperbench.llm._openai import OpenAIAPI
+    from paperbench.llm._registry import _BUILTIN_KEYS
+
+    for name, cls in (("openai", OpenAIAPI), ("anthropic", AnthropicAPI)):
+        assert _BUILTIN_KEYS[name] == (cls.key_env, cls.base_url_env)
+
+
+@pytest.mark.parametrize("value", ["-1", "soon"])
+def test_request_timeout_is_a_duration(value: str) -> None:
+    from typer.testing import CliRunner
+
+    from paperbench.cli import app as main
+
+    result = CliRunner().invoke(main, ["models", "check", "openai/x", "--request-timeout", value])
+    assert result.exit_code == 2
+    assert "--request-timeout" in result.output and "duration" in result.output

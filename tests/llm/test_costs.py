@@ -234,3 +234,25 @@ def test_model_builds_in_another_process_from_its_config() -> None:
     config = ModelConfig(model="mockllm/child", api_key="sk-never-sent", max_connections=2)  # type: ignore[arg-type]
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         assert pool.apply(_generate_in_child, (config,)) == "echo: from the child"
+
+
+def test_calls_refused_before_sending_are_not_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    from paperbench.errors import BudgetExhaustedError, MissingKeyError
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.chdir(Path(__file__).parent)  # no .env here
+    ledger = CostLedger()
+    for _ in range(2):
+        with pytest.raises(MissingKeyError):
+            gen(Model(ModelConfig(model="openai/gpt-4o"), ledger=ledger), "hi")
+    capped = CostLedger(caps=BudgetCaps(run_usd=0.0))
+    with pytest.raises(BudgetExhaustedError):
+        gen(Model(ModelConfig(model="mockllm/model"), ledger=capped), "hi")
+    gen(Model(ModelConfig(model="mockllm/model"), ledger=ledger), "hi")
+    total = ledger.report().total
+    assert (total.calls, total.sent, total.refused) == (3, 1, 2)
+    assert capped.report().total.refused == 1 and capped.report().total.sent == 0
+    # records written before the field existed: a budget refusal was never sent either
+    old = CostRecord(model="m", label="x", outcome="budget_exhausted")
+    assert CostLedger([old]).report().total.refused == 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import struct
 import threading
 import time
 
@@ -240,3 +242,40 @@ def test_a_raising_test_handler_fails_the_call_at_once(fake_llm: FakeLLMServer) 
         gen(Model(config_for("chat", fake_llm)), "hi")
     assert len(fake_llm.requests) == 1
     assert fake_llm.handler_errors == ["StopIteration: "]
+
+
+def _dropping_server() -> tuple[socket.socket, threading.Thread]:
+    """A server that reads each request and drops the connection (a reset) without an
+    answer: the SDKs see an exception with an empty message."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server, thread
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-4o", "anthropic/claude-haiku-4-5"])
+def test_a_dropped_connection_says_why(model: str) -> None:
+    server, _ = _dropping_server()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}" + ("/v1" if "openai" in model else "")
+    try:
+        with pytest.raises(ModelUnavailableError) as info:
+            gen(Model(fast(model, url, max_retry_wait_s=0.2)), "hi")
+    finally:
+        server.close()
+    message = str(info.value)
+    reason = message.split(f"cannot reach {url}: ", 1)[1]
+    assert reason.strip() and not reason.startswith(("(", ";")), message
+    assert "connection" in reason.lower() or "pipe" in reason.lower(), message

@@ -208,6 +208,14 @@ def test_openai_reasoning_effort_and_max_tokens(fake_llm: FakeLLMServer) -> None
     # a custom base URL gets the widely supported name
     assert fake_llm.requests[-1].body["max_tokens"] == 64
 
+    # ...but OpenAI's reasoning models refuse max_tokens wherever they are served (the fake
+    # server too, as the real API): they get max_completion_tokens behind any base URL
+    for model in ("openai/o3-mini", "openai/o4-mini", "openai/gpt-5-mini", "openai/o1"):
+        out = gen(Model(config_for("chat", fake_llm, model=model)), "q", max_tokens=64)
+        assert out.text, model
+        body = fake_llm.requests[-1].body
+        assert body["max_completion_tokens"] == 64 and "max_tokens" not in body, model
+
     fake_llm.script(FakeReply(text="a", reasoning="summary"))
     out = gen(Model(config_for("responses", fake_llm)), "q", reasoning_effort="high")
     body = fake_llm.requests[-1].body
@@ -346,3 +354,22 @@ def test_outputs_cached_by_earlier_versions_still_load() -> None:
     assert (item.type, item.text, item.signature) == ("thinking", "t", "s")
     plain = '{"model": "openai/x", "text": "a", "reasoning_signature": null}'
     assert ModelOutput.model_validate_json(plain).reasoning_items == []
+
+
+def test_the_fake_server_refuses_max_tokens_for_a_reasoning_model_as_openai_does(
+    fake_llm: FakeLLMServer,
+) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    body = {"model": "o3-mini", "messages": [{"role": "user", "content": "q"}], "max_tokens": 8}
+    request = urllib.request.Request(
+        f"{fake_llm.openai_url}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": "Bearer k"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 400
+    assert "max_completion_tokens" in json.loads(refused.value.read())["error"]["message"]

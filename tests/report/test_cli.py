@@ -281,3 +281,32 @@ def test_the_judge_models_line_is_true_per_role_under_judge_model(tmp_path: Path
     assert "every role on openai/gpt-4o" in identity
     assert "grading openai/gpt-4o" not in identity or "instead of" in identity
     assert identity.index("openai/o3-mini") > identity.index("instead of the config's")
+
+
+def test_the_costs_table_shows_requests_sent_apart_from_calls_refused(tmp_path: Path) -> None:
+    from paperbench.llm import CostRecord
+
+    group = build_group(tmp_path)
+    # a grading with no key: three calls refused before anything was sent
+    folder = next(group.rglob("grading/costs.jsonl"))
+    refused = CostRecord(
+        model="openai/o3-mini",
+        label="judge_grading",
+        stage="grading",
+        outcome="failed",
+        cost_usd=0.0,
+        error="set OPENAI_API_KEY",
+        sent=False,
+    )
+    with folder.open("a", encoding="utf-8") as handle:
+        handle.write((refused.model_dump_json() + "\n") * 3)
+    result = _run(str(group))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if "requests sent" in line)
+    assert "refused unsent" in header
+    summary = Summary.model_validate_json((group / "summary.json").read_text())
+    total = summary.costs.total
+    assert total.refused == 3 and total.sent == total.calls - 3
+    cells = [line.replace("│", " ").split() for line in lines]
+    assert ["all", "total", str(total.sent), "3"] in [c[:4] for c in cells]
