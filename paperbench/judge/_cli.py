@@ -75,6 +75,8 @@ JudgeOption = Annotated[
     list[str] | None,
     typer.Option(
         "--judge",
+        metavar="CONFIG",
+        show_default=False,
         help="A judge config: a catalog name (simple, simple-faithful, dummy, random) or a "
         "YAML file (default: simple). Repeat to compare configs.",
     ),
@@ -281,11 +283,13 @@ def grade(
         list[str] | None,
         typer.Option(
             "--judge",
+            metavar="CONFIG",
+            show_default=False,
             help="A judge config: a catalog name (simple, simple-faithful, dummy, random) or a "
             "YAML file (default: simple). Give it several times to grade with each config "
             "into OUT/<judge-name>/ and compare their verdicts (OUT/agreement.json).",
         ),
-    ] = None,
+    ] = ["simple"],  # noqa: B006 (typer copies it)
     data_dir: DataDir = None,
     executed: Annotated[
         Path | None,
@@ -502,7 +506,7 @@ def _check_out(out: Path) -> None:
 
 
 def judge_eval_command(
-    judge: JudgeOption = None,
+    judge: JudgeOption = ["simple"],  # noqa: B006 (typer copies it)
     gold: Annotated[
         str,
         typer.Option(

@@ -368,6 +368,7 @@ async def _grading(spec: RunSpec, paper: Paper, reproduced: bool) -> GradeResult
         model=config.judge.model,
         base_url=config.judge.base_url,
         concurrency=config.concurrency.get("leaves", ModelSettings().concurrency),
+        max_connections=config.max_connections,
     )
     return await grade_submission(
         view,
