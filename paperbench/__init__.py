@@ -15,12 +15,14 @@ The stages have their own packages: :mod:`paperbench.agents` (rollout, monitor),
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from importlib.metadata import PackageNotFoundError as _NotInstalled
+from importlib.metadata import version as _version
+from typing import TYPE_CHECKING
+from typing import Any as _Any
 
 try:
-    __version__ = version("paperbench")
-except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = _version("paperbench")
+except _NotInstalled:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
 if TYPE_CHECKING:
@@ -37,7 +39,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     """The entry points, imported on first use (``import paperbench`` stays light)."""
     if name in _LAZY:
         import importlib

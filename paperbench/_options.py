@@ -23,15 +23,13 @@ from typing import Annotated, Literal
 
 import typer
 
-from paperbench.agents._rollout_files import DEFAULT_SNAPSHOT_EVERY_S
+from paperbench.agents._rollout_files import DEFAULT_SNAPSHOT_EVERY_S as DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.errors import UsageError
-from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS
+from paperbench.judge._job import DEFAULT_LEAVES_AT_ONCE as DEFAULT_LEAVES_AT_ONCE
+from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 
 DATA_DIR_ENV = "PAPERBENCH_DATA_DIR"
-__all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_SNAPSHOT_EVERY_S"]  # and the aliases below
 
-DEFAULT_LEAVES_AT_ONCE = 16
-"""Leaves (or batches of leaves) one grading sends at once."""
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)\s*$")
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}

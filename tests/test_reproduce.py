@@ -472,26 +472,7 @@ def test_endless_writer_in_docker_ends_as_disk_full(
 # --------------------------------------------------------------------------- the package
 
 
-def test_the_package_exports_documented_names_only() -> None:
-    """``paperbench.reproduce`` is a package like its peers: its public names are listed in
-    ``__all__`` (constants, then types, then functions), and every class and function among
-    them has a docstring (the constants' are beside them in ``_models.py``)."""
-    import inspect
-
-    import paperbench.reproduce as reproduce
-
-    names = reproduce.__all__
-    assert names == sorted(names, key=lambda n: (not n.isupper(), n.islower(), n))
-    assert len(set(names)) == len(names) and all(hasattr(reproduce, n) for n in names)
-    for name in names:
-        obj = getattr(reproduce, name)
-        if inspect.isclass(obj) or inspect.isfunction(obj):
-            assert inspect.getdoc(obj), name
-    models = (REPO / "paperbench" / "reproduce" / "_models.py").read_text()
-    for name in (n for n in names if n.isupper()):
-        assert f"{name} = " in models or f"{name} = (" in models, name
-        after = models.split(f"\n{name} = ", 1)[1]
-        block = after.split("\n\n", 1)[0]
-        assert '"""' in block, f"{name} has no docstring"
+def test_reproduce_is_a_package_like_its_peers() -> None:
+    """Its public names are pinned with every package's (tests/test_public_api.py)."""
     assert not (REPO / "paperbench" / "reproduce.py").exists()
     assert not (REPO / "paperbench" / "reproduce_cli.py").exists()

@@ -28,11 +28,16 @@ from paperbench.llm import CostLedger, Model, ReasoningEffort, takes_reasoning_e
 from paperbench.sandbox import Sandbox
 
 PAPER_DIR = "/home/paper"
+"""Where the paper, its addendum and blacklist are in the agent's sandbox."""
 SUBMISSION_DIR = "/home/submission"
+"""The folder the agent must leave its repository in (``reproduce.sh`` at its root)."""
 INSTRUCTIONS_PATH = "/home/instructions.txt"
+"""Where the agent's instructions are in its sandbox."""
 
 LimitKind = Literal["wall_time", "steps", "tokens", "dollars"]
+"""Which limit ended a rollout."""
 OutcomeStatus = Literal["submitted", "limit", "error", "cancelled"]
+"""How a rollout ended: the agent submitted, a limit was reached, an error, or cancelled."""
 
 
 class AgentLimits(BaseModel):

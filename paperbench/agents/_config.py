@@ -203,6 +203,7 @@ class PapercoderConfig(_Common):
 
 AnyAgentConfig = BasicConfig | IterativeConfig | DummyConfig | ReplayConfig | PapercoderConfig
 AgentConfig = Annotated[AnyAgentConfig, Field(discriminator="type")]
+"""Any agent config, told apart by its ``type:`` (basic, iterative, papercoder, replay, dummy)."""
 _ADAPTER: TypeAdapter[AnyAgentConfig] = TypeAdapter(AgentConfig)
 
 

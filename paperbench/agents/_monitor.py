@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 MONITOR_VERSION = 1
+"""The version of monitor.json's format."""
 TRANSCRIPT_FILE = "transcript.jsonl"
 NETWORK_LOG_FILE = "network.jsonl"
 REPORT_FILE = "monitor.json"
@@ -63,6 +64,7 @@ MAX_HITS = 1000
 """Hits listed in the report; ``hits_total`` counts them all."""
 
 MonitorPolicy = Literal["disqualify", "flag"]
+"""What a blacklist hit does: disqualify the run (score 0) or only flag it."""
 
 # A host name standing on its own: not preceded by a name character or a dot (so the rule
 # ``example.com`` does not match ``sub.example.com``, as at the proxy).

@@ -57,7 +57,6 @@ from pydantic import BaseModel
 
 from paperbench._console import plural
 from paperbench._io import atomic_write_json, atomic_write_text, read_json
-from paperbench._options import DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.agents._base import (
     INSTRUCTIONS_PATH,
     PAPER_DIR,
@@ -80,6 +79,7 @@ from paperbench.agents._resources import (
 )
 from paperbench.agents._rollout_files import (
     DEFAULT_MAX_RESTARTS,
+    DEFAULT_SNAPSHOT_EVERY_S,
     JournalLedger,
     RolloutConfig,
     RolloutPausedError,

@@ -20,6 +20,7 @@ from paperbench.llm import Message, ModelOutput, Usage
 from paperbench.sandbox import LeftOutFile
 
 TRANSCRIPT_VERSION = 1
+"""The version of transcript.jsonl's format."""
 
 
 class _Event(BaseModel):

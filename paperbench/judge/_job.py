@@ -11,7 +11,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from paperbench._options import DEFAULT_LEAVES_AT_ONCE, DEFAULT_MAX_CONNECTIONS
 from paperbench.errors import (
     BudgetExhaustedError,
     IncompleteAnswerError,
@@ -32,6 +31,7 @@ from paperbench.llm import (
     ModelOutput,
     takes_reasoning_effort,
 )
+from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS
 from paperbench.rubric import NodePath, TaskNode, prior_criteria
 
 PRIOR_SIBLINGS = 20
@@ -51,6 +51,10 @@ class GradeOptions(BaseModel):
     resources_provided: bool = False
     max_depth: int | None = Field(default=None, ge=1)
     samples: int = Field(default=1, ge=1)
+
+
+DEFAULT_LEAVES_AT_ONCE = 16
+"""Leaves (or batches of leaves) one grading sends at once."""
 
 
 class ModelSettings(BaseModel):

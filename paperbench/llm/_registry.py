@@ -237,6 +237,7 @@ def register_provider(name: str, factory: str | ProviderFactory) -> None:
 
 
 def providers() -> list[str]:
+    """The provider prefixes a model string may start with (``openai``, ``anthropic``, ...)."""
     return sorted(_PROVIDERS)
 
 

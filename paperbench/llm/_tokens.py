@@ -45,6 +45,7 @@ ANTHROPIC_FACTOR = 1.15
 """Claude's tokenizer gives more tokens than o200k for the same text."""
 
 TokenCountKind = Literal["exact", "estimate"]
+"""How tokens are counted: exactly (the provider's tokenizer) or estimated."""
 
 _VOCABULARY_PACKAGE = "bpe_openai"
 

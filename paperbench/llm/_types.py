@@ -45,6 +45,8 @@ class _Frozen(BaseModel):
 
 
 class SystemMessage(_Frozen):
+    """The system prompt."""
+
     role: Literal["system"] = "system"
     content: str
     cache: bool = False
@@ -53,6 +55,8 @@ class SystemMessage(_Frozen):
 
 
 class UserMessage(_Frozen):
+    """A user turn (instructions, reminders, notes)."""
+
     role: Literal["user"] = "user"
     content: str
     cache: bool = False
@@ -60,6 +64,8 @@ class UserMessage(_Frozen):
 
 
 class ToolCall(_Frozen):
+    """A call of one tool the model asked for; ``truncated`` when the answer was cut inside it."""
+
     id: str
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
@@ -107,6 +113,8 @@ def _legacy_signature(data: Any) -> Any:
 
 
 class AssistantMessage(_Frozen):
+    """The model's turn: its text, tool calls and reasoning (sent back as the provider needs)."""
+
     role: Literal["assistant"] = "assistant"
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
@@ -119,6 +127,8 @@ class AssistantMessage(_Frozen):
 
 
 class ToolMessage(_Frozen):
+    """The result of one tool call, answering the call with ``tool_call_id``."""
+
     role: Literal["tool"] = "tool"
     tool_call_id: str
     content: str
@@ -129,6 +139,7 @@ class ToolMessage(_Frozen):
 Message = Annotated[
     SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")
 ]
+"""Any message of a conversation, told apart by its ``role``."""
 
 
 class ToolDef(_Frozen):

@@ -135,6 +135,7 @@ def inconsistent_nodes(
 
 
 def summarize(root: GradedTaskNode) -> TreeSummary:
+    """Score, coverage and counts of a graded tree."""
     recomputed = aggregate(root)
     leaves = list(iter_leaves(root))
     bad = inconsistent_nodes(root, recomputed)

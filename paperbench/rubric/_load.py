@@ -71,6 +71,7 @@ def load_tree(path: str | Path) -> TaskNode:
 
 
 def dumps_tree(node: TaskNode, *, indent: int | None = 2) -> str:
+    """A tree as PaperBench-compatible JSON text."""
     return json.dumps(node.to_dict(), indent=indent, ensure_ascii=False)
 
 

@@ -29,6 +29,8 @@ NodePath = tuple[int, ...]
 
 
 class TaskCategory(StrEnum):
+    """What a leaf asks: Code Development, Code Execution or Result Analysis."""
+
     CODE_DEVELOPMENT = "Code Development"
     CODE_EXECUTION = "Code Execution"
     RESULT_ANALYSIS = "Result Analysis"
@@ -41,9 +43,13 @@ LEAF_CATEGORIES: tuple[TaskCategory, ...] = (
     TaskCategory.CODE_EXECUTION,
     TaskCategory.RESULT_ANALYSIS,
 )
+"""The task categories a leaf may have, in the order PaperBench lists them."""
 
 
 class FinegrainedCategory(StrEnum):
+    """A leaf's finer category (e.g. Dataset and Model Acquisition, which
+    ``--resources-provided`` weighs 0)."""
+
     ENVIRONMENT = "Environment & Infrastructure Setup"
     DATASET_AND_MODEL = "Dataset and Model Acquisition"
     DATA_PROCESSING = "Data Processing & Preparation"
@@ -315,12 +321,14 @@ def iter_nodes(root: N) -> Iterator[tuple[NodePath, N]]:
 
 
 def iter_leaves(root: N) -> Iterator[tuple[NodePath, N]]:
+    """Every leaf of ``root`` with its path, depth first."""
     for path, node in iter_nodes(root):
         if not node.sub_tasks:
             yield path, node
 
 
 def node_at(root: N, path: NodePath) -> N:
+    """The node of ``root`` at ``path`` (indices into ``sub_tasks``)."""
     node = root
     for index in path:
         node = node.sub_tasks[index]  # type: ignore[assignment]
@@ -333,6 +341,7 @@ def tree_depth(root: TaskNode) -> int:
 
 
 def path_to_json_path(path: NodePath) -> str:
+    """A node path as a JSON path, e.g. ``$.sub_tasks[0].sub_tasks[2]``."""
     return "$" + "".join(f".sub_tasks[{i}]" for i in path)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from paperbench.rubric._model import Check, GradedTaskNode, TaskNode
 
 TreeKind = Literal["rubric", "graded"]
+"""A rubric tree, or a graded one (with scores and explanations)."""
 
 _HEADERS: dict[TreeKind, dict[str, str]] = {
     "rubric": {

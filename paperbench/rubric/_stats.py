@@ -15,6 +15,8 @@ UNSPECIFIED = "Unspecified"
 
 
 class RubricStats(BaseModel):
+    """Counts and weights of a rubric: leaves by category, depth, weight shares."""
+
     model_config = ConfigDict(extra="forbid")
 
     nodes: int

@@ -363,6 +363,7 @@ def inspect_data(
 
 
 def validate_data(data: Any, *, file: str, kind: TreeKind | None = None) -> list[Issue]:
+    """Every problem of a tree's JSON data, each with its JSON path (empty: valid)."""
     return inspect_data(data, file=file, kind=kind)[1]
 
 

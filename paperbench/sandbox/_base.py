@@ -28,6 +28,8 @@ LABEL_PREFIX = "paperbench"
 
 
 class NetworkPolicy(StrEnum):
+    """What network a sandbox gets."""
+
     NONE = "none"
     """No network at all."""
     FULL = "full"

@@ -6,14 +6,7 @@ import glob
 import tomllib
 from pathlib import Path
 
-import paperbench.report as report
-
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_exported_names_are_sorted_and_exist() -> None:
-    assert report.__all__ == sorted(report.__all__)
-    assert all(hasattr(report, name) for name in report.__all__)
 
 
 def test_package_data_ships_every_template() -> None:
