@@ -41,19 +41,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import importlib
 import os
 import shutil
 import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
-
-from pydantic import BaseModel
+from typing import Any
 
 from paperbench._console import plural
 from paperbench._io import atomic_write_json, atomic_write_text, read_json
@@ -70,12 +67,10 @@ from paperbench.agents._base import (
     TranscriptWriter,
     read_transcript,
 )
-from paperbench.agents._notes import additional_notes
 from paperbench.agents._resources import (
     AgentResources,
     RunResources,
     refuse_image_without_docker,
-    resolve,
 )
 from paperbench.agents._rollout_files import (
     DEFAULT_MAX_RESTARTS,
@@ -88,6 +83,7 @@ from paperbench.agents._rollout_files import (
     check_out_dir,
     used_before,
 )
+from paperbench.agents._rollout_plan import LoadedAgentLike, RolloutPlan, plan_rollout
 from paperbench.agents._snapshots import (
     DEFAULT_KEEP_SNAPSHOTS,
     DEFAULT_SNAPSHOTS_MAX_BYTES,
@@ -108,7 +104,6 @@ from paperbench.errors import (
     PaperbenchError,
     SandboxError,
     SandboxLostError,
-    UsageError,
 )
 from paperbench.llm import BudgetCaps, Model, ModelConfig
 from paperbench.papers import LFS_POINTER_MESSAGE, Paper
@@ -120,7 +115,6 @@ from paperbench.sandbox import (
     SandboxConfig,
     SandboxLimits,
     SandboxSpec,
-    SandboxUserKind,
     safe_extract,
     stage_image,
 )
@@ -130,15 +124,6 @@ GIT_USER = ("paperbench-agent", "agent@paperbench.invalid")
 _COMMAND_TIMEOUT_S = 120.0
 _STOP_GRACE_S = 30.0
 """How long past its wall-time limit an agent that does not stop by itself is given."""
-
-
-class _LoadedAgent(Protocol):
-    """What ``load_agent`` returns (paperbench.agents._config.LoadedAgent)."""
-
-    @property
-    def config(self) -> Any: ...
-
-    def build(self, model: Model | None) -> Agent: ...
 
 
 def _identity(agent_config: dict[str, Any]) -> dict[str, Any] | None:
@@ -182,20 +167,6 @@ def stage_paper(paper: Paper, dest: Path) -> list[str]:
     (dest / "blacklist.txt").write_text("\n".join(urls) + "\n" if urls else "none\n")
     names.append("blacklist.txt")
     return names
-
-
-def _default_instructions(code_dev: bool, agent: object = None) -> str:
-    """The agent's own instructions (full or Code-Dev) when its config names them, else the
-    catalog's, from the agents' config module."""
-    try:
-        module = importlib.import_module("paperbench.agents._config")
-        loaded = agent if isinstance(agent, module.LoadedAgent) else None
-        text: str = module.instructions_text(code_dev, loaded)
-    except (ImportError, AttributeError):
-        raise UsageError(
-            "no instructions: this installation has no agent catalog; pass instructions="
-        ) from None
-    return text
 
 
 class _Run:
@@ -332,9 +303,35 @@ async def _prepare(
     )
 
 
+@dataclass
+class _Session:
+    """A rollout once its run folder is open: what its sandbox phase works with and leaves."""
+
+    paper: Paper
+    plan: RolloutPlan
+    agent: Agent
+    run: _Run
+    history: list[TranscriptEvent]
+    used_s: float
+    """The agent's time before this attempt (less the earlier retry waits, when excluded)."""
+    steps: int
+    starts: int
+    """The attempts before this one."""
+    resume: bool
+    ledger: JournalLedger
+    model: Model | None
+    tracker: LimitTracker
+    backend: SandboxBackend
+    status: RolloutStatus
+    writer: TranscriptWriter
+    sb: Sandbox | None = None
+    paused: RolloutPausedError | None = None
+    cancelled: bool = False
+
+
 async def rollout(
     paper: Paper,
-    agent: Agent | _LoadedAgent,
+    agent: Agent | LoadedAgentLike,
     *,
     out_dir: Path,
     model_config: ModelConfig | None = None,
@@ -393,249 +390,300 @@ async def rollout(
     if status_file.exists():
         status = RolloutStatus.model_validate(read_json(status_file))
         return RolloutResult(status=status, out_dir=out, already_finished=True)
-
-    sandbox_user: SandboxUserKind = "root"
-    own_resources, config_file = AgentResources(), None
-    if isinstance(agent, Agent):
-        agent_name, agent_config, built = agent.name, {}, agent
-        agent_limits = limits or AgentLimits()
-    else:
-        for_paper = getattr(agent, "for_paper", None)
-        if callable(for_paper):  # a replay of the recording of this paper
-            for_this_paper: _LoadedAgent = for_paper(paper.id)
-            agent = for_this_paper
-        cfg = agent.config
-        agent_name = str(getattr(cfg, "name", None) or "agent")
-        agent_config = {"config": cfg.model_dump(mode="json")}
-        identity = getattr(agent, "identity", None)
-        if isinstance(identity, BaseModel):
-            agent_config["identity"] = identity.model_dump(mode="json")
-        agent_limits = limits or cfg.limits
-        sandbox_user = getattr(cfg, "sandbox_user", "root")
-        own_resources = getattr(cfg, "resources", None) or AgentResources()
-        config_file = getattr(agent, "path", None)
-        built = None
-        if model_config is None and getattr(cfg, "model", None):
-            model_config = ModelConfig(model=cfg.model)
-    text = instructions if instructions is not None else _default_instructions(code_dev, agent)
-    resolved, sandbox_env = resolve(own_resources, resources, config_file=config_file)
-    if image is not None:
-        resolved = resolved.model_copy(update={"image": image})
-    refuse_image_without_docker(resolved.image, (sandbox or SandboxConfig()).backend)
-    notes_template = (getattr(agent, "prompts", None) or {}).get("additional_notes")
-    if instructions is None and notes_template:
-        # What the run really gives the agent, never more (PaperBench's additional notes).
-        hours = agent_limits.wall_time_s / 3600 if agent_limits.wall_time_s else None
-        gpu = (resolved.gpu_type or plural(resolved.gpus, "GPU")) if resolved.gpus else None
-        notes = additional_notes(gpu, hours, list(resolved.env_names), template=notes_template)
-        text = text.rstrip("\n") + "\n\n" + notes.strip() + "\n"
-    config = RolloutConfig(
-        paper_id=paper.id,
-        agent=agent_name,
-        agent_config=agent_config,
-        model=model_config.model if model_config else None,
-        base_url=model_config.base_url if model_config else None,
+    plan = plan_rollout(
+        paper,
+        agent,
+        model_config=model_config,
         seed=seed,
-        code_dev=code_dev,
+        sandbox=sandbox,
         network=network,
-        blacklist=paper.blacklist() if network == NetworkPolicy.FILTERED else [],
-        limits=agent_limits,
+        code_dev=code_dev,
         snapshot_every_s=snapshot_every_s,
-        sandbox=sandbox or SandboxConfig(),
-        image=resolved.image,
-        instructions_sha=hashlib.sha256(text.encode()).hexdigest(),
-        resources=resolved,
+        limits=limits,
+        instructions=instructions,
+        image=image,
+        sandbox_limits=sandbox_limits,
+        labels=labels,
+        resources=resources,
         max_restarts=max_restarts,
         keep_snapshots=keep_snapshots,
         snapshots_max_bytes=snapshots_max_bytes,
     )
-    history = check_out_dir(out, config, resume, others)
-    seconds, steps, starts = used_before(history)
-    # The dollar limit is also the ledger's cap: no call is sent once it is spent, even by an
-    # agent that makes many calls between two checks of its limits.
-    caps = BudgetCaps(run_usd=agent_limits.dollars)
-    ledger = JournalLedger.open(out / "costs.jsonl", caps)
-    by_provider = getattr(getattr(agent, "config", None), "model_options", None) or {}
+    history = check_out_dir(out, plan.config, resume, others)
+    session = await _open(paper, plan, out, history, resume, on_event)
+    await _attempt(session)
+    return RolloutResult(status=session.status, out_dir=out)
+
+
+def _model(plan: RolloutPlan, ledger: JournalLedger) -> Model | None:
+    """The agent's model, with its config's options for the provider (unless given some),
+    its costs into ``ledger``."""
+    model_config = plan.agent.model_config
+    by_provider = getattr(getattr(plan.agent.source, "config", None), "model_options", None) or {}
     options = by_provider.get(model_config.provider) if model_config is not None else None
     if model_config is not None and options and not model_config.options:
         model_config = model_config.model_copy(update={"options": dict(options)})
-    model = Model(model_config, ledger=ledger, stage="rollout") if model_config else None
+    return Model(model_config, ledger=ledger, stage="rollout") if model_config else None
+
+
+async def _open(
+    paper: Paper,
+    plan: RolloutPlan,
+    out: Path,
+    history: list[TranscriptEvent],
+    resume: bool,
+    on_event: Callable[[TranscriptEvent], None] | None,
+) -> _Session:
+    """The run folder opened for this attempt: costs.jsonl, the model, the agent built,
+    config.json, the limits (what earlier attempts used deducted), the sandbox backend, the
+    status so far and the transcript."""
+    config, who = plan.config, plan.agent
+    seconds, steps, starts = used_before(history)
+    # The dollar limit is also the ledger's cap: no call is sent once it is spent, even by an
+    # agent that makes many calls between two checks of its limits.
+    caps = BudgetCaps(run_usd=who.limits.dollars)
+    ledger = JournalLedger.open(out / "costs.jsonl", caps)
+    model = _model(plan, ledger)
+    built = who.built
     if built is None:
-        assert not isinstance(agent, Agent)
-        built = agent.build(model)  # e.g. an agent that needs a model: refused before any file
+        assert not isinstance(who.source, Agent)
+        built = who.source.build(model)  # e.g. an agent that needs a model: refused before any file
     out.mkdir(parents=True, exist_ok=True)
     # On resume only the fields a resume may change (NOT_COMPARED) can differ: recorded anew.
     atomic_write_json(out / "config.json", config.model_dump(mode="json"))
 
-    run = _Run(out, config, snapshot_every_s, history)
-    if agent_limits.exclude_retry_wait:
+    run = _Run(out, config, config.snapshot_every_s, history)
+    if who.limits.exclude_retry_wait:
         seconds = max(0.0, seconds - ledger.earlier_retry_wait_s)
-    tracker = LimitTracker(limits=agent_limits, ledger=ledger, used_s=seconds, steps=steps)
+    tracker = LimitTracker(limits=who.limits, ledger=ledger, used_s=seconds, steps=steps)
     ledger.tracker = tracker
     run.tracker = tracker
 
     backend = await config.sandbox.build()
-    refuse_image_without_docker(resolved.image, backend.name)  # auto chose another backend
+    refuse_image_without_docker(plan.resolved.image, backend.name)  # auto chose another backend
     status = RolloutStatus(
         status="error",
         paper_id=paper.id,
-        agent=agent_name,
-        agent_identity=_identity(agent_config),
+        agent=who.name,
+        agent_identity=_identity(who.config),
         model=config.model,
-        seed=seed,
-        code_dev=code_dev,
+        seed=config.seed,
+        code_dev=config.code_dev,
         attempts=starts + 1,
         started_at=run.started_at,
         finished_at=run.started_at,
         sandbox_backend=backend.name,
         isolation=backend.isolation_kind,
         isolation_reason=backend.isolation_reason,
-        network=network,
-        resources=resolved,
+        network=config.network,
+        resources=plan.resolved,
     )
     writer = TranscriptWriter(out / "transcript.jsonl", on_event)
-    said = (resources.over(own_resources) if resources is not None else own_resources).env
-    writer.redact({k: v for k, v in sandbox_env.items() if said.get(k) != v})  # the env file's
+    writer.redact(plan.secrets)
     run.writer = writer
-    sb: Sandbox | None = None
-    cancelled = False
-    paused: RolloutPausedError | None = None
+    return _Session(
+        paper=paper,
+        plan=plan,
+        agent=built,
+        run=run,
+        history=history,
+        used_s=seconds,
+        steps=steps,
+        starts=starts,
+        resume=resume,
+        ledger=ledger,
+        model=model,
+        tracker=tracker,
+        backend=backend,
+        status=status,
+        writer=writer,
+    )
+
+
+async def _attempt(session: _Session) -> None:
+    """Start the sandbox and run the agent in it (in a new one when it is lost), then finish
+    the run (:func:`_close`). A cancellation is re-raised, a pause raised
+    (RolloutPausedError): both leave the run resumable."""
+    status = session.status
     try:
-        status.sandbox_image = await resolve_agent_image(backend, resolved.image)
-        spec = SandboxSpec(
-            image=status.sandbox_image,
-            limits=resolved.limits(sandbox_limits or SandboxLimits()),
-            gpu=resolved.gpu_request(),
-            env=sandbox_env,
-            network=network,
-            blacklist=config.blacklist,
-            network_log=(out / "network.jsonl") if network == NetworkPolicy.FILTERED else None,
-            workdir=SUBMISSION_DIR,
-            user=sandbox_user,
-            labels={
-                **(labels or {}),
-                "paperbench.stage": "rollout",
-                "paperbench.paper": paper.id,
-            },
-        )
-        sb = await backend.start(spec)
-        last = run.snapshots[-1] if run.snapshots else None
-        with tempfile.TemporaryDirectory(prefix="paperbench-rollout-") as tmp:
-            await _prepare(sb, paper, text, last if resume else None, Path(tmp))
-        tracker.started = time.monotonic()  # the agent's time starts here, as on a resume
-        writer.append(
-            StartEvent(
-                agent=agent_name,
-                model=config.model,
-                paper_id=paper.id,
-                seed=seed,
-                resumed=starts,
-                config=agent_config,
-                step=steps,
-            )
-        )
-        if starts > 0:
-            restored = last.relative_to(out).as_posix() if last else "an empty repository"
-            writer.append(
-                NoteEvent(
-                    kind="environment_restarted",
-                    text=f"new sandbox; /home/submission restored from {restored}",
-                    data={
-                        "cause": "resume",
-                        "snapshot": restored,
-                        "used_s": seconds,
-                        "steps": steps,
-                    },
-                    step=steps,
-                )
-            )
-        restarted, restarts_here = starts > 0, 0
-        while True:
-            ctx = RunContext(
-                sandbox=sb,
-                model=model,
-                instructions=text,
-                transcript=writer,
-                limits=tracker,
-                paper_id=paper.id,
-                seed=seed,
-                code_dev=code_dev,
-                history=history,
-                resumed=restarted,
-                run_dir=out,
-                resources=RunResources(
-                    **resolved.model_dump(),
-                    hours=agent_limits.wall_time_s / 3600 if agent_limits.wall_time_s else None,
-                ),
-            )
-            try:
-                outcome = await _run_agent(built, ctx, run, sb)
-                break
-            except SandboxError as exc:
-                if restarts_here >= config.max_restarts:
-                    raise
-                restarts_here += 1
-                dead, sb = sb, None
-                with contextlib.suppress(Exception):
-                    await dead.stop()
-                sb = await _restart(run, backend, spec, paper, text, exc)
-                history = read_transcript(writer.path)
-                restarted = True
+        spec = await _start_sandbox(session)
+        outcome = await _run_restarting(session, spec)
         status.status, status.limit = outcome.status, outcome.limit
         status.error, status.summary = outcome.error, outcome.summary
     except asyncio.CancelledError:
-        cancelled = True
+        session.cancelled = True
         status.status, status.error = "cancelled", "the rollout was cancelled"
     except ModelUnavailableError as exc:
-        paused = RolloutPausedError(out, "provider", f"the model provider is unavailable: {exc}")
+        session.paused = RolloutPausedError(
+            session.run.out, "provider", f"the model provider is unavailable: {exc}"
+        )
     except SandboxError as exc:
-        tried = f" ({plural(run.restarts, 'restart')} used)" if config.max_restarts else ""
-        paused = RolloutPausedError(out, "sandbox", f"the sandbox failed{tried}: {exc}")
+        tried = (
+            f" ({plural(session.run.restarts, 'restart')} used)"
+            if session.plan.config.max_restarts
+            else ""
+        )
+        session.paused = RolloutPausedError(
+            session.run.out, "sandbox", f"the sandbox failed{tried}: {exc}"
+        )
     finally:
+        await _close(session)
+    if session.cancelled:
+        raise asyncio.CancelledError
+    if session.paused is not None:
+        raise session.paused
+
+
+async def _start_sandbox(session: _Session) -> SandboxSpec:
+    """The agent's sandbox started (``session.sb``) and prepared (the paper, the instructions, and
+    /home/submission: the last snapshot on a resume), the agent's time started, and the
+    transcript told (StartEvent; on a resume an ``environment_restarted`` note)."""
+    plan, out = session.plan, session.run.out
+    session.status.sandbox_image = await resolve_agent_image(session.backend, plan.resolved.image)
+    spec = SandboxSpec(
+        image=session.status.sandbox_image,
+        limits=plan.sandbox_limits,
+        gpu=plan.resolved.gpu_request(),
+        env=plan.sandbox_env,
+        network=plan.config.network,
+        blacklist=plan.config.blacklist,
+        network_log=(out / "network.jsonl")
+        if plan.config.network == NetworkPolicy.FILTERED
+        else None,
+        workdir=SUBMISSION_DIR,
+        user=plan.agent.sandbox_user,
+        labels=plan.labels,
+    )
+    session.sb = await session.backend.start(spec)
+    last = session.run.snapshots[-1] if session.run.snapshots else None
+    with tempfile.TemporaryDirectory(prefix="paperbench-rollout-") as tmp:
+        await _prepare(
+            session.sb, session.paper, plan.text, last if session.resume else None, Path(tmp)
+        )
+    session.tracker.started = time.monotonic()  # the agent's time starts here, as on a resume
+    session.writer.append(
+        StartEvent(
+            agent=plan.agent.name,
+            model=plan.config.model,
+            paper_id=session.paper.id,
+            seed=plan.config.seed,
+            resumed=session.starts,
+            config=plan.agent.config,
+            step=session.steps,
+        )
+    )
+    if session.starts > 0:
+        restored = last.relative_to(out).as_posix() if last else "an empty repository"
+        session.writer.append(
+            NoteEvent(
+                kind="environment_restarted",
+                text=f"new sandbox; /home/submission restored from {restored}",
+                data={
+                    "cause": "resume",
+                    "snapshot": restored,
+                    "used_s": session.used_s,
+                    "steps": session.steps,
+                },
+                step=session.steps,
+            )
+        )
+    return spec
+
+
+async def _run_restarting(session: _Session, spec: SandboxSpec) -> AgentOutcome:
+    """The agent's outcome (:func:`_run_agent`); a lost sandbox is replaced (from the last
+    snapshot, :func:`_restart`) up to ``max_restarts`` times, its context rebuilt from the
+    transcript.
+
+    Raises:
+        SandboxError: the sandbox was lost once more than ``max_restarts`` allow, or a new one
+            could not be started.
+        ModelUnavailableError: the provider stayed unavailable past the retries.
+    """
+    plan, sb = session.plan, session.sb
+    assert sb is not None
+    history, restarted, restarts_here = session.history, session.starts > 0, 0
+    while True:
+        ctx = RunContext(
+            sandbox=sb,
+            model=session.model,
+            instructions=plan.text,
+            transcript=session.writer,
+            limits=session.tracker,
+            paper_id=session.paper.id,
+            seed=plan.config.seed,
+            code_dev=plan.config.code_dev,
+            history=history,
+            resumed=restarted,
+            run_dir=session.run.out,
+            resources=RunResources(
+                **plan.resolved.model_dump(),
+                hours=plan.agent.limits.wall_time_s / 3600
+                if plan.agent.limits.wall_time_s
+                else None,
+            ),
+        )
         try:
-            if sb is not None and (paused is None or paused.kind == "provider"):
-                await _finish_submission(run, sb, status)
-        finally:
-            status.steps = tracker.steps
-            status.wall_time_s = tracker.elapsed_s()
-            status.retry_wait_s = ledger.earlier_retry_wait_s + tracker.retry_wait_s
-            status.snapshots = run.taken
-            status.snapshots_pruned = run.pruned
-            status.restarts = run.restarts
-            status.left_out = run.left_out
-            status.costs = ledger.report().total
-            status.finished_at = _now()
-            if paused is not None:
-                writer.append(
-                    NoteEvent(
-                        kind="paused",
-                        text=paused.reason,
-                        data={"cause": paused.kind},
-                        step=tracker.steps,
-                    )
-                )
-            writer.append(
-                EndEvent(
-                    status="paused" if paused is not None else status.status,
-                    limit=status.limit,
-                    error=paused.reason if paused is not None else status.error,
+            return await _run_agent(session.agent, ctx, session.run, sb)
+        except SandboxError as exc:
+            if restarts_here >= plan.config.max_restarts:
+                raise
+            restarts_here += 1
+            dead, session.sb = sb, None
+            with contextlib.suppress(Exception):
+                await dead.stop()
+            sb = session.sb = await _restart(
+                session.run, session.backend, spec, session.paper, plan.text, exc
+            )
+            history = read_transcript(session.writer.path)
+            restarted = True
+
+
+async def _close(session: _Session) -> None:
+    """The end of an attempt, whatever happened: the last snapshot and submission.tar.gz
+    (unless the sandbox is lost), what the run used into the status, the transcript's end
+    (``paused`` when it pauses), everything closed and status.json written, unless the run
+    stays resumable (cancelled or paused)."""
+    status, tracker, run, paused = session.status, session.tracker, session.run, session.paused
+    try:
+        if session.sb is not None and (paused is None or paused.kind == "provider"):
+            await _finish_submission(run, session.sb, status)
+    finally:
+        status.steps = tracker.steps
+        status.wall_time_s = tracker.elapsed_s()
+        status.retry_wait_s = session.ledger.earlier_retry_wait_s + tracker.retry_wait_s
+        status.snapshots = run.taken
+        status.snapshots_pruned = run.pruned
+        status.restarts = run.restarts
+        status.left_out = run.left_out
+        status.costs = session.ledger.report().total
+        status.finished_at = _now()
+        if paused is not None:
+            session.writer.append(
+                NoteEvent(
+                    kind="paused",
+                    text=paused.reason,
+                    data={"cause": paused.kind},
                     step=tracker.steps,
                 )
             )
-            writer.close()
-            ledger.close()
-            if model is not None:
-                with contextlib.suppress(Exception):
-                    await model.aclose()
-            if sb is not None:
-                await sb.stop()
-            if not cancelled and paused is None:  # else the run stays resumable
-                atomic_write_text(status_file, status.model_dump_json(indent=2))
-    if cancelled:
-        raise asyncio.CancelledError
-    if paused is not None:
-        raise paused
-    return RolloutResult(status=status, out_dir=out)
+        session.writer.append(
+            EndEvent(
+                status="paused" if paused is not None else status.status,
+                limit=status.limit,
+                error=paused.reason if paused is not None else status.error,
+                step=tracker.steps,
+            )
+        )
+        session.writer.close()
+        session.ledger.close()
+        if session.model is not None:
+            with contextlib.suppress(Exception):
+                await session.model.aclose()
+        if session.sb is not None:
+            await session.sb.stop()
+        if not session.cancelled and paused is None:  # else the run stays resumable
+            atomic_write_text(run.out / "status.json", status.model_dump_json(indent=2))
 
 
 async def _restart(

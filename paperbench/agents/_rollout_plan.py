@@ -1,0 +1,216 @@
+"""What a rollout (:mod:`paperbench.agents._rollout`) is asked to do, resolved before any file
+of its run folder is touched: the agent (built already, or loaded from its config), its limits
+and model, the instructions it is given, the resources of its sandbox and the
+:class:`RolloutConfig` that config.json records."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from paperbench._console import plural
+from paperbench.agents._base import Agent, AgentLimits
+from paperbench.agents._notes import additional_notes
+from paperbench.agents._resources import (
+    AgentResources,
+    ResolvedResources,
+    refuse_image_without_docker,
+    resolve,
+)
+from paperbench.agents._rollout_files import RolloutConfig
+from paperbench.errors import UsageError
+from paperbench.llm import Model, ModelConfig
+from paperbench.papers import Paper
+from paperbench.sandbox import NetworkPolicy, SandboxConfig, SandboxLimits, SandboxUserKind
+
+
+class LoadedAgentLike(Protocol):
+    """What ``load_agent`` returns (paperbench.agents._config.LoadedAgent)."""
+
+    @property
+    def config(self) -> Any: ...
+
+    def build(self, model: Model | None) -> Agent: ...
+
+
+@dataclass
+class ResolvedAgent:
+    """The agent a rollout runs, before it is built: a loaded agent's config says its name,
+    limits, sandbox user, resources and model; an Agent given built says little."""
+
+    source: Agent | LoadedAgentLike
+    """The agent given, or the one a replay gives for the paper (its recording of it)."""
+    name: str
+    config: dict[str, Any]
+    """config.json's ``agent_config``: the loaded config and its identity."""
+    limits: AgentLimits
+    model_config: ModelConfig | None
+    built: Agent | None = None
+    sandbox_user: SandboxUserKind = "root"
+    own_resources: AgentResources = field(default_factory=AgentResources)
+    config_file: Path | None = None
+
+
+@dataclass
+class RolloutPlan:
+    """Everything a rollout is asked to do, resolved (nothing of the run folder read yet)."""
+
+    agent: ResolvedAgent
+    config: RolloutConfig
+    text: str
+    """The instructions, with the agent's additional notes."""
+    resolved: ResolvedResources
+    sandbox_env: dict[str, str]
+    """The sandbox's environment, values included (for the sandbox only)."""
+    secrets: dict[str, str]
+    """What the transcript writes as ``[NAME]``: the env file's values."""
+    sandbox_limits: SandboxLimits
+    labels: dict[str, str]
+
+
+def default_instructions(code_dev: bool, agent: object = None) -> str:
+    """The agent's own instructions (full or Code-Dev) when its config names them, else the
+    catalog's, from the agents' config module."""
+    try:
+        module = importlib.import_module("paperbench.agents._config")
+        loaded = agent if isinstance(agent, module.LoadedAgent) else None
+        text: str = module.instructions_text(code_dev, loaded)
+    except (ImportError, AttributeError):
+        raise UsageError(
+            "no instructions: this installation has no agent catalog; pass instructions="
+        ) from None
+    return text
+
+
+def resolve_agent(
+    paper: Paper,
+    agent: Agent | LoadedAgentLike,
+    limits: AgentLimits | None,
+    model_config: ModelConfig | None,
+) -> ResolvedAgent:
+    """``agent`` with what its config says (a replay's: its recording of ``paper``);
+    ``limits`` and ``model_config``, when given, win over the config's."""
+    if isinstance(agent, Agent):
+        return ResolvedAgent(
+            source=agent,
+            name=agent.name,
+            config={},
+            limits=limits or AgentLimits(),
+            model_config=model_config,
+            built=agent,
+        )
+    for_paper = getattr(agent, "for_paper", None)
+    if callable(for_paper):  # a replay of the recording of this paper
+        for_this_paper: LoadedAgentLike = for_paper(paper.id)
+        agent = for_this_paper
+    cfg = agent.config
+    agent_config = {"config": cfg.model_dump(mode="json")}
+    identity = getattr(agent, "identity", None)
+    if isinstance(identity, BaseModel):
+        agent_config["identity"] = identity.model_dump(mode="json")
+    if model_config is None and getattr(cfg, "model", None):
+        model_config = ModelConfig(model=cfg.model)
+    return ResolvedAgent(
+        source=agent,
+        name=str(getattr(cfg, "name", None) or "agent"),
+        config=agent_config,
+        limits=limits or cfg.limits,
+        model_config=model_config,
+        sandbox_user=getattr(cfg, "sandbox_user", "root"),
+        own_resources=getattr(cfg, "resources", None) or AgentResources(),
+        config_file=getattr(agent, "path", None),
+    )
+
+
+def _instructions_and_resources(
+    who: ResolvedAgent,
+    instructions: str | None,
+    code_dev: bool,
+    resources: AgentResources | None,
+    image: str | None,
+    sandbox: SandboxConfig | None,
+) -> tuple[str, ResolvedResources, dict[str, str]]:
+    """The instructions (with the agent's additional notes when they are the config's), the
+    resolved resources and the sandbox's environment."""
+    agent = who.source
+    text = instructions if instructions is not None else default_instructions(code_dev, agent)
+    resolved, sandbox_env = resolve(who.own_resources, resources, config_file=who.config_file)
+    if image is not None:
+        resolved = resolved.model_copy(update={"image": image})
+    refuse_image_without_docker(resolved.image, (sandbox or SandboxConfig()).backend)
+    notes_template = (getattr(agent, "prompts", None) or {}).get("additional_notes")
+    if instructions is None and notes_template:
+        # What the run really gives the agent, never more (PaperBench's additional notes).
+        hours = who.limits.wall_time_s / 3600 if who.limits.wall_time_s else None
+        gpu = (resolved.gpu_type or plural(resolved.gpus, "GPU")) if resolved.gpus else None
+        notes = additional_notes(gpu, hours, list(resolved.env_names), template=notes_template)
+        text = text.rstrip("\n") + "\n\n" + notes.strip() + "\n"
+    return text, resolved, sandbox_env
+
+
+def plan_rollout(
+    paper: Paper,
+    agent: Agent | LoadedAgentLike,
+    *,
+    model_config: ModelConfig | None,
+    seed: int,
+    sandbox: SandboxConfig | None,
+    network: NetworkPolicy,
+    code_dev: bool,
+    snapshot_every_s: float | None,
+    limits: AgentLimits | None,
+    instructions: str | None,
+    image: str | None,
+    sandbox_limits: SandboxLimits | None,
+    labels: dict[str, str] | None,
+    resources: AgentResources | None,
+    max_restarts: int,
+    keep_snapshots: int,
+    snapshots_max_bytes: int | None,
+) -> RolloutPlan:
+    """The rollout's arguments resolved (see ``rollout`` for their meaning).
+
+    Raises:
+        UsageError, ConfigError: see ``rollout``.
+    """
+    who = resolve_agent(paper, agent, limits, model_config)
+    text, resolved, sandbox_env = _instructions_and_resources(
+        who, instructions, code_dev, resources, image, sandbox
+    )
+    mc = who.model_config
+    config = RolloutConfig(
+        paper_id=paper.id,
+        agent=who.name,
+        agent_config=who.config,
+        model=mc.model if mc else None,
+        base_url=mc.base_url if mc else None,
+        seed=seed,
+        code_dev=code_dev,
+        network=network,
+        blacklist=paper.blacklist() if network == NetworkPolicy.FILTERED else [],
+        limits=who.limits,
+        snapshot_every_s=snapshot_every_s,
+        sandbox=sandbox or SandboxConfig(),
+        image=resolved.image,
+        instructions_sha=hashlib.sha256(text.encode()).hexdigest(),
+        resources=resolved,
+        max_restarts=max_restarts,
+        keep_snapshots=keep_snapshots,
+        snapshots_max_bytes=snapshots_max_bytes,
+    )
+    said = (resources.over(who.own_resources) if resources is not None else who.own_resources).env
+    return RolloutPlan(
+        agent=who,
+        config=config,
+        text=text,
+        resolved=resolved,
+        sandbox_env=sandbox_env,
+        secrets={k: v for k, v in sandbox_env.items() if said.get(k) != v},  # the env file's
+        sandbox_limits=resolved.limits(sandbox_limits or SandboxLimits()),
+        labels={**(labels or {}), "paperbench.stage": "rollout", "paperbench.paper": paper.id},
+    )
