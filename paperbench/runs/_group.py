@@ -105,15 +105,17 @@ def _judge(judge: JudgeSettings) -> JudgeEntry:
     )
 
 
-async def resolve_sandbox(settings: SandboxSettings) -> SandboxConfig:
-    """The backend that answers now, named: ``auto`` never reaches a run or a worker.
+async def resolve_sandbox(settings: SandboxSettings) -> tuple[SandboxConfig, str]:
+    """The backend that answers now, named (``auto`` never reaches a run or a worker), and
+    why it is that one (e.g. ``auto: a Docker engine answers at ...``).
 
     Raises:
         SandboxUnavailableError: the backend asked for does not answer.
     """
     config = SandboxConfig(backend=settings.backend, allow_unsandboxed=settings.allow_unsandboxed)
     backend = await config.build()
-    return config.model_copy(update={"backend": backend.name})
+    reason = str(getattr(backend, "isolation_reason", "") or f"{backend.name} asked for")
+    return config.model_copy(update={"backend": backend.name}), reason
 
 
 def _resources(agent: AgentSettings) -> AgentResources | None:
