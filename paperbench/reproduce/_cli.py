@@ -124,14 +124,8 @@ def reproduce(
         network=NetworkPolicy(network) if network is not None else _DEFAULTS.network,
         user=sandbox_user,
     )
-    what = (
-        f"reproducing {submission} (up to {config.timeout_s:g} s; its log: {out_dir}/reproduce.log)"
-    )
-    if err_console.is_terminal:
-        with err_console.status(what + " ..."):
-            meta = asyncio.run(reproduce_submission(submission, out_dir, config))
-    else:  # piped: one line when it starts, the result when it ends
-        err_console.print(what, markup=False)
+    # on a terminal a spinner; piped, the result line at the end is the one line of it
+    with err_console.status(f"reproducing {submission} (its log: {out_dir}/reproduce.log) ..."):
         meta = asyncio.run(reproduce_submission(submission, out_dir, config))
     if as_json:
         console.print(json.dumps(meta.model_dump(mode="json"), indent=2), markup=False)
