@@ -89,7 +89,7 @@ def reindent(code: str, indent: str) -> list[str]:
 def fill(text: str, snippet: Snippet, code: str) -> str:
     """The annotated ``text`` with only the lines between the snippet's tags replaced by
     ``code`` re-indented to the snippet's indentation (:func:`reindent`); every tag line
-    removed; every other line as it was, byte for byte.
+    removed (the answer's own too); every other line as it was, byte for byte.
 
     ``code`` is taken as the snippet's code whatever it holds: an answer that repeats the
     whole file (with the rest of its code changed or deleted) is put, all of it, in the
@@ -103,6 +103,7 @@ def fill(text: str, snippet: Snippet, code: str) -> str:
     indent = body_indent(text, snippet)
     before = _untagged(lines[: snippet.start])
     after = _untagged(lines[snippet.end + 1 :])
+    code = "\n".join(_untagged(split_lines(code.replace("\r\n", "\n"))))
     return "\n".join([*before, *reindent(code, indent), *after])
 
 
