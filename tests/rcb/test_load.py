@@ -3,6 +3,7 @@ tags' edge cases, and every malformed input as one InputError line naming file a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,23 @@ def test_every_malformed_input_is_one_line_naming_file_and_line(tmp_path: Path, 
 def test_a_copy_of_the_fixture_set_loads(tmp_path: Path) -> None:
     root = copy_pset(tmp_path)
     assert len(load_problem_set(root).snippets) == len(EXPECTED)
+
+
+def test_the_paper_text_is_the_tex_or_else_the_md(tmp_path: Path) -> None:
+    root = copy_pset(tmp_path)
+    folder = root / "pset" / "softmax-temperature"
+    (folder / "paper2code_paper.md").write_text("# A note\n", encoding="utf-8")
+    assert load_problem_set(root).paper("softmax-temperature").paper_file.suffix == ".tex"
+    (folder / "paper2code_paper.tex").unlink()
+    assert load_problem_set(root).paper("softmax-temperature").paper_file.suffix == ".md"
+
+
+@pytest.mark.skipif(
+    not os.environ.get("PAPERBENCH_RCB_DIR"), reason="set PAPERBENCH_RCB_DIR to a clone of RCB"
+)
+def test_the_real_problem_set_has_212_problems_and_1449_code_lines() -> None:
+    """The totals RCB's own results files hold (every snippet, nested ones included)."""
+    problem_set = load_problem_set(Path(os.environ["PAPERBENCH_RCB_DIR"]))
+    assert len(problem_set.papers) == 20
+    assert len(problem_set.snippets) == 212
+    assert sum(s.code_lines for s in problem_set.snippets) == 1449
