@@ -166,6 +166,7 @@ def _run_test(folder: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("paper", [p.id for p in PROBLEMS.papers])
 def test_each_fixture_test_passes_with_the_reference_and_fails_with_any_snippet_emptied(
     tmp_path: Path, paper: str
