@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from paperbench.cli import app
+from tests.rcb.broken import MALFORMED
 from tests.report.group import group_config
 from tests.rubric.trees import graded_leaf, graded_node, leaf, node
 
@@ -832,3 +833,21 @@ def test_any_one_field_changed_is_accepted_or_named(
         assert result.exit_code in {0, 1}, (args, result.output)
         if result.exit_code == 1:
             assert f"{f}: $" in result.output, (args, result.output)
+
+
+# --- ResearchCodeBench problem sets --------------------------------------------------------
+
+RCB_COMMANDS: list[list[str]] = [["rcb", "list"]]
+"""Every ``rcb`` command that reads a problem set, with the flags it needs besides
+``--rcb-dir`` (each must refuse a malformed set before it starts anything)."""
+
+
+@pytest.mark.parametrize("command", RCB_COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_every_rcb_command_refuses_every_malformed_problem_set(
+    tmp_path: Path, case: str, command: list[str]
+) -> None:
+    root, culprit = MALFORMED[case].make(tmp_path)
+    result = _run([*command, "--rcb-dir", str(root)])
+    _assert_refused(result, {1}, culprit)
+    assert MALFORMED[case].words in result.output
