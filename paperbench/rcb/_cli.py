@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -12,10 +13,22 @@ from rich.table import Table
 from rich.text import Text
 
 from paperbench._console import console, plural, print_table, printable
-from paperbench._options import Json
+from paperbench._options import (
+    AllowUnsandboxed,
+    BaseUrl,
+    BudgetDollars,
+    Image,
+    Json,
+    Out,
+    Sandbox,
+    parse_concurrency,
+    parse_duration,
+)
 from paperbench.errors import UsageError
 from paperbench.rcb._load import load_problem_set
-from paperbench.rcb._models import TEST_ENTRY, ProblemSet
+from paperbench.rcb._models import TEST_ENTRY, Mode, ProblemSet, RcbSummary, TestOutcome
+from paperbench.rcb._runner import RcbRunOptions, run_rcb, validate
+from paperbench.sandbox import SandboxConfig
 
 RCB_DIR_ENV = "PAPERBENCH_RCB_DIR"
 RCB_URL = "https://github.com/PatrickHua/ResearchCodeBench"
@@ -105,3 +118,197 @@ def rcb_list(rcb_dir_opt: RcbDir = None, as_json: Json = False) -> None:
         if not mine:
             table.add_row(Text(printable(paper.id)), "-", "(no snippet)", "0", TEST_ENTRY)
     print_table(table)
+
+
+Papers = Annotated[
+    str | None,
+    typer.Option(metavar="IDS", help="Comma-separated paper ids (default: every paper)."),
+]
+TestTimeout = Annotated[
+    float,
+    typer.Option(
+        metavar="DURATION",
+        parser=parse_duration,
+        help="Time limit of one test, e.g. 60 or 2m (a test that hangs fails as timeout).",
+    ),
+]
+At = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--concurrency",
+        metavar="STAGE=N",
+        help="Tests at once (tests=N, default 4): one sandbox each.",
+    ),
+]
+
+
+def _papers(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    if not names:
+        raise UsageError("--papers: give paper ids, comma-separated")
+    return names
+
+
+def _sandbox(backend: str, allow_unsandboxed: bool) -> SandboxConfig:
+    return SandboxConfig(backend=backend, allow_unsandboxed=allow_unsandboxed)  # type: ignore[arg-type]
+
+
+@app.command("validate")
+def rcb_validate(
+    rcb_dir_opt: RcbDir = None,
+    papers: Papers = None,
+    sandbox: Sandbox = "auto",
+    allow_unsandboxed: AllowUnsandboxed = False,
+    image: Image = None,
+    timeout: TestTimeout = 60.0,
+    concurrency: At = None,
+    as_json: Json = False,
+) -> None:
+    """The benchmark's own sanity check, in the sandbox: every paper's test passes with its
+    reference code, and fails with each snippet left empty. A problem that breaks either rule
+    is listed (exit code 1); `rcb run` leaves out a problem whose empty fill passes."""
+    slots = parse_concurrency(concurrency, {"tests": 4})
+    rows = asyncio.run(
+        validate(
+            rcb_dir(rcb_dir_opt),
+            sandbox=_sandbox(sandbox, allow_unsandboxed),
+            papers=_papers(papers),
+            image=image,
+            timeout_s=timeout,
+            concurrency=slots["tests"],
+        )
+    )
+    if as_json:
+        console.print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2), markup=False)
+    else:
+        table = Table(title=f"{plural(len(rows), 'problem')} checked")
+        for column in ("problem", "lines", "reference", "empty fill"):
+            table.add_column(column, justify="right" if column == "lines" else "left")
+        for row in rows:
+            table.add_row(
+                Text(printable(row.problem)),
+                str(row.code_lines),
+                _verdict(row.reference, want_pass=True),
+                _verdict(row.empty, want_pass=False),
+            )
+        print_table(table)
+        good = sum(r.ok for r in rows)
+        console.print(
+            f"{good}/{len(rows)} problems sound: references passing "
+            f"{sum(r.reference.passed for r in rows)}, empty fills failing "
+            f"{sum(not r.empty.passed and r.empty.error_class != 'sandbox_error' for r in rows)}"
+        )
+    if any(not r.ok for r in rows):
+        raise typer.Exit(1)
+
+
+def _verdict(outcome: TestOutcome, *, want_pass: bool) -> Text:
+    if outcome.error_class == "sandbox_error":
+        return Text(f"sandbox error: {outcome.detail or ''}", style="red")
+    word = "passes" if outcome.passed else f"fails ({outcome.error_class})"
+    good = outcome.passed == want_pass
+    return Text(word, style="" if good else "red")
+
+
+@app.command("run")
+def rcb_run(
+    model: Annotated[str, typer.Option(metavar="PROVIDER/MODEL", help="The model that answers.")],
+    rcb_dir_opt: RcbDir = None,
+    base_url: BaseUrl = None,
+    papers: Papers = None,
+    samples: Annotated[int, typer.Option(min=1, help="Answers per problem (pass@k).")] = 1,
+    without_paper: Annotated[
+        bool, typer.Option("--without-paper", help="Leave the paper out of the prompt.")
+    ] = False,
+    mode: Annotated[
+        Mode, typer.Option(help="one-shot: one answer per call; agent: not available yet.")
+    ] = "one-shot",
+    out: Out = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run in --out where it stopped.")
+    ] = False,
+    sandbox: Sandbox = "auto",
+    allow_unsandboxed: AllowUnsandboxed = False,
+    image: Image = None,
+    timeout: TestTimeout = 60.0,
+    concurrency: At = None,
+    budget_dollars: BudgetDollars = None,
+    as_json: Json = False,
+) -> None:
+    """Ask a model for every problem's missing code, put it in the snippet's place and run
+    the paper's test in a fresh sandbox with no network; write OUT/summary.json with the
+    line-weighted and plain pass rates. Answers and tests are kept per problem: kill it at any
+    moment and continue with --resume."""
+    folder = out or Path("rcb-runs") / model.replace("/", "_")
+    opts = RcbRunOptions(
+        model=model,
+        base_url=base_url,
+        papers=_papers(papers),
+        samples=samples,
+        with_paper=not without_paper,
+        mode=mode,
+        timeout_s=timeout,
+        image=image,
+        budget_dollars=budget_dollars,
+    )
+    slots = parse_concurrency(concurrency, {"tests": 4})
+    summary = asyncio.run(
+        run_rcb(
+            rcb_dir(rcb_dir_opt),
+            folder,
+            opts,
+            sandbox=_sandbox(sandbox, allow_unsandboxed),
+            concurrency=slots["tests"],
+            resume=resume,
+        )
+    )
+    if as_json:
+        console.print(summary.model_dump_json(indent=2), markup=False)
+        return
+    _print_summary(summary)
+    console.print(f"summary: {folder / 'summary.json'}")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
+def _print_summary(summary: RcbSummary) -> None:
+    table = Table(
+        title=f"{summary.model} ({summary.mode}, {'with' if summary.with_paper else 'without'} the paper)"
+    )
+    for column in ("paper", "problems", "lines", "line-weighted", "unweighted"):
+        table.add_column(column, justify="left" if column == "paper" else "right")
+    for score in summary.papers:
+        rate = score.rate
+        table.add_row(
+            Text(printable(score.paper)),
+            str(rate.problems),
+            str(rate.lines),
+            _pct(rate.line_weighted),
+            _pct(rate.unweighted),
+        )
+    overall = summary.overall
+    table.add_row(
+        "all",
+        str(overall.problems),
+        str(overall.lines),
+        _pct(overall.line_weighted),
+        _pct(overall.unweighted),
+        style="bold",
+    )
+    print_table(table)
+    if summary.errors:
+        said = ", ".join(f"{n} {kind}" for kind, n in sorted(summary.errors.items()))
+        console.print(f"failed answers by error: {said}")
+    if summary.broken:
+        console.print(
+            f"left out as broken (their test passes with the snippet empty): {', '.join(summary.broken)}"
+        )
+    if summary.not_run:
+        console.print(
+            f"not run yet ({plural(len(summary.not_run), 'problem')}: a model or sandbox "
+            f"failure; --resume runs them): {', '.join(summary.not_run[:10])}"
+        )
