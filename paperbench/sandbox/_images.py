@@ -1,14 +1,16 @@
-"""The sandbox images: ``paperbench-agent`` and ``paperbench-reproducer``.
+"""The sandbox images: ``paperbench-agent`` and ``paperbench-reproducer`` (built by default),
+and ``paperbench-rcb`` (ResearchCodeBench's tests: torch, jax, timm...; built only by name).
 
 No registry is needed. The base is bootstrapped from Debian's packages with ``debootstrap``
 (bookworm, minbase, every package either image needs) from the mirror this machine's apt uses,
-imported into the engine as ``paperbench-base:<hash>``, and shared by both images. Each image is
+imported into the engine as ``paperbench-base:<hash>``, and shared by every image. Each image is
 then built through the SDK from ``docker/Dockerfile.<name>`` ``FROM`` that base. With
 ``base_image`` a pulled image replaces the bootstrap (the Dockerfiles install what it lacks).
 
 Every image is tagged by a hash of its inputs (Dockerfile text, package list, suite, base, CA
 bundle), e.g. ``paperbench-reproducer:3f9c0a1b2c4d``, and also ``:latest``; an existing tag means
 nothing to do. Extra CA certificates and the host's proxy variables go in only when asked.
+The builds have no network, except those of :data:`NETWORK_IMAGES` (pip installs from PyPI).
 """
 
 from __future__ import annotations
@@ -63,7 +65,22 @@ IMAGES: dict[str, tuple[str, ...]] = {
         "python3-numpy",
         "procps",
     ),
+    # its Python packages come from PyPI (docker/Dockerfile.rcb); these are all in the base
+    "paperbench-rcb": (
+        "bash",
+        "ca-certificates",
+        "curl",
+        "python3",
+        "python3-venv",
+        "python3-pip",
+        "procps",
+    ),
 }
+DEFAULT_IMAGES: tuple[str, ...] = ("paperbench-agent", "paperbench-reproducer")
+"""What ``paperbench images build`` builds when no name is given (``paperbench-rcb`` is
+several GB: built only by name, or when an RCB command first needs it)."""
+NETWORK_IMAGES: frozenset[str] = frozenset({"paperbench-rcb"})
+"""Images whose build reaches a package registry (PyPI)."""
 BASE_PACKAGES: tuple[str, ...] = tuple(sorted({p for pkgs in IMAGES.values() for p in pkgs}))
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
@@ -321,7 +338,9 @@ def build_image(
             forcerm=True,
             decode=True,
             pull=False,
-            network_mode=None if opts.base_image or opts.proxy_env else "none",
+            network_mode=(
+                None if opts.base_image or opts.proxy_env or name in NETWORK_IMAGES else "none"
+            ),
         ):
             if "stream" in chunk:
                 lines.extend(chunk["stream"].splitlines())
@@ -337,13 +356,14 @@ def build_image(
 
 
 def ensure_images(
-    names: tuple[str, ...] = tuple(IMAGES),
+    names: tuple[str, ...] = DEFAULT_IMAGES,
     opts: ImageOptions | None = None,
     *,
     client: Any = None,
     log: Log | None = None,
 ) -> dict[str, str]:
-    """Build whichever of the images is missing or out of date; return ``{name: tag}``.
+    """Build whichever of ``names`` (default: :data:`DEFAULT_IMAGES`) is missing or out of
+    date; return ``{name: tag}``.
 
     Raises:
         SandboxUnavailableError: no Docker engine answers.
@@ -399,7 +419,9 @@ def describe(client: Any) -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "DEFAULT_IMAGES",
     "IMAGES",
+    "NETWORK_IMAGES",
     "ImageOptions",
     "base_tag",
     "debian_mirror",
