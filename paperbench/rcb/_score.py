@@ -94,7 +94,7 @@ def score(
     problem counts as run when each sample ``0..samples-1`` has a result that is not a
     ``sandbox_error`` (as RCB leaves out a problem any of whose completions has no test
     result); the others are listed in ``not_run`` and are in no rate. Results for problems
-    not in ``snippets`` are ignored.
+    not in ``snippets``, or of a sample ``>= samples``, are ignored.
 
     - ``overall`` and each paper's ``rate``: sample 0 passed or not, weighted by code lines
       (and unweighted);
@@ -112,7 +112,7 @@ def score(
     if samples < 1:
         raise ValueError(f"samples={samples} must be at least 1")
     known = {s.id for s in snippets}
-    kept = _kept(r for r in results if r.problem in known)
+    kept = _kept(r for r in results if r.problem in known and r.sample < samples)
     left_out = set(broken)
 
     papers: dict[str, list[Snippet]] = {}

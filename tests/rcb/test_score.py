@@ -198,7 +198,9 @@ def test_cost_total_and_per_problem() -> None:
 
 
 def test_results_for_unknown_problems_are_ignored_and_samples_checked() -> None:
-    summary = summarize([res("zz/q", False, error="syntax"), res("a/x", True)])
+    summary = summarize(
+        [res("zz/q", False, error="syntax"), res("a/x", True), res("a/x", False, sample=1)]
+    )
     assert summary.errors == {} and summary.overall.problems == 1
     with pytest.raises(ValueError):
         summarize([], samples=0)
