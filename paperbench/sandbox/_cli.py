@@ -15,7 +15,9 @@ from paperbench._options import Json
 from paperbench.sandbox._images import DEFAULT_IMAGES, IMAGES, ImageOptions
 
 app = typer.Typer(help="Manage sandboxes: reap what crashed runs left behind.")
-images_app = typer.Typer(help="Build and list the sandbox images (paperbench-agent, -reproducer).")
+images_app = typer.Typer(
+    help="Build and list the sandbox images (paperbench-agent, -reproducer, -rcb)."
+)
 
 
 def _field_help(name: str) -> str:

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from paperbench.errors import ImageBuildError
 from paperbench.sandbox import _docker_labels as L
 from paperbench.sandbox._base import read_ca_bundle
+from paperbench.sandbox._egress import DEFAULT_HOST_CA_BUNDLE
 
 RECIPE_VERSION = "1"
 SUITE = "bookworm"
@@ -80,7 +81,8 @@ DEFAULT_IMAGES: tuple[str, ...] = ("paperbench-agent", "paperbench-reproducer")
 """What ``paperbench images build`` builds when no name is given (``paperbench-rcb`` is
 several GB: built only by name, or when an RCB command first needs it)."""
 NETWORK_IMAGES: frozenset[str] = frozenset({"paperbench-rcb"})
-"""Images whose build reaches a package registry (PyPI)."""
+"""Images whose build reaches a package registry (PyPI). Without ``--ca-bundle`` they trust
+the host's CA bundle, as the host does (TLS to the registry may be re-signed by a proxy)."""
 BASE_PACKAGES: tuple[str, ...] = tuple(sorted({p for pkgs in IMAGES.values() for p in pkgs}))
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
@@ -166,6 +168,14 @@ def _ca_bytes(ca_bundle: Path | None) -> bytes:
     return b"" if ca_bundle is None else read_ca_bundle(ca_bundle, ImageBuildError)
 
 
+def _image_ca(name: str, opts: ImageOptions) -> bytes:
+    """The extra CA certificates baked into ``name``: ``--ca-bundle``, else the host's bundle
+    for an image of :data:`NETWORK_IMAGES`, else none."""
+    if opts.ca_bundle is None and name in NETWORK_IMAGES and DEFAULT_HOST_CA_BUNDLE.is_file():
+        return _ca_bytes(DEFAULT_HOST_CA_BUNDLE)
+    return _ca_bytes(opts.ca_bundle)
+
+
 def dockerfile(name: str, docker_dir: Path = DOCKER_DIR) -> str:
     path = docker_dir / f"Dockerfile.{name.removeprefix('paperbench-')}"
     try:
@@ -176,7 +186,7 @@ def dockerfile(name: str, docker_dir: Path = DOCKER_DIR) -> str:
 
 def image_tag(name: str, base_ref: str, opts: ImageOptions) -> str:
     """``<name>:<hash of Dockerfile, packages, suite, base, CA bundle>``."""
-    ca_hash = hashlib.sha256(_ca_bytes(opts.ca_bundle)).hexdigest()
+    ca_hash = hashlib.sha256(_image_ca(name, opts)).hexdigest()
     inputs = (
         RECIPE_VERSION,
         SUITE,
@@ -302,7 +312,7 @@ def ensure_base(client: Any, opts: ImageOptions, log: Log) -> tuple[str, str]:
 def _context(name: str, opts: ImageOptions) -> io.BytesIO:
     files = {
         "Dockerfile": dockerfile(name, opts.docker_dir).encode(),
-        "extra-ca.crt": _ca_bytes(opts.ca_bundle),
+        "extra-ca.crt": _image_ca(name, opts),
     }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:

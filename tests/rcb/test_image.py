@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from paperbench.cli import app
+from paperbench.sandbox._egress import DEFAULT_HOST_CA_BUNDLE
 from paperbench.sandbox._images import (
     DEFAULT_IMAGES,
     IMAGES,
@@ -20,6 +22,7 @@ from paperbench.sandbox._images import (
 )
 
 runner = CliRunner()
+PEM = "-----BEGIN CERTIFICATE-----\nUkNCLVRFU1Q=\n-----END CERTIFICATE-----\n"
 
 
 class _Api:
@@ -47,6 +50,20 @@ def test_rcb_is_an_image_but_not_a_default_one() -> None:
         IMAGES["paperbench-agent"] + IMAGES["paperbench-reproducer"]
     )
     assert image_tag("paperbench-rcb", base_tag(), ImageOptions()).startswith("paperbench-rcb:")
+
+
+def test_rcb_trusts_the_hosts_ca_bundle_unless_given_one(tmp_path: Path) -> None:
+    host = ImageOptions(ca_bundle=DEFAULT_HOST_CA_BUNDLE)
+    plain = image_tag("paperbench-rcb", base_tag(), ImageOptions())
+    assert DEFAULT_HOST_CA_BUNDLE.is_file()
+    assert plain == image_tag("paperbench-rcb", base_tag(), host)
+    pem = tmp_path / "other.pem"
+    pem.write_text(PEM)
+    assert plain != image_tag("paperbench-rcb", base_tag(), ImageOptions(ca_bundle=pem))
+    # the other images stay without one
+    assert image_tag("paperbench-agent", base_tag(), ImageOptions()) != image_tag(
+        "paperbench-agent", base_tag(), host
+    )
 
 
 def test_ensure_images_without_names_never_looks_at_rcb() -> None:
