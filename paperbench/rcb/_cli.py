@@ -276,9 +276,8 @@ def _pct(value: float | None) -> str:
 
 
 def _print_summary(summary: RcbSummary) -> None:
-    table = Table(
-        title=f"{summary.model} ({summary.mode}, {'with' if summary.with_paper else 'without'} the paper)"
-    )
+    paper = "with" if summary.with_paper else "without"
+    table = Table(title=f"{summary.model} ({summary.mode}, {paper} the paper)")
     for column in ("paper", "problems", "lines", "line-weighted", "unweighted"):
         table.add_column(column, justify="left" if column == "paper" else "right")
     for score in summary.papers:
@@ -304,9 +303,8 @@ def _print_summary(summary: RcbSummary) -> None:
         said = ", ".join(f"{n} {kind}" for kind, n in sorted(summary.errors.items()))
         console.print(f"failed answers by error: {said}")
     if summary.broken:
-        console.print(
-            f"left out as broken (their test passes with the snippet empty): {', '.join(summary.broken)}"
-        )
+        names = ", ".join(summary.broken)
+        console.print(f"left out as broken (their test passes with the snippet empty): {names}")
     if summary.not_run:
         console.print(
             f"not run yet ({plural(len(summary.not_run), 'problem')}: a model or sandbox "
