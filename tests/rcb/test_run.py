@@ -102,7 +102,7 @@ def test_the_model_sees_the_paper_and_the_masked_file_never_the_answer(
         text = _user_text(request)
         shown.setdefault(ASKED.search(text).group(1), []).append(text)  # type: ignore[union-attr]
     assert set(shown) == {"tempered softmax", "scale logits", "stable exponent", "entropy"}
-    for name, (with_paper, without_paper) in shown.items():
+    for with_paper, without_paper in shown.values():
         assert first_line in with_paper and first_line not in without_paper
         for text in (with_paper, without_paper):
             assert "paper2code" not in text  # no tag is shown
