@@ -33,8 +33,9 @@ sandbox raises:
   image is missing, the copy failed, the sandbox died or stopped answering); ``detail`` is the
   one-line reason. It is not a failed test: the caller runs the problem again later.
 - **seconds** is the test command's wall time; **overhead_s** everything else this job took
-  (starting the sandbox, staging and copying the files in, stopping it, and its share of
-  building the backend and resolving the image), not the wait for a free slot.
+  (starting the sandbox, copying the paper folder and the files in, stopping it, and its share
+  of building the backend, resolving the image and staging each paper folder once on the
+  host), not the wait for a free slot.
 """
 
 from __future__ import annotations
@@ -226,29 +227,25 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def _stage(job: RcbJob, dest: Path) -> None:
-    """The paper folder as the sandbox gets it, at ``dest``: ``hide`` and
-    :data:`SKIPPED_NAMES` left out, ``files`` written over (never through a hard link)."""
-    src = job.paper_folder
-    hidden = {_relative(h, "a hidden path") for h in job.hide}
+def _stage(folder: Path, hide: tuple[str, ...], dest: Path) -> None:
+    """The paper folder as every sandbox of its jobs gets it, at ``dest``: ``hide`` and
+    :data:`SKIPPED_NAMES` left out. Files are hard links where they can be (nothing writes
+    to them: the filled files are written in the sandbox), else copies."""
 
-    def ignore(folder: str, names: list[str]) -> set[str]:
-        rel = os.path.relpath(folder, src).replace(os.sep, "/")
+    def ignore(here: str, names: list[str]) -> set[str]:
+        rel = os.path.relpath(here, folder).replace(os.sep, "/")
         out = set()
         for name in names:
             path = posixpath.normpath(posixpath.join(rel, name))
-            if name in SKIPPED_NAMES or path in hidden:
+            if name in SKIPPED_NAMES or path in hide:
                 out.add(name)
         return out
 
-    shutil.copytree(src, dest, symlinks=True, ignore=ignore, copy_function=_link_or_copy)
-    for rel, text in job.files.items():
-        target = dest / _relative(rel, "a file")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink() or target.exists():
-            target.unlink()
-        with target.open("w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+    shutil.copytree(folder, dest, symlinks=True, ignore=ignore, copy_function=_link_or_copy)
+
+
+def _stage_key(job: RcbJob) -> tuple[Path, tuple[str, ...]]:
+    return job.paper_folder, tuple(sorted({_relative(h, "a hidden path") for h in job.hide}))
 
 
 def _job(job: JobLike) -> RcbJob:
@@ -284,6 +281,7 @@ def _sandbox_error(detail: str, overhead_s: float) -> TestOutcome:
 
 async def _run_job(
     job: RcbJob,
+    staged: Path | str,
     backend: SandboxBackend,
     spec: SandboxSpec,
     *,
@@ -296,40 +294,37 @@ async def _run_job(
         workdir = f"{RCB_ROOT}/{job.paper_folder.name}"
         result: ExecResult | None = None
         disk_full = False
-        error: str | None = None
-        with tempfile.TemporaryDirectory(prefix="paperbench-rcb-") as tmp:
-            staged = Path(tmp) / job.paper_folder.name
-            try:
-                await asyncio.to_thread(_stage, job, staged)
-            except OSError as exc:
-                error = _one_line(f"cannot stage {job.paper_folder} on the host: {exc}")
-            sb = None
-            try:
-                if error is None:
-                    sb = await backend.start(spec)
-                    await sb.upload(staged, workdir)
-                    result = await asyncio.wait_for(
-                        sb.exec(
-                            TEST_COMMAND,
-                            timeout=timeout_s,
-                            workdir=workdir,
-                            env=TEST_ENV,
-                            output_limit=OUTPUT_LIMIT_BYTES,
-                        ),
-                        timeout_s + EXEC_GRACE_S,
-                    )
-                    usage = sb.disk_usage()
-                    disk_full = usage is not None and usage.full
-            except SandboxError as exc:
-                error = _reason(exc)
-            except TimeoutError:
-                error = f"the sandbox did not answer within {timeout_s + EXEC_GRACE_S:g} s"
-            finally:
-                if sb is not None:
-                    try:
-                        await asyncio.shield(sb.stop())
-                    except SandboxError as exc:
-                        log.warning("stopping an RCB test sandbox failed: %s", exc)
+        error = staged if isinstance(staged, str) else None
+        sb = None
+        try:
+            if isinstance(staged, Path):
+                sb = await backend.start(spec)
+                await sb.upload(staged, workdir)
+                for rel, text in job.files.items():
+                    target = posixpath.join(workdir, _relative(rel, "a file"))
+                    await sb.write_file(target, text.encode("utf-8"))
+                result = await asyncio.wait_for(
+                    sb.exec(
+                        TEST_COMMAND,
+                        timeout=timeout_s,
+                        workdir=workdir,
+                        env=TEST_ENV,
+                        output_limit=OUTPUT_LIMIT_BYTES,
+                    ),
+                    timeout_s + EXEC_GRACE_S,
+                )
+                usage = sb.disk_usage()
+                disk_full = usage is not None and usage.full
+        except SandboxError as exc:
+            error = _reason(exc)
+        except TimeoutError:
+            error = f"the sandbox did not answer within {timeout_s + EXEC_GRACE_S:g} s"
+        finally:
+            if sb is not None:
+                try:
+                    await asyncio.shield(sb.stop())
+                except SandboxError as exc:
+                    log.warning("stopping an RCB test sandbox failed: %s", exc)
         total = time.monotonic() - started + setup_s
     if error is not None or result is None:
         return _sandbox_error(error or "the sandbox failed", total)
@@ -392,15 +387,32 @@ async def run_tests(
         writable_dirs=(RCB_ROOT,),
         labels={**(labels or {}), **RCB_STAGE_LABEL},
     )
-    setup_s = (time.monotonic() - started) / len(todo)
     gate = asyncio.Semaphore(concurrency)
-    async with asyncio.TaskGroup() as group:
-        tasks = [
-            group.create_task(
-                _run_job(job, backend, spec, timeout_s=timeout_s, setup_s=setup_s, gate=gate)
-            )
-            for job in todo
-        ]
+    with tempfile.TemporaryDirectory(prefix="paperbench-rcb-") as tmp:
+        staged: dict[tuple[Path, tuple[str, ...]], Path | str] = {}
+        for key in dict.fromkeys(_stage_key(job) for job in todo):
+            dest = Path(tmp) / str(len(staged)) / key[0].name
+            try:
+                await asyncio.to_thread(_stage, key[0], key[1], dest)
+                staged[key] = dest
+            except OSError as exc:
+                staged[key] = _one_line(f"cannot stage {key[0]} on the host: {exc}")
+        setup_s = (time.monotonic() - started) / len(todo)
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(
+                    _run_job(
+                        job,
+                        staged[_stage_key(job)],
+                        backend,
+                        spec,
+                        timeout_s=timeout_s,
+                        setup_s=setup_s,
+                        gate=gate,
+                    )
+                )
+                for job in todo
+            ]
     return [task.result() for task in tasks]
 
 

@@ -253,12 +253,14 @@ def test_many_jobs_keep_their_order(backend: Backend, paper: Path) -> None:
         rcbtest.RcbJob(paper, {"mod.py": MODULE if i % 2 == 0 else wrong}, ["hidden.txt"])
         for i in range(4)
     ]
+    jobs.append(rcbtest.RcbJob(paper, {"mod.py": MODULE}))  # the same paper, nothing hidden
     outcomes = asyncio.run(
         rcbtest.run_tests(
             jobs, concurrency=2, sandbox=backend.config, labels=backend.labels, timeout_s=60
         )
     )
-    assert [o.passed for o in outcomes] == [True, False, True, False], outcomes
+    assert [o.passed for o in outcomes] == [True, False, True, False, False], outcomes
+    assert "tolerance" in outcomes[1].detail and "hidden.txt" in outcomes[4].detail
 
 
 def test_at_most_concurrency_sandboxes_at_once(paper: Path) -> None:
