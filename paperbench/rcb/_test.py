@@ -12,8 +12,8 @@ backend and resolving the image once.
 The result is a :class:`~paperbench.rcb._models.TestOutcome`; nothing that happens inside the
 sandbox raises:
 
-- **passed** is exit code 0, nothing else. RCB also fails a run whose output holds
-  ``Error:``, ``Exception:``, ``Traceback`` or ``failed`` (spec §7.2); we do not: a correct
+- **passed** is exit code 0, nothing else. RCB's harness also fails a run whose output holds
+  ``Error:``, ``Exception:``, ``Traceback`` or ``failed``; we do not: a correct
   answer whose test (or a library it calls) prints such a word on a passing run, e.g. a
   warning or an expected exception that is logged, would count as failed, while a unittest
   run that fails already exits non-zero. On RCB's published results the two rules agree (no

@@ -386,3 +386,45 @@ def test_classify_failure(output: str, expected: str, says: str) -> None:
     error_class, detail = rcbtest.classify_failure(output)
     assert error_class == expected and says in detail, (error_class, detail)
     assert "\n" not in detail
+
+
+@pytest.mark.docker
+def test_a_sandbox_that_dies_during_the_test_is_a_sandbox_error(
+    paper: Path, request: pytest.FixtureRequest
+) -> None:
+    client = request.getfixturevalue("docker_client")
+    request.getfixturevalue("reproducer_image")
+    slow = _filled("import time\ntime.sleep(60)\nreturn x")
+    labels = {**TEST_LABELS, "paperbench.test-case": "dies"}
+
+    async def kill_it_once_running() -> None:
+        for _ in range(300):
+            await asyncio.sleep(0.1)
+            found = await asyncio.to_thread(
+                client.api.containers, filters={"label": "paperbench.test-case=dies"}
+            )
+            if found:
+                await asyncio.sleep(1.0)  # the test is running by then
+                await asyncio.to_thread(client.api.kill, found[0]["Id"])
+                return
+
+    async def both() -> Any:
+        killer = asyncio.create_task(kill_it_once_running())
+        outcome = await rcbtest.run_test(
+            paper,
+            {"mod.py": slow},
+            sandbox=SandboxConfig(backend="docker"),
+            labels=labels,
+            timeout_s=60,
+        )
+        await killer
+        return outcome
+
+    started = time.monotonic()
+    try:
+        outcome = asyncio.run(both())
+    finally:
+        sweep(client)
+    assert time.monotonic() - started < 50
+    assert outcome.error_class == "sandbox_error" and outcome.detail, outcome
+    assert "\n" not in outcome.detail
