@@ -263,13 +263,17 @@ def _job(job: JobLike) -> RcbJob:
 # --------------------------------------------------------------------------- running
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException, disk_mb: int | None = None) -> str:
+    """One line saying why the sandbox failed; a paper folder too big for the disk cap is
+    said as such."""
     text = str(exc).strip()
     line = text.splitlines()[0] if text else type(exc).__name__
-    if any(marker in text for marker in _DISK_FULL) or (
+    lowered = text.lower()
+    if any(marker.lower() in lowered for marker in _DISK_FULL) or (
         isinstance(exc.__cause__, OSError) and exc.__cause__.errno == errno.ENOSPC
     ):
-        line = f"the paper folder does not fit in the sandbox's disk cap: {line}"
+        cap = f" of {disk_mb} MB" if disk_mb is not None else ""
+        line = f"the paper folder does not fit in the sandbox's disk cap{cap}: {line}"
     return _one_line(line)
 
 
@@ -316,7 +320,7 @@ async def _run_job(
                 usage = sb.disk_usage()
                 disk_full = usage is not None and usage.full
         except SandboxError as exc:
-            error = _reason(exc)
+            error = _reason(exc, spec.limits.disk_mb)
         except TimeoutError:
             error = f"the sandbox did not answer within {timeout_s + EXEC_GRACE_S:g} s"
         finally:

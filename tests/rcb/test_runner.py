@@ -247,6 +247,16 @@ def test_hidden_paths_and_history_are_not_copied_in(backend: Backend, paper: Pat
     assert "hidden.txt was copied in" in shown.detail
 
 
+def test_a_paper_folder_too_big_for_the_disk_cap_is_a_sandbox_error(
+    backend: Backend, paper: Path
+) -> None:
+    (paper / "weights.bin").write_bytes(b"\x01" * (40 << 20))
+    limits = SandboxLimits(memory_mb=1024, pids=256, disk_mb=20)
+    outcome = backend.run(paper, {}, limits=limits)
+    assert outcome.error_class == "sandbox_error", outcome
+    assert "does not fit in the sandbox's disk cap of 20 MB" in outcome.detail
+
+
 def test_many_jobs_keep_their_order(backend: Backend, paper: Path) -> None:
     wrong = _filled("return np.asarray(x) * 3.0")
     jobs = [
