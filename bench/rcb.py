@@ -23,14 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from paperbench.rcb._load import load_problem_set
-from paperbench.rcb._mask import fill
-from paperbench.rcb._test import run_test
 from rich.console import Console
 from rich.table import Table
 
+from paperbench.rcb._load import load_problem_set
+from paperbench.rcb._mask import fill
 from paperbench.rcb._models import TEST_ENTRY, ProblemSet, Snippet, TestOutcome
 from paperbench.rcb._runner import EMPTY_FILL
+from paperbench.rcb._test import run_test
 from paperbench.sandbox import SandboxConfig, docker_engine_answers
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -255,6 +255,7 @@ async def run_rcb(
     try:
         await asyncio.gather(*(one(s) for s in snippets))
     finally:
+        await model.aclose()
         journal.close()
     summary = score(
         results,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,16 @@ def _user_text(request: RecordedRequest) -> str:
 
 
 @pytest.fixture
-def server(fake_llm: FakeLLMServer) -> FakeLLMServer:
-    bodies = _reference_bodies()
+def server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeLLMServer]:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PAPERBENCH_PRICES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    with FakeLLMServer() as fake:
+        fake.handler = _answers(_reference_bodies())
+        yield fake
+
+
+def _answers(bodies: dict[str, str]) -> Callable[[RecordedRequest], FakeReply]:
 
     def answer(request: RecordedRequest) -> FakeReply:
         name = ASKED.search(_user_text(request))
@@ -55,8 +64,7 @@ def server(fake_llm: FakeLLMServer) -> FakeLLMServer:
             return FakeReply(text="```python\nz = np.asarray(logits, dtype=float)\n```")
         return FakeReply(text=f"Here it is:\n```python\n{bodies[name.group(1)]}\n```\n")
 
-    fake_llm.handler = answer
-    return fake_llm
+    return answer
 
 
 def _run(root: Path, server: FakeLLMServer, out: Path, *more: str) -> RcbSummary:
@@ -105,7 +113,7 @@ def test_the_model_sees_the_paper_and_the_masked_file_never_the_answer(
     for with_paper, without_paper in shown.values():
         assert first_line in with_paper and first_line not in without_paper
         for text in (with_paper, without_paper):
-            assert "paper2code" not in text  # no tag is shown
+            assert "<paper2code" not in text and "</paper2code" not in text  # no tag
             assert "TODO" in text
     # the answer to "stable exponent" is nowhere in its own prompt; its siblings' code is
     assert "e = np.exp(z)" not in shown["stable exponent"][0]
