@@ -20,6 +20,7 @@ from paperbench._options import (
     Image,
     Json,
     Out,
+    Resume,
     Sandbox,
     parse_concurrency,
     parse_duration,
@@ -122,7 +123,7 @@ def rcb_list(rcb_dir_opt: RcbDir = None, as_json: Json = False) -> None:
 
 Papers = Annotated[
     str | None,
-    typer.Option(metavar="IDS", help="Comma-separated paper ids (default: every paper)."),
+    typer.Option(metavar="PAPERS", help="Comma-separated paper ids (default: every paper)."),
 ]
 TestTimeout = Annotated[
     float,
@@ -218,7 +219,9 @@ def rcb_run(
     rcb_dir_opt: RcbDir = None,
     base_url: BaseUrl = None,
     papers: Papers = None,
-    samples: Annotated[int, typer.Option(min=1, help="Answers per problem (pass@k).")] = 1,
+    samples: Annotated[
+        int | None, typer.Option(min=1, help="Answers per problem, for pass@k (default: 1).")
+    ] = None,
     without_paper: Annotated[
         bool, typer.Option("--without-paper", help="Leave the paper out of the prompt.")
     ] = False,
@@ -226,9 +229,7 @@ def rcb_run(
         Mode, typer.Option(help="one-shot: one answer per call; agent: not available yet.")
     ] = "one-shot",
     out: Out = None,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the run in --out where it stopped.")
-    ] = False,
+    resume: Resume = None,
     sandbox: Sandbox = "auto",
     allow_unsandboxed: AllowUnsandboxed = False,
     image: Image = None,
@@ -240,13 +241,15 @@ def rcb_run(
     """Ask a model for every problem's missing code, put it in the snippet's place and run
     the paper's test in a fresh sandbox with no network; write OUT/summary.json with the
     line-weighted and plain pass rates. Answers and tests are kept per problem: kill it at any
-    moment and continue with --resume."""
-    folder = out or Path("rcb-runs") / model.replace("/", "_")
+    moment and continue with --resume OUT."""
+    if resume is not None and out is not None:
+        raise UsageError("--resume FOLDER continues the run in FOLDER; drop --out")
+    folder = Path(resume) if resume else out or Path("rcb-runs") / model.replace("/", "_")
     opts = RcbRunOptions(
         model=model,
         base_url=base_url,
         papers=_papers(papers),
-        samples=samples,
+        samples=samples or 1,
         with_paper=not without_paper,
         mode=mode,
         timeout_s=timeout,
@@ -261,7 +264,7 @@ def rcb_run(
             opts,
             sandbox=_sandbox(sandbox, allow_unsandboxed),
             concurrency=slots["tests"],
-            resume=resume,
+            resume=resume is not None,
         )
     )
     if as_json:

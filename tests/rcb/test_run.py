@@ -75,6 +75,14 @@ def _run(root: Path, server: FakeLLMServer, out: Path, *more: str) -> RcbSummary
     return RcbSummary.model_validate_json((out / "summary.json").read_text())
 
 
+def _resume(root: Path, server: FakeLLMServer, out: Path) -> RcbSummary:
+    args = ["rcb", "run", "--rcb-dir", str(root), "--model", "openai/gpt-4o"]
+    args += ["--base-url", server.openai_url, "--resume", str(out), "--sandbox", "local"]
+    result = runner.invoke(app, args, env={"OPENAI_API_KEY": "sk-test"})
+    assert result.exit_code == 0, result.output
+    return RcbSummary.model_validate_json((out / "summary.json").read_text())
+
+
 def test_a_run_grades_every_problem_and_a_resume_pays_nothing_again(
     server: FakeLLMServer, tmp_path: Path
 ) -> None:
@@ -92,7 +100,7 @@ def test_a_run_grades_every_problem_and_a_resume_pays_nothing_again(
     costs = (out / "costs.jsonl").read_text().splitlines()
     assert len(costs) == 8 and all(json.loads(line)["sent"] for line in costs)
 
-    again = _run(root, server, out, "--resume")
+    again = _resume(root, server, out)
     assert len(server.requests) == 8  # every answer was kept
     assert again.overall == summary.overall
 
