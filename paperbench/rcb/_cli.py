@@ -28,6 +28,7 @@ from paperbench._options import (
 from paperbench.errors import UsageError
 from paperbench.rcb._load import load_problem_set
 from paperbench.rcb._models import TEST_ENTRY, Mode, ProblemSet, RcbSummary, TestOutcome
+from paperbench.rcb._published import load_published
 from paperbench.rcb._runner import RcbRunOptions, run_rcb, validate
 from paperbench.sandbox import SandboxConfig
 
@@ -272,6 +273,54 @@ def rcb_run(
         return
     _print_summary(summary)
     console.print(f"summary: {folder / 'summary.json'}")
+
+
+@app.command("report")
+def rcb_report(
+    run: Annotated[Path, typer.Argument(help="The folder of an `rcb run` (holds summary.json).")],
+    published: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="RCB's published results (their overall_stats.json) to show beside the run.",
+        ),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """A run's scores per paper and overall, with the published models' scores beside them
+    (the same rates: line-weighted and plain pass rate)."""
+    path = run / "summary.json"
+    if not path.is_file():
+        raise UsageError(f"{run}: no summary.json; give the folder of an `rcb run` (its --out)")
+    try:
+        summary = RcbSummary.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise UsageError(f"{path}: not an RCB summary ({str(exc).splitlines()[0]})") from None
+    rows = load_published(published) if published is not None else []
+    if as_json:
+        data = {
+            "run": summary.model_dump(mode="json"),
+            "published": [r.model_dump(mode="json") for r in rows],
+        }
+        console.print(json.dumps(data, indent=2), markup=False)
+        return
+    _print_summary(summary)
+    if rows:
+        table = Table(title=f"beside published results ({published})")
+        for column in ("model", "line-weighted", "unweighted"):
+            table.add_column(column, justify="left" if column == "model" else "right")
+        table.add_row(
+            Text(f"{summary.model} (this run)", style="bold"),
+            _pct(summary.overall.line_weighted),
+            _pct(summary.overall.unweighted),
+        )
+        for row in sorted(rows, key=lambda r: -(r.overall.line_weighted or 0.0)):
+            table.add_row(
+                Text(printable(row.pretty_name)),
+                _pct(row.overall.line_weighted),
+                _pct(row.overall.unweighted),
+            )
+        print_table(table)
 
 
 def _pct(value: float | None) -> str:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from paperbench.cli import app
 from paperbench.rcb._load import load_problem_set
 from paperbench.rcb._models import RcbSummary
+from paperbench.rcb._published import load_published
 from paperbench.testing.fake_llm import FakeLLMServer, FakeReply, RecordedRequest
 from tests.rcb.broken import PSET, copy_pset
 
@@ -103,6 +104,13 @@ def test_a_run_grades_every_problem_and_a_resume_pays_nothing_again(
     again = _resume(root, server, out)
     assert len(server.requests) == 8  # every answer was kept
     assert again.overall == summary.overall
+
+    published = Path(__file__).parent / "data" / "overall_stats.json"
+    shown = runner.invoke(app, ["rcb", "report", str(out), "--published", str(published)])
+    assert shown.exit_code == 0, shown.output
+    assert "openai/gpt-4o (this run)" in shown.stdout and "84.2 %" in shown.stdout
+    for row in load_published(published):
+        assert row.pretty_name in shown.stdout
 
 
 def test_the_model_sees_the_paper_and_the_masked_file_never_the_answer(
