@@ -16,6 +16,7 @@ from paperbench.judge._cli import grade, judge_eval_command
 from paperbench.llm._cli import app as models_app
 from paperbench.papers._cli import app as papers_app
 from paperbench.papers._cli import rubric_app
+from paperbench.rcb._cli import app as rcb_app
 from paperbench.report._cli import report_command
 from paperbench.reproduce._cli import reproduce
 from paperbench.runs._cli import run_command
@@ -87,6 +88,9 @@ app.command("run")(run_command)
 app.command("report")(report_command)
 app.add_typer(models_app, name="models", help="Check models before a long run; show prices.")
 app.add_typer(papers_app, name="papers")
+app.add_typer(
+    rcb_app, name="rcb", help="ResearchCodeBench: fill in code from a paper, graded by tests."
+)
 # --- end of sub-apps ---------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from paperbench.cli import app
+from tests.rcb.broken import MALFORMED, PSET
 from tests.report.group import group_config
 from tests.rubric.trees import graded_leaf, graded_node, leaf, node
 
@@ -832,3 +833,48 @@ def test_any_one_field_changed_is_accepted_or_named(
         assert result.exit_code in {0, 1}, (args, result.output)
         if result.exit_code == 1:
             assert f"{f}: $" in result.output, (args, result.output)
+
+
+# --- ResearchCodeBench problem sets --------------------------------------------------------
+
+RCB_COMMANDS: list[list[str]] = [
+    ["rcb", "list"],
+    ["rcb", "validate", "--sandbox", "local"],
+    ["rcb", "run", "--model", "openai/gpt-4o", "--sandbox", "local"],
+]
+"""Every ``rcb`` command that reads a problem set, with the flags it needs besides
+``--rcb-dir`` (each must refuse a malformed set before it starts anything)."""
+
+
+@pytest.mark.parametrize("command", RCB_COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_every_rcb_command_refuses_every_malformed_problem_set(
+    tmp_path: Path, case: str, command: list[str]
+) -> None:
+    root, culprit = MALFORMED[case].make(tmp_path)
+    result = _run([*command, "--rcb-dir", str(root)])
+    _assert_refused(result, {1}, culprit)
+    assert MALFORMED[case].words in result.output
+
+
+RCB_BAD_FLAGS: dict[str, tuple[list[str], str]] = {
+    "rcb run --samples 0": (["--samples", "0"], "--samples"),
+    "rcb run --timeout forever": (["--timeout", "forever"], "--timeout"),
+    "rcb run --concurrency tests=0": (["--concurrency", "tests=0"], "--concurrency"),
+    "rcb run --concurrency gpus=1": (["--concurrency", "gpus=1"], "--concurrency gpus=1"),
+    "rcb run --papers unknown": (["--papers", "nosuch"], "--papers: unknown paper nosuch"),
+    "rcb run --mode agent": (["--mode", "agent"], "--mode agent"),
+    "rcb run --mode bogus": (["--mode", "bogus"], "--mode"),
+    "rcb run --resume nothing": (["--resume", "nowhere"], "--resume"),
+    "rcb run --budget-dollars nan": (["--budget-dollars", "nan"], "--budget-dollars"),
+}
+
+
+@pytest.mark.parametrize("case", list(RCB_BAD_FLAGS))
+def test_rcb_run_refuses_a_bad_flag_in_one_line(tmp_path: Path, case: str) -> None:
+    flags, culprit = RCB_BAD_FLAGS[case]
+    args = ["rcb", "run", "--rcb-dir", str(PSET.parent), "--model", "openai/gpt-4o"]
+    args += ["--sandbox", "local", "--out", str(tmp_path / "out"), *flags]
+    result = _run(args)
+    _assert_refused(result, {1, 2}, culprit)
+    assert not (tmp_path / "out" / "problems").exists()

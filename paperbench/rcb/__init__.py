@@ -1,2 +1,53 @@
 """ResearchCodeBench task mode: fill-in snippets from a paper, graded by the paper's unit
 test, line-weighted. Point it at a clone of ResearchCodeBench (its ``pset/`` folder)."""
+
+from paperbench.rcb._load import load_problem_set
+from paperbench.rcb._mask import extract_code, fill, mask
+from paperbench.rcb._models import (
+    PAPERS_FILE,
+    TEST_ENTRY,
+    ErrorClass,
+    Mode,
+    PaperScore,
+    ProblemSet,
+    Rate,
+    RcbPaper,
+    RcbSummary,
+    SampleResult,
+    Snippet,
+    TestOutcome,
+)
+from paperbench.rcb._published import PublishedRow, load_published
+from paperbench.rcb._runner import RcbRunOptions, ValidationRow, run_rcb, validate
+from paperbench.rcb._score import pass_at_k, score
+from paperbench.rcb._test import RcbJob, run_test, run_tests
+
+__all__ = [
+    "PAPERS_FILE",
+    "TEST_ENTRY",
+    "ErrorClass",
+    "Mode",
+    "PaperScore",
+    "ProblemSet",
+    "PublishedRow",
+    "Rate",
+    "RcbJob",
+    "RcbPaper",
+    "RcbRunOptions",
+    "RcbSummary",
+    "SampleResult",
+    "Snippet",
+    "TestOutcome",
+    "ValidationRow",
+    "extract_code",
+    "fill",
+    "load_problem_set",
+    "load_published",
+    "mask",
+    "pass_at_k",
+    "run_rcb",
+    "run_test",
+    "run_tests",
+    "score",
+    "validate",
+]

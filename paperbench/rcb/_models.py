@@ -96,6 +96,8 @@ class ProblemSet(_Model):
 class TestOutcome(_Model):
     """What running a paper's test with one filled file gave."""
 
+    __test__ = False  # not a test class, whatever pytest thinks of its name
+
     passed: bool
     error_class: ErrorClass | None = None
     """None when passed."""

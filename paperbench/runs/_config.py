@@ -170,7 +170,7 @@ class EvalConfig(BaseModel):
     runs_dir: Annotated[Path, Flag("--runs-dir", metavar="FOLDER", on_resume=True)] = Field(
         default=DEFAULT_RUNS_DIR, description="Where groups are written."
     )
-    papers: Annotated[str | None, Flag("--papers", metavar="IDS|SPLIT")] = Field(
+    papers: Annotated[str | None, Flag("--papers", metavar="PAPERS")] = Field(
         default=None,
         description="Comma-separated paper ids or a split name (default: every paper).",
     )

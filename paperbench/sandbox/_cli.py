@@ -12,10 +12,12 @@ from rich.table import Table
 
 from paperbench._console import console, err_console, warning
 from paperbench._options import Json
-from paperbench.sandbox._images import IMAGES, ImageOptions
+from paperbench.sandbox._images import DEFAULT_IMAGES, IMAGES, ImageOptions
 
 app = typer.Typer(help="Manage sandboxes: reap what crashed runs left behind.")
-images_app = typer.Typer(help="Build and list the sandbox images (paperbench-agent, -reproducer).")
+images_app = typer.Typer(
+    help="Build and list the sandbox images (paperbench-agent, -reproducer, -rcb)."
+)
 
 
 def _field_help(name: str) -> str:
@@ -69,7 +71,8 @@ def build(
         list[str] | None,
         typer.Argument(
             metavar="NAME",
-            help=f"Only these images (default: all of {', '.join(IMAGES)}).",
+            help=f"These images (default: {', '.join(DEFAULT_IMAGES)}; also: "
+            f"{', '.join(n for n in IMAGES if n not in DEFAULT_IMAGES)}).",
             show_default=False,
         ),
     ] = None,
@@ -112,7 +115,7 @@ def build(
             status.update(line)
             err_console.print(f"[dim]{line}[/]")
 
-        tags = ensure_images(tuple(names or IMAGES), opts, log=log)
+        tags = ensure_images(tuple(names or DEFAULT_IMAGES), opts, log=log)
     elapsed = time.monotonic() - started
     if as_json:
         console.print_json(json.dumps({"images": tags, "seconds": round(elapsed, 1)}))

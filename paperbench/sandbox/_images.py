@@ -1,14 +1,16 @@
-"""The sandbox images: ``paperbench-agent`` and ``paperbench-reproducer``.
+"""The sandbox images: ``paperbench-agent`` and ``paperbench-reproducer`` (built by default),
+and ``paperbench-rcb`` (ResearchCodeBench's tests: torch, jax, timm...; built only by name).
 
 No registry is needed. The base is bootstrapped from Debian's packages with ``debootstrap``
 (bookworm, minbase, every package either image needs) from the mirror this machine's apt uses,
-imported into the engine as ``paperbench-base:<hash>``, and shared by both images. Each image is
+imported into the engine as ``paperbench-base:<hash>``, and shared by every image. Each image is
 then built through the SDK from ``docker/Dockerfile.<name>`` ``FROM`` that base. With
 ``base_image`` a pulled image replaces the bootstrap (the Dockerfiles install what it lacks).
 
 Every image is tagged by a hash of its inputs (Dockerfile text, package list, suite, base, CA
 bundle), e.g. ``paperbench-reproducer:3f9c0a1b2c4d``, and also ``:latest``; an existing tag means
 nothing to do. Extra CA certificates and the host's proxy variables go in only when asked.
+The builds have no network, except those of :data:`NETWORK_IMAGES` (pip installs from PyPI).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from paperbench.errors import ImageBuildError
 from paperbench.sandbox import _docker_labels as L
 from paperbench.sandbox._base import read_ca_bundle
+from paperbench.sandbox._egress import DEFAULT_HOST_CA_BUNDLE
 
 RECIPE_VERSION = "1"
 SUITE = "bookworm"
@@ -63,7 +66,23 @@ IMAGES: dict[str, tuple[str, ...]] = {
         "python3-numpy",
         "procps",
     ),
+    # its Python packages come from PyPI (docker/Dockerfile.rcb); these are all in the base
+    "paperbench-rcb": (
+        "bash",
+        "ca-certificates",
+        "curl",
+        "python3",
+        "python3-venv",
+        "python3-pip",
+        "procps",
+    ),
 }
+DEFAULT_IMAGES: tuple[str, ...] = ("paperbench-agent", "paperbench-reproducer")
+"""What ``paperbench images build`` builds when no name is given (``paperbench-rcb`` is
+several GB: built only by name, or when an RCB command first needs it)."""
+NETWORK_IMAGES: frozenset[str] = frozenset({"paperbench-rcb"})
+"""Images whose build reaches a package registry (PyPI). Without ``--ca-bundle`` they trust
+the host's CA bundle, as the host does (TLS to the registry may be re-signed by a proxy)."""
 BASE_PACKAGES: tuple[str, ...] = tuple(sorted({p for pkgs in IMAGES.values() for p in pkgs}))
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
@@ -149,6 +168,14 @@ def _ca_bytes(ca_bundle: Path | None) -> bytes:
     return b"" if ca_bundle is None else read_ca_bundle(ca_bundle, ImageBuildError)
 
 
+def _image_ca(name: str, opts: ImageOptions) -> bytes:
+    """The extra CA certificates baked into ``name``: ``--ca-bundle``, else the host's bundle
+    for an image of :data:`NETWORK_IMAGES`, else none."""
+    if opts.ca_bundle is None and name in NETWORK_IMAGES and DEFAULT_HOST_CA_BUNDLE.is_file():
+        return _ca_bytes(DEFAULT_HOST_CA_BUNDLE)
+    return _ca_bytes(opts.ca_bundle)
+
+
 def dockerfile(name: str, docker_dir: Path = DOCKER_DIR) -> str:
     path = docker_dir / f"Dockerfile.{name.removeprefix('paperbench-')}"
     try:
@@ -159,7 +186,7 @@ def dockerfile(name: str, docker_dir: Path = DOCKER_DIR) -> str:
 
 def image_tag(name: str, base_ref: str, opts: ImageOptions) -> str:
     """``<name>:<hash of Dockerfile, packages, suite, base, CA bundle>``."""
-    ca_hash = hashlib.sha256(_ca_bytes(opts.ca_bundle)).hexdigest()
+    ca_hash = hashlib.sha256(_image_ca(name, opts)).hexdigest()
     inputs = (
         RECIPE_VERSION,
         SUITE,
@@ -285,7 +312,7 @@ def ensure_base(client: Any, opts: ImageOptions, log: Log) -> tuple[str, str]:
 def _context(name: str, opts: ImageOptions) -> io.BytesIO:
     files = {
         "Dockerfile": dockerfile(name, opts.docker_dir).encode(),
-        "extra-ca.crt": _ca_bytes(opts.ca_bundle),
+        "extra-ca.crt": _image_ca(name, opts),
     }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -321,7 +348,9 @@ def build_image(
             forcerm=True,
             decode=True,
             pull=False,
-            network_mode=None if opts.base_image or opts.proxy_env else "none",
+            network_mode=(
+                None if opts.base_image or opts.proxy_env or name in NETWORK_IMAGES else "none"
+            ),
         ):
             if "stream" in chunk:
                 lines.extend(chunk["stream"].splitlines())
@@ -337,13 +366,14 @@ def build_image(
 
 
 def ensure_images(
-    names: tuple[str, ...] = tuple(IMAGES),
+    names: tuple[str, ...] = DEFAULT_IMAGES,
     opts: ImageOptions | None = None,
     *,
     client: Any = None,
     log: Log | None = None,
 ) -> dict[str, str]:
-    """Build whichever of the images is missing or out of date; return ``{name: tag}``.
+    """Build whichever of ``names`` (default: :data:`DEFAULT_IMAGES`) is missing or out of
+    date; return ``{name: tag}``.
 
     Raises:
         SandboxUnavailableError: no Docker engine answers.
@@ -399,7 +429,9 @@ def describe(client: Any) -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "DEFAULT_IMAGES",
     "IMAGES",
+    "NETWORK_IMAGES",
     "ImageOptions",
     "base_tag",
     "debian_mirror",

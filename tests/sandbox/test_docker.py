@@ -34,7 +34,12 @@ from paperbench.sandbox._docker import (
     sandbox_env,
 )
 from paperbench.sandbox._gc import find_orphans, reap
-from paperbench.sandbox._images import IMAGES, ImageOptions, debian_mirror, ensure_images
+from paperbench.sandbox._images import (
+    DEFAULT_IMAGES,
+    ImageOptions,
+    debian_mirror,
+    ensure_images,
+)
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, reap_local_orphans
 
 from .docker_fixtures import *  # noqa: F403  (the fixtures)
@@ -186,7 +191,7 @@ def test_debian_mirror_from_apt_sources(tmp_path: Path) -> None:
 def test_images_cached_second_ensure_is_a_no_op(
     docker_client: Any, docker_images: dict[str, str]
 ) -> None:
-    assert set(docker_images) == set(IMAGES)
+    assert set(docker_images) == set(DEFAULT_IMAGES)
     for name, tag in docker_images.items():
         assert tag.startswith(name + ":") and len(tag.split(":")[1]) == 12
     said: list[str] = []

@@ -1,0 +1,364 @@
+"""``paperbench rcb``: ResearchCodeBench task mode. ``rcb list`` shows a problem set."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from paperbench._console import console, plural, print_table, printable
+from paperbench._options import (
+    AllowUnsandboxed,
+    BaseUrl,
+    BudgetDollars,
+    Image,
+    Json,
+    Out,
+    Resume,
+    Sandbox,
+    parse_concurrency,
+    parse_duration,
+)
+from paperbench.errors import UsageError
+from paperbench.rcb._load import load_problem_set
+from paperbench.rcb._models import TEST_ENTRY, Mode, ProblemSet, RcbSummary, TestOutcome
+from paperbench.rcb._published import load_published
+from paperbench.rcb._runner import RcbRunOptions, run_rcb, validate
+from paperbench.sandbox import SandboxConfig
+
+RCB_DIR_ENV = "PAPERBENCH_RCB_DIR"
+RCB_URL = "https://github.com/PatrickHua/ResearchCodeBench"
+
+RcbDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--rcb-dir",
+        metavar="DIR",
+        help=f"A clone of ResearchCodeBench (or its pset/ folder); default: ${RCB_DIR_ENV}.",
+    ),
+]
+"""The problem set every ``rcb`` command reads (resolve it with :func:`rcb_dir`)."""
+
+app = typer.Typer(
+    help="ResearchCodeBench: fill in code from a paper, graded by its unit tests.",
+    no_args_is_help=True,
+)
+
+
+def rcb_dir(value: Path | None) -> Path:
+    """``--rcb-dir``, else ``$PAPERBENCH_RCB_DIR``.
+
+    Raises:
+        UsageError: neither is given (says how to get a problem set).
+    """
+    if value is not None:
+        return value
+    env = os.environ.get(RCB_DIR_ENV)
+    if env:
+        return Path(env)
+    raise UsageError(
+        f"--rcb-dir: no problem set given; clone {RCB_URL} and pass --rcb-dir DIR "
+        f"(or set {RCB_DIR_ENV})"
+    )
+
+
+def problem_rows(problem_set: ProblemSet) -> list[dict[str, Any]]:
+    """One row per problem (snippet), in file order: what ``rcb list --json`` prints."""
+    return [
+        {
+            "paper": s.paper,
+            "snippet": s.name,
+            "id": s.id,
+            "file": s.file,
+            "line": s.start + 1,
+            "code_lines": s.code_lines,
+            "depth": s.depth,
+            "parent": s.parent,
+            "test": TEST_ENTRY,
+        }
+        for s in problem_set.snippets
+    ]
+
+
+@app.command("list")
+def rcb_list(rcb_dir_opt: RcbDir = None, as_json: Json = False) -> None:
+    """The papers of a problem set and their problems: every snippet (nested ones indented
+    under their parent), its code lines (its weight) and the test that grades it."""
+    problem_set = load_problem_set(rcb_dir(rcb_dir_opt))
+    rows = problem_rows(problem_set)
+    if as_json:
+        console.print(json.dumps(rows, indent=2), markup=False)
+        return
+    lines = sum(row["code_lines"] for row in rows)
+    table = Table(
+        title=f"{plural(len(problem_set.papers), 'paper')}, {plural(len(rows), 'problem')}, "
+        f"{plural(lines, 'code line')} ({problem_set.root})"
+    )
+    table.add_column("paper", overflow="fold")
+    table.add_column("file", overflow="fold")
+    table.add_column("snippet", overflow="fold")
+    table.add_column("lines", justify="right", no_wrap=True)
+    table.add_column("test", overflow="fold")
+    for paper in problem_set.papers:
+        mine = [row for row in rows if row["paper"] == paper.id]
+        for index, row in enumerate(mine):
+            first = index == 0
+            table.add_row(
+                Text(printable(paper.id)) if first else "",
+                Text(printable(f"{row['file']}:{row['line']}")),
+                Text("  " * row["depth"] + printable(row["snippet"])),
+                str(row["code_lines"]),
+                TEST_ENTRY if first else "",
+                end_section=index == len(mine) - 1,
+            )
+        if not mine:
+            table.add_row(Text(printable(paper.id)), "-", "(no snippet)", "0", TEST_ENTRY)
+    print_table(table)
+
+
+Papers = Annotated[
+    str | None,
+    typer.Option(metavar="PAPERS", help="Comma-separated paper ids (default: every paper)."),
+]
+TestTimeout = Annotated[
+    float,
+    typer.Option(
+        metavar="DURATION",
+        parser=parse_duration,
+        help="Time limit of one test, e.g. 60 or 2m (a test that hangs fails as timeout).",
+    ),
+]
+At = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--concurrency",
+        metavar="STAGE=N",
+        help="Tests at once (tests=N, default 4): one sandbox each.",
+    ),
+]
+
+
+def _papers(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    if not names:
+        raise UsageError("--papers: give paper ids, comma-separated")
+    return names
+
+
+def _sandbox(backend: str, allow_unsandboxed: bool) -> SandboxConfig:
+    return SandboxConfig(backend=backend, allow_unsandboxed=allow_unsandboxed)  # type: ignore[arg-type]
+
+
+@app.command("validate")
+def rcb_validate(
+    rcb_dir_opt: RcbDir = None,
+    papers: Papers = None,
+    sandbox: Sandbox = "auto",
+    allow_unsandboxed: AllowUnsandboxed = False,
+    image: Image = None,
+    timeout: TestTimeout = 60.0,
+    concurrency: At = None,
+    as_json: Json = False,
+) -> None:
+    """The benchmark's own sanity check, in the sandbox: every paper's test passes with its
+    reference code, and fails with each snippet left empty. A problem that breaks either rule
+    is listed (exit code 1); `rcb run` leaves out a problem whose empty fill passes."""
+    slots = parse_concurrency(concurrency, {"tests": 4})
+    rows = asyncio.run(
+        validate(
+            rcb_dir(rcb_dir_opt),
+            sandbox=_sandbox(sandbox, allow_unsandboxed),
+            papers=_papers(papers),
+            image=image,
+            timeout_s=timeout,
+            concurrency=slots["tests"],
+        )
+    )
+    if as_json:
+        console.print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2), markup=False)
+    else:
+        table = Table(title=f"{plural(len(rows), 'problem')} checked")
+        for column in ("problem", "lines", "reference", "empty fill"):
+            table.add_column(column, justify="right" if column == "lines" else "left")
+        for row in rows:
+            table.add_row(
+                Text(printable(row.problem)),
+                str(row.code_lines),
+                _verdict(row.reference, want_pass=True),
+                _verdict(row.empty, want_pass=False),
+            )
+        print_table(table)
+        good = sum(r.ok for r in rows)
+        console.print(
+            f"{good}/{len(rows)} problems sound: references passing "
+            f"{sum(r.reference.passed for r in rows)}, empty fills failing "
+            f"{sum(not r.empty.passed and r.empty.error_class != 'sandbox_error' for r in rows)}"
+        )
+    if any(not r.ok for r in rows):
+        raise typer.Exit(1)
+
+
+def _verdict(outcome: TestOutcome, *, want_pass: bool) -> Text:
+    if outcome.error_class == "sandbox_error":
+        return Text(f"sandbox error: {outcome.detail or ''}", style="red")
+    word = "passes" if outcome.passed else f"fails ({outcome.error_class})"
+    good = outcome.passed == want_pass
+    return Text(word, style="" if good else "red")
+
+
+@app.command("run")
+def rcb_run(
+    model: Annotated[str, typer.Option(metavar="PROVIDER/MODEL", help="The model that answers.")],
+    rcb_dir_opt: RcbDir = None,
+    base_url: BaseUrl = None,
+    papers: Papers = None,
+    samples: Annotated[
+        int | None, typer.Option(min=1, help="Answers per problem, for pass@k (default: 1).")
+    ] = None,
+    without_paper: Annotated[
+        bool, typer.Option("--without-paper", help="Leave the paper out of the prompt.")
+    ] = False,
+    mode: Annotated[
+        Mode, typer.Option(help="one-shot: one answer per call; agent: not available yet.")
+    ] = "one-shot",
+    out: Out = None,
+    resume: Resume = None,
+    sandbox: Sandbox = "auto",
+    allow_unsandboxed: AllowUnsandboxed = False,
+    image: Image = None,
+    timeout: TestTimeout = 60.0,
+    concurrency: At = None,
+    budget_dollars: BudgetDollars = None,
+    as_json: Json = False,
+) -> None:
+    """Ask a model for every problem's missing code, put it in the snippet's place and run
+    the paper's test in a fresh sandbox with no network; write OUT/summary.json with the
+    line-weighted and plain pass rates. Answers and tests are kept per problem: kill it at any
+    moment and continue with --resume OUT."""
+    if resume is not None and out is not None:
+        raise UsageError("--resume FOLDER continues the run in FOLDER; drop --out")
+    folder = Path(resume) if resume else out or Path("rcb-runs") / model.replace("/", "_")
+    opts = RcbRunOptions(
+        model=model,
+        base_url=base_url,
+        papers=_papers(papers),
+        samples=samples or 1,
+        with_paper=not without_paper,
+        mode=mode,
+        timeout_s=timeout,
+        image=image,
+        budget_dollars=budget_dollars,
+    )
+    slots = parse_concurrency(concurrency, {"tests": 4})
+    summary = asyncio.run(
+        run_rcb(
+            rcb_dir(rcb_dir_opt),
+            folder,
+            opts,
+            sandbox=_sandbox(sandbox, allow_unsandboxed),
+            concurrency=slots["tests"],
+            resume=resume is not None,
+        )
+    )
+    if as_json:
+        console.print(summary.model_dump_json(indent=2), markup=False)
+        return
+    _print_summary(summary)
+    console.print(f"summary: {folder / 'summary.json'}")
+
+
+@app.command("report")
+def rcb_report(
+    run: Annotated[Path, typer.Argument(help="The folder of an `rcb run` (holds summary.json).")],
+    published: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="RCB's published results (their overall_stats.json) to show beside the run.",
+        ),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """A run's scores per paper and overall, with the published models' scores beside them
+    (the same rates: line-weighted and plain pass rate)."""
+    path = run / "summary.json"
+    if not path.is_file():
+        raise UsageError(f"{run}: no summary.json; give the folder of an `rcb run` (its --out)")
+    try:
+        summary = RcbSummary.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise UsageError(f"{path}: not an RCB summary ({str(exc).splitlines()[0]})") from None
+    rows = load_published(published) if published is not None else []
+    if as_json:
+        data = {
+            "run": summary.model_dump(mode="json"),
+            "published": [r.model_dump(mode="json") for r in rows],
+        }
+        console.print(json.dumps(data, indent=2), markup=False)
+        return
+    _print_summary(summary)
+    if rows:
+        table = Table(title=f"beside published results ({published})")
+        for column in ("model", "line-weighted", "unweighted"):
+            table.add_column(column, justify="left" if column == "model" else "right")
+        table.add_row(
+            Text(f"{summary.model} (this run)", style="bold"),
+            _pct(summary.overall.line_weighted),
+            _pct(summary.overall.unweighted),
+        )
+        for row in sorted(rows, key=lambda r: -(r.overall.line_weighted or 0.0)):
+            table.add_row(
+                Text(printable(row.pretty_name)),
+                _pct(row.overall.line_weighted),
+                _pct(row.overall.unweighted),
+            )
+        print_table(table)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
+def _print_summary(summary: RcbSummary) -> None:
+    paper = "with" if summary.with_paper else "without"
+    table = Table(title=f"{summary.model} ({summary.mode}, {paper} the paper)")
+    for column in ("paper", "problems", "lines", "line-weighted", "unweighted"):
+        table.add_column(column, justify="left" if column == "paper" else "right")
+    for score in summary.papers:
+        rate = score.rate
+        table.add_row(
+            Text(printable(score.paper)),
+            str(rate.problems),
+            str(rate.lines),
+            _pct(rate.line_weighted),
+            _pct(rate.unweighted),
+        )
+    overall = summary.overall
+    table.add_row(
+        "all",
+        str(overall.problems),
+        str(overall.lines),
+        _pct(overall.line_weighted),
+        _pct(overall.unweighted),
+        style="bold",
+    )
+    print_table(table)
+    if summary.errors:
+        said = ", ".join(f"{n} {kind}" for kind, n in sorted(summary.errors.items()))
+        console.print(f"failed answers by error: {said}")
+    if summary.broken:
+        names = ", ".join(summary.broken)
+        console.print(f"left out as broken (their test passes with the snippet empty): {names}")
+    if summary.not_run:
+        console.print(
+            f"not run yet ({plural(len(summary.not_run), 'problem')}: a model or sandbox "
+            f"failure; --resume runs them): {', '.join(summary.not_run[:10])}"
+        )
