@@ -85,7 +85,7 @@ def main() -> None:
     table = Table(title=f"RCB grading: {len(jobs)} tests of {len(problems.snippets)} problems")
     for col in ("where", "at once", "outside the test s", "test s", "problems/min", "failed"):
         table.add_column(col, justify="left" if col == "where" else "right")
-    backends = ["local"] + (["docker"] if docker_engine_answers() else [])
+    backends = ["local"] + (["docker"] if asyncio.run(docker_engine_answers()) else [])
     for backend in backends:
         for at_once in (1, 4):
             outcomes, wall = asyncio.run(_sandboxed(jobs, backend, at_once))
