@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from paperbench._console import plural, warning
 from paperbench._io import atomic_write_text, read_json
 from paperbench.errors import ModelError, UsageError
 from paperbench.llm import BudgetCaps, CostJournal, Model, ModelConfig
@@ -236,6 +237,7 @@ async def run_rcb(
     gate = asyncio.Semaphore(concurrency)
     results: list[SampleResult] = []
     broken: list[str] = []
+    failures: list[ModelError] = []
 
     async def one(snippet: Snippet) -> None:
         async with gate:
@@ -247,7 +249,8 @@ async def run_rcb(
             async with gate:
                 try:
                     result = await _sample(problem_set, snippet, k, out, model, sandbox, opts)
-                except ModelError:
+                except ModelError as exc:
+                    failures.append(exc)
                     result = None
             if result is not None:
                 results.append(result)
@@ -257,6 +260,13 @@ async def run_rcb(
     finally:
         await model.aclose()
         journal.close()
+    if failures and not results:
+        raise failures[0]  # nothing was answered: the model's own reason, one line
+    if failures:
+        warning(
+            f"{plural(len(failures), 'answer')} could not be had from the model (first: "
+            f"{failures[0]}); those problems are listed as not run: --resume runs them again"
+        )
     summary = score(
         results,
         snippets,

@@ -148,3 +148,15 @@ def test_a_problem_whose_test_passes_empty_is_left_out_as_broken(
     summary = _run(root, server, tmp_path / "out", "--papers", "softmax-temperature")
     assert summary.broken == ["softmax-temperature/entropy"]
     assert summary.overall.problems == 3
+
+
+def test_a_run_whose_model_answers_nothing_fails_saying_why(
+    server: FakeLLMServer, tmp_path: Path
+) -> None:
+    root = copy_pset(tmp_path)
+    args = ["rcb", "run", "--rcb-dir", str(root), "--model", "openai/gpt-4o", "--papers"]
+    args += ["softmax-temperature", "--out", str(tmp_path / "out"), "--sandbox", "local"]
+    result = runner.invoke(app, args, env={"OPENAI_API_KEY": None})  # no key, no base URL
+    assert result.exit_code == 1, result.output
+    assert "OPENAI_API_KEY" in result.output and "Traceback" not in result.output
+    assert not server.requests and not (tmp_path / "out" / "summary.json").exists()
