@@ -19,6 +19,8 @@ from paperbench._options import (
     BudgetDollars,
     Image,
     Json,
+    MaxSteps,
+    MaxTime,
     Out,
     Resume,
     Sandbox,
@@ -139,7 +141,8 @@ At = Annotated[
     typer.Option(
         "--concurrency",
         metavar="STAGE=N",
-        help="Tests at once (tests=N, default 4): one sandbox each.",
+        help="Tests at once (tests=N, default 4; also one-shot model calls at once) and, with "
+        "--mode agent, agents at once (agents=N, default 2): one sandbox each.",
     ),
 ]
 
@@ -227,8 +230,15 @@ def rcb_run(
         bool, typer.Option("--without-paper", help="Leave the paper out of the prompt.")
     ] = False,
     mode: Annotated[
-        Mode, typer.Option(help="one-shot: one answer per call; agent: not available yet.")
+        Mode,
+        typer.Option(
+            help="one-shot: one answer per model call; agent: the model works on the masked "
+            "repository with tools in a sandbox (test and references hidden) and its file is "
+            "graded."
+        ),
     ] = "one-shot",
+    max_steps: MaxSteps = None,
+    max_time: MaxTime = None,
     out: Out = None,
     resume: Resume = None,
     sandbox: Sandbox = "auto",
@@ -243,6 +253,9 @@ def rcb_run(
     the paper's test in a fresh sandbox with no network; write OUT/summary.json with the
     line-weighted and plain pass rates. Answers and tests are kept per problem: kill it at any
     moment and continue with --resume OUT."""
+    if mode != "agent" and (max_steps is not None or max_time is not None):
+        flag = "--max-steps" if max_steps is not None else "--max-time"
+        raise UsageError(f"{flag}: limits an agent; give it with --mode agent")
     if resume is not None and out is not None:
         raise UsageError("--resume FOLDER continues the run in FOLDER; drop --out")
     folder = Path(resume) if resume else out or Path("rcb-runs") / model.replace("/", "_")
@@ -256,8 +269,10 @@ def rcb_run(
         timeout_s=timeout,
         image=image,
         budget_dollars=budget_dollars,
+        max_steps=max_steps,
+        max_time_s=max_time,
     )
-    slots = parse_concurrency(concurrency, {"tests": 4})
+    slots = parse_concurrency(concurrency, {"tests": 4, "agents": 2})
     summary = asyncio.run(
         run_rcb(
             rcb_dir(rcb_dir_opt),
@@ -265,6 +280,7 @@ def rcb_run(
             opts,
             sandbox=_sandbox(sandbox, allow_unsandboxed),
             concurrency=slots["tests"],
+            agents=slots["agents"],
             resume=resume is not None,
         )
     )

@@ -9,7 +9,10 @@ The run folder::
       problems/<paper>/<snippet>/
         empty.json                    the test with the snippet left empty (``pass``): a
                                       problem whose test passes so is broken, not counted
-        answer-<k>.json               sample k's answer (kept: a resume does not pay again)
+        answer-<k>.json               sample k's answer (kept: a resume does not pay again);
+                                      in agent mode what the agent left (AgentAnswer)
+        agent-<k>/transcript.jsonl    agent mode: the agent's transcript (an interrupted
+                                      attempt's is kept as transcript.<n>.jsonl)
         sample-<k>.json               SampleResult: the answer's test (written last)
       summary.json                    RcbSummary
 """
@@ -18,14 +21,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from paperbench._console import plural, warning
 from paperbench._io import atomic_write_text, read_json
-from paperbench.errors import ModelError, UsageError
-from paperbench.llm import BudgetCaps, CostJournal, Model, ModelConfig
+from paperbench.agents import AgentLimits, LoadedAgent, load_agent
+from paperbench.errors import BudgetExhaustedError, ModelError, SandboxError, UsageError
+from paperbench.llm import BudgetCaps, CostJournal, CostLedger, Model, ModelConfig
+from paperbench.rcb._agent import AGENT_CONFIG, AgentAnswer, agent_limits, run_agent
 from paperbench.rcb._load import load_problem_set
 from paperbench.rcb._mask import extract_code, fill, mask
 from paperbench.rcb._models import (
@@ -39,7 +45,7 @@ from paperbench.rcb._models import (
 from paperbench.rcb._prompt import prompt
 from paperbench.rcb._score import score
 from paperbench.rcb._test import run_test
-from paperbench.sandbox import SandboxConfig
+from paperbench.sandbox import SandboxBackend, SandboxConfig
 
 EMPTY_FILL = "pass"
 """What an empty snippet is filled with: its test must then fail (RCB's own sanity check)."""
@@ -61,6 +67,10 @@ class RcbRunOptions(BaseModel):
     timeout_s: float = Field(default=60.0, gt=0)
     image: str | None = None
     budget_dollars: float | None = Field(default=None, ge=0)
+    max_steps: int | None = Field(default=None, ge=1)
+    """Agent mode: steps of each agent run (None: the agent config's)."""
+    max_time_s: float | None = Field(default=None, gt=0)
+    """Agent mode: wall time of each agent run (None: the agent config's)."""
 
     def comparable(self) -> dict[str, object]:
         """What a resume must match (everything that changes an answer or its grade)."""
@@ -145,36 +155,93 @@ async def _answer(
     return answer
 
 
-async def _sample(
-    problem_set: ProblemSet,
-    snippet: Snippet,
-    k: int,
-    out: Path,
-    model: Model,
-    sandbox: SandboxConfig,
-    opts: RcbRunOptions,
-) -> SampleResult | None:
+@dataclass
+class _Run:
+    """What every sample of a run shares."""
+
+    problem_set: ProblemSet
+    out: Path
+    opts: RcbRunOptions
+    sandbox: SandboxConfig
+    tests: asyncio.Semaphore
+    """Sandboxes testing at once (and one-shot model calls at once)."""
+    agents: asyncio.Semaphore
+    """Agent sandboxes at once (agent mode)."""
+    model: Model
+    model_config: ModelConfig
+    journal: CostLedger
+    agent: LoadedAgent | None = None
+    limits: AgentLimits | None = None
+    backend: SandboxBackend | None = None
+
+
+async def _agent_answer(run: _Run, snippet: Snippet, k: int) -> AgentAnswer:
+    """Sample ``k`` of a problem by the agent: stored, or run now.
+
+    Raises:
+        SandboxError: the agent's sandbox failed (the sample is not run).
+        ModelError: the model could not be had (no call answered), or the run's budget
+            stopped the agent (the sample is run again on a resume with more budget).
+    """
+    path = _folder(run.out, snippet) / f"answer-{k}.json"
+    if path.is_file():
+        return AgentAnswer.model_validate(read_json(path))
+    assert run.agent is not None and run.limits is not None and run.backend is not None
+    answer = await run_agent(
+        run.problem_set,
+        snippet,
+        seed=k,
+        folder=_folder(run.out, snippet) / f"agent-{k}",
+        backend=run.backend,
+        model_config=run.model_config,
+        ledger=run.journal,
+        limits=run.limits,
+        image=run.opts.image,
+        with_paper=run.opts.with_paper,
+        loaded=run.agent,
+    )
+    if answer.status == "error" and answer.steps <= 1 and answer.error:
+        raise ModelError(answer.error)  # the first call failed: nothing the model did
+    if answer.limit == "dollars":
+        run.journal.check_budget(run.opts.model, "rcb-agent")  # the run's cap: not run
+    atomic_write_text(path, answer.model_dump_json(indent=2) + "\n")
+    return answer
+
+
+async def _sample(run: _Run, snippet: Snippet, k: int) -> SampleResult | None:
     """Sample ``k`` of a problem: stored, or answered and tested now. None when it could not
     be finished (a model or sandbox failure: said in the log, run again on a resume)."""
-    path = _folder(out, snippet) / f"sample-{k}.json"
+    path = _folder(run.out, snippet) / f"sample-{k}.json"
     if path.is_file():
         return SampleResult.model_validate(read_json(path))
-    answer = await _answer(problem_set, snippet, k, out, model, opts)
-    code = extract_code(answer.text)
-    if code is None:
-        outcome = TestOutcome(
-            passed=False, error_class="no_code", detail="the answer holds no code block"
-        )
+    opts = run.opts
+    if opts.mode == "agent":
+        async with run.agents:
+            try:
+                agent = await _agent_answer(run, snippet, k)
+            except SandboxError as exc:
+                warning(f"{snippet.id} sample {k}: the agent's sandbox failed ({exc}); not run")
+                return None
+        code, why = agent.code, agent.why_none
+        cost, tokens_in, tokens_out = agent.cost_usd, agent.input_tokens, agent.output_tokens
     else:
-        paper = problem_set.paper(snippet.paper)
+        async with run.tests:
+            answer = await _answer(run.problem_set, snippet, k, run.out, run.model, opts)
+        code, why = extract_code(answer.text), "the answer holds no code block"
+        cost, tokens_in, tokens_out = answer.cost_usd, answer.input_tokens, answer.output_tokens
+    if code is None:
+        outcome = TestOutcome(passed=False, error_class="no_code", detail=why)
+    else:
+        paper = run.problem_set.paper(snippet.paper)
         text = (paper.folder / snippet.file).read_text(encoding="utf-8")
-        outcome = await run_test(
-            paper.folder,
-            {snippet.file: fill(text, snippet, code)},
-            sandbox=sandbox,
-            image=opts.image,
-            timeout_s=opts.timeout_s,
-        )
+        async with run.tests:
+            outcome = await run_test(
+                paper.folder,
+                {snippet.file: fill(text, snippet, code)},
+                sandbox=run.sandbox,
+                image=opts.image,
+                timeout_s=opts.timeout_s,
+            )
         if outcome.error_class == "sandbox_error":
             return None
     result = SampleResult(
@@ -183,9 +250,9 @@ async def _sample(
         mode=opts.mode,
         answer=code,
         outcome=outcome,
-        cost_usd=answer.cost_usd,
-        input_tokens=answer.input_tokens,
-        output_tokens=answer.output_tokens,
+        cost_usd=cost,
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
     )
     atomic_write_text(path, result.model_dump_json(indent=2) + "\n")
     return result
@@ -215,57 +282,75 @@ async def run_rcb(
     *,
     sandbox: SandboxConfig,
     concurrency: int = 4,
+    agents: int = 2,
     resume: bool = False,
     api_key: str | None = None,
 ) -> RcbSummary:
     """Answer and grade every selected problem ``opts.samples`` times; write summary.json.
+    ``concurrency`` tests (and one-shot calls) run at once, ``agents`` agents (agent mode).
 
     Raises:
         UsageError: a bad option, naming it.
         InputError: a malformed problem set (file and line named).
+        SandboxError: agent mode, and the sandbox backend cannot be had.
     """
-    if opts.mode != "one-shot":
-        raise UsageError("--mode agent: not available yet; use --mode one-shot")
     problem_set = load_problem_set(rcb_dir)
     snippets = selected(problem_set, opts.papers)
+    loaded = load_agent(AGENT_CONFIG) if opts.mode == "agent" else None
+    backend = await sandbox.build() if opts.mode == "agent" else None
     _check_out(out, opts, resume)
     journal = CostJournal.open(out / "costs.jsonl", caps=BudgetCaps(run_usd=opts.budget_dollars))
     config = ModelConfig(
-        model=opts.model, base_url=opts.base_url, **({"api_key": api_key} if api_key else {})
+        model=opts.model, base_url=opts.base_url, api_key=SecretStr(api_key) if api_key else None
     )
-    model = Model(config, ledger=journal, stage="rcb")
-    gate = asyncio.Semaphore(concurrency)
+    run = _Run(
+        problem_set=problem_set,
+        out=out,
+        opts=opts,
+        sandbox=sandbox,
+        tests=asyncio.Semaphore(concurrency),
+        agents=asyncio.Semaphore(agents),
+        model=Model(config, ledger=journal, stage="rcb"),
+        model_config=config,
+        journal=journal,
+        agent=loaded,
+        limits=agent_limits(loaded, steps=opts.max_steps, wall_time_s=opts.max_time_s)
+        if loaded is not None
+        else None,
+        backend=backend,
+    )
     results: list[SampleResult] = []
     broken: list[str] = []
     failures: list[ModelError] = []
 
     async def one(snippet: Snippet) -> None:
-        async with gate:
+        async with run.tests:
             empty = await _empty_test(problem_set, snippet, out, sandbox, opts)
         if empty.passed:
             broken.append(snippet.id)
             return
         for k in range(opts.samples):
-            async with gate:
-                try:
-                    result = await _sample(problem_set, snippet, k, out, model, sandbox, opts)
-                except ModelError as exc:
-                    failures.append(exc)
-                    result = None
+            try:
+                result = await _sample(run, snippet, k)
+            except ModelError as exc:
+                failures.append(exc)
+                result = None
             if result is not None:
                 results.append(result)
 
     try:
         await asyncio.gather(*(one(s) for s in snippets))
     finally:
-        await model.aclose()
+        await run.model.aclose()
         journal.close()
     if failures and not results:
         raise failures[0]  # nothing was answered: the model's own reason, one line
     if failures:
+        budget = any(isinstance(f, BudgetExhaustedError) for f in failures)
         warning(
             f"{plural(len(failures), 'answer')} could not be had from the model (first: "
             f"{failures[0]}); those problems are listed as not run: --resume runs them again"
+            + (" (with a higher --budget-dollars)" if budget else "")
         )
     summary = score(
         results,
