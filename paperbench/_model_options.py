@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import annotated_types
 import typer
@@ -80,9 +80,9 @@ def parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
                 flag.name,
                 help=field.description,
                 metavar=flag.metavar,
-                min=lower[0] if lower else None,
+                min=cast("int | float", lower[0]) if lower else None,
             )
-            annotation = Annotated[field.annotation, option]  # type: ignore[name-defined]
+            annotation = Annotated[field.annotation, option]
         kind = inspect.Parameter.KEYWORD_ONLY
         out.append(inspect.Parameter(flag.param, kind, default=default, annotation=annotation))
     return out

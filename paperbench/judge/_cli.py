@@ -21,7 +21,14 @@ from typing import Annotated, Literal
 
 import typer
 from pydantic import ValidationError
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -165,7 +172,7 @@ class _GradeProgress:
         self.usd = 0.0
         self.judge = ""
         self._bar: Progress | None = None
-        self._task: int | None = None
+        self._task: TaskID | None = None
 
     @contextlib.contextmanager
     def running(self) -> Iterator[_GradeProgress]:

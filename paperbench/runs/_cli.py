@@ -30,14 +30,13 @@ def _run(ctx: typer.Context, resume: str | None, **values: Any) -> None:
         if given:
             drop = ", ".join(given)
             raise UsageError(f"--resume takes the group's own configuration; drop {drop}")
-        settings = config.executor
-        run = lambda: _evaluate.resume(  # noqa: E731
-            resume, runs_dir=config.runs_dir, executor=settings, report=config.report
-        )
-    else:
-        run = lambda: _evaluate.evaluate(config)  # noqa: E731
     try:
-        result = run()
+        if resume is not None:
+            result = _evaluate.resume(
+                resume, runs_dir=config.runs_dir, executor=config.executor, report=config.report
+            )
+        else:
+            result = _evaluate.evaluate(config)
     except KeyboardInterrupt:
         again = resume or "runs/<group>"
         err_console.print(f"interrupted: continue with `paperbench run --resume {again}`")

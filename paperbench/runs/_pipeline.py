@@ -229,7 +229,7 @@ def reproduce_config(spec: RunSpec) -> ReproduceConfig:
     resources = entry.resources if entry is not None else None
     if resources is None:
         return config
-    update: dict[str, Any] = {"limits": resources.limits(config.limits)}
+    update = {"limits": resources.limits(config.limits)}
     if resources.gpus:
         update["gpu"] = resources.gpu_request()
     if resources.image is not None:

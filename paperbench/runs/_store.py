@@ -281,7 +281,7 @@ class GroupConfig(BaseModel):
         data = dict(data)
         old = data.get("reproduction") or {}
         if isinstance(old, dict) and ("limits" in old or "timeout_s" in old):
-            limits = old.get("limits") if isinstance(old.get("limits"), dict) else {}
+            limits = old["limits"] if isinstance(old.get("limits"), dict) else {}
             data["reproduction"] = {
                 "timeout_s": old.get("timeout_s"),
                 "allow_uncapped_disk": bool(limits.get("allow_uncapped_disk")),
