@@ -181,6 +181,11 @@ def _openai_common(
             return Refusal(
                 f"Missing required parameter: '{name}'.", name, "missing_required_parameter"
             )
+    if body.get("stream_options") is not None and body.get("stream") is not True:
+        return Refusal(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            "stream_options",
+        )
     model = str(body.get("model", ""))
     reasoning = model.startswith(REASONING_PREFIXES)
     effort = body.get("reasoning_effort") or (body.get("reasoning") or {}).get("effort")
