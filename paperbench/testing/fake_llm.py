@@ -328,6 +328,7 @@ class FakeLLMServer:
             self.issued,
             window,
             plain_reasoning=self.refuse_plain_reasoning,
+            beta="anthropic-beta" in request.headers,
         )
         if refusal is not None:
             with self._lock:
