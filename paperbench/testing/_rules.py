@@ -285,30 +285,29 @@ def _unanswered(index: int, ids: list[str]) -> Refusal:
     )
 
 
+CALL_KINDS = {"function_call": "function call", "custom_tool_call": "custom tool call"}
+"""Responses call items (each answered by an item of the same type + ``_output``)."""
+
+
 def _responses_calls(items: list[Any]) -> Refusal | None:
-    """Every function call has its output in the input, and every output its call."""
-    calls = [
-        i.get("call_id") for i in items if isinstance(i, dict) and i.get("type") == "function_call"
-    ]
-    outputs = [
-        i.get("call_id")
-        for i in items
-        if isinstance(i, dict) and i.get("type") == "function_call_output"
-    ]
-    seen: set[Any] = set()
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        if item.get("type") == "function_call":
-            seen.add(item.get("call_id"))
-        elif item.get("type") == "function_call_output" and item.get("call_id") not in seen:
-            return Refusal(
-                f"No tool call found for function call output with call_id {item.get('call_id')}.",
-                "input",
-            )
-    for call_id in calls:
-        if call_id not in outputs:
-            return Refusal(f"No tool output found for function call {call_id}.", "input")
+    """Every (function or custom tool) call has its output in the input, and every output
+    its call."""
+    for kind, label in CALL_KINDS.items():
+        typed = [
+            i for i in items if isinstance(i, dict) and i.get("type") in (kind, kind + "_output")
+        ]
+        outputs = {i.get("call_id") for i in typed if i.get("type") != kind}
+        seen: set[Any] = set()
+        for item in typed:
+            if item.get("type") == kind:
+                seen.add(item.get("call_id"))
+            elif item.get("call_id") not in seen:
+                return Refusal(
+                    f"No tool call found for {label} output with call_id {item.get('call_id')}.",
+                    "input",
+                )
+        for call_id in sorted(seen - outputs, key=str):
+            return Refusal(f"No tool output found for {label} {call_id}.", "input")
     return None
 
 
@@ -353,7 +352,7 @@ def _check_responses(body: dict[str, Any], issued: Issued) -> Refusal | None:
             )
         following = items[i + 1] if i + 1 < len(items) else None
         if not isinstance(following, dict) or not (
-            following.get("type") in ("reasoning", "function_call")
+            following.get("type") in ("reasoning", *CALL_KINDS)
             or following.get("role") == "assistant"
         ):
             return Refusal(

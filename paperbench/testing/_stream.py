@@ -12,7 +12,8 @@ stream gets back exactly that body:
 - Responses: ``event:``/``data:`` pairs numbered by ``sequence_number``:
   ``response.created``, ``response.in_progress``, for each output item
   ``response.output_item.added`` ... ``response.output_item.done`` (reasoning summaries,
-  message content parts with ``output_text`` deltas, function call argument deltas), then
+  message content parts with ``output_text`` deltas, function call argument deltas, custom
+  tool call input deltas), then
   ``response.completed`` (``response.incomplete`` for an answer cut off) with the usage.
 - Anthropic Messages: ``message_start`` (the input usage), for each content block
   ``content_block_start``, its deltas (``text_delta``, ``thinking_delta`` then
@@ -182,6 +183,12 @@ def responses_events(body: dict[str, Any]) -> list[Event]:
                 name=item.get("name"),
                 arguments=arguments,
             )
+        elif kind == "custom_tool_call":
+            text = str(item.get("input", ""))
+            emit("response.output_item.added", output_index=index, item={**item, "input": ""})
+            for delta in pieces(text):
+                emit("response.custom_tool_call_input.delta", **ids, delta=delta)
+            emit("response.custom_tool_call_input.done", **ids, input=text)
         elif kind == "reasoning":
             added = {k: v for k, v in item.items() if k != "encrypted_content"}
             emit("response.output_item.added", output_index=index, item={**added, "summary": []})

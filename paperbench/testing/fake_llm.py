@@ -62,6 +62,10 @@ class FakeToolCall:
     """Send these exact argument bytes instead (OpenAI protocols), e.g. invalid JSON or a
     call cut off mid-way (``'{"cmd": "ls -'``). Anthropic gets the parsed object, or ``{}``
     when they do not parse (as its API does for a tool use cut off by ``max_tokens``)."""
+    custom: bool = False
+    """Responses: a call of a custom (free-form) tool, a ``custom_tool_call`` whose ``input``
+    is ``raw_arguments`` (e.g. Codex's ``apply_patch`` with a patch). Other protocols send it
+    as a function call."""
 
 
 @dataclass(frozen=True)
@@ -615,6 +619,14 @@ def _render_body(
             )
         output.extend(
             {
+                "type": "custom_tool_call",
+                "id": f"ctc_{n}_{i}",
+                "call_id": f"call_{n}_{i}",
+                "name": c.name,
+                "input": _args(c),
+            }
+            if c.custom
+            else {
                 "type": "function_call",
                 "id": f"fc_{n}_{i}",
                 "call_id": f"call_{n}_{i}",

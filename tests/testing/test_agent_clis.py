@@ -29,12 +29,13 @@ def _names(request: RecordedRequest) -> list[str]:
 
 def _answered(request: RecordedRequest) -> bool:
     sent = json.dumps(request.body.get("messages") or request.body.get("input") or [])
-    return "tool_result" in sent or "function_call_output" in sent
+    return "tool_result" in sent or "call_output" in sent
 
 
-def _writer(target: Path) -> Any:
-    """A handler: the first turn calls the client's own tool to write ``target``, with
-    signed or encrypted reasoning that must come back unchanged; then a last answer."""
+def _writer(target: Path, tool: str = "") -> Any:
+    """A handler: the first turn calls the client's own tool to write ``target`` (Codex:
+    ``tool``), with signed or encrypted reasoning that must come back unchanged; then a last
+    answer."""
 
     def handler(request: RecordedRequest) -> FakeReply:
         names = _names(request)
@@ -42,6 +43,9 @@ def _writer(target: Path) -> Any:
             return FakeReply(text="done")
         if "Write" in names:
             call = FakeToolCall("Write", {"file_path": str(target), "content": "hello\n"})
+        elif tool == "apply_patch" and tool in names:
+            patch = f"*** Begin Patch\n*** Add File: {target.name}\n+hello\n*** End Patch\n"
+            call = FakeToolCall("apply_patch", raw_arguments=patch, custom=True)
         elif "exec_command" in names:
             call = FakeToolCall("exec_command", {"cmd": f"echo hello > {target}"})
         else:
@@ -113,14 +117,15 @@ def test_claude_code_against_the_fake_server(fake_llm: FakeLLMServer, tmp_path: 
 
 
 @pytest.mark.slow
-def test_codex_against_the_fake_server(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("tool", ["exec_command", "apply_patch"])
+def test_codex_against_the_fake_server(fake_llm: FakeLLMServer, tmp_path: Path, tool: str) -> None:
     binary = shutil.which("codex")
     if binary is None:
         pytest.skip("codex is not installed (npm install -g @openai/codex)")
     work = tmp_path / "work"
     work.mkdir()
     target = work / "hello.txt"
-    fake_llm.handler = _writer(target)
+    fake_llm.handler = _writer(target, tool)
     home = tmp_path / "codex-home"
     home.mkdir()
     (home / "config.toml").write_text(
@@ -135,11 +140,14 @@ def test_codex_against_the_fake_server(fake_llm: FakeLLMServer, tmp_path: Path) 
     )
     _check(fake_llm, result, target)
     first = fake_llm.requests[0]
-    assert first.protocol == "responses" and "exec_command" in _names(first)
+    assert first.protocol == "responses"
+    assert {"exec_command", "apply_patch"} <= set(_names(first))
     assert first.body["store"] is False
     assert any(i.get("type") == "reasoning" for i in fake_llm.requests[1].body["input"])
     for run in (_events(result.stdout), _events((DATA / "codex_exec_json.jsonl").read_text())):
         kinds = [e["type"] for e in run]
         assert kinds[0] == "thread.started" and kinds[-1] == "turn.completed"
         items = [e["item"]["type"] for e in run if e["type"] == "item.completed"]
-        assert "command_execution" in items and items[-1] == "agent_message"
+        assert items[-1] == "agent_message"
+    done = [e["item"]["type"] for e in _events(result.stdout) if e["type"] == "item.completed"]
+    assert ("file_change" if tool == "apply_patch" else "command_execution") in done

@@ -165,6 +165,27 @@ def test_codex_request_is_accepted(fake_llm: FakeLLMServer) -> None:
     assert answer.output_text == "ok"
 
 
+def test_custom_tool_calls_pair_with_their_outputs(fake_llm: FakeLLMServer) -> None:
+    patch = "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n"
+    fake_llm.script(
+        FakeReply(tool_calls=(FakeToolCall("apply_patch", raw_arguments=patch, custom=True),))
+    )
+    client = openai.OpenAI(api_key="test", base_url=fake_llm.openai_url, max_retries=0)
+    tool: Any = {"type": "custom", "name": "apply_patch", "description": "Edit files."}
+    request = _codex_request(tools=[tool])
+    first = client.responses.create(**request)
+    call = first.output[0]
+    assert call.type == "custom_tool_call" and call.input == patch
+    request["input"] += [call.model_dump(exclude_none=True)]
+    with pytest.raises(openai.BadRequestError, match="No tool output found for custom tool call"):
+        client.responses.create(**request)
+    answer: Any = {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done"}
+    assert client.responses.create(**{**request, "input": [*request["input"], answer]}).output_text
+    orphan = {**answer, "call_id": "call_unknown"}
+    with pytest.raises(openai.BadRequestError, match="No tool call found for custom tool call"):
+        client.responses.create(**{**request, "input": [*request["input"], answer, orphan]})
+
+
 def test_unknown_fields_are_still_refused(fake_llm: FakeLLMServer) -> None:
     client = openai.OpenAI(api_key="test", base_url=fake_llm.openai_url, max_retries=0)
     with pytest.raises(openai.BadRequestError, match="client_meta"):

@@ -142,11 +142,17 @@ def test_stream_options_without_stream_is_refused(fake_llm: FakeLLMServer) -> No
 # -- Responses ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [n for n in REPLIES if n != "cut off"])
+PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n"
+CUSTOM = FakeReply(
+    tool_calls=(BASH, FakeToolCall("apply_patch", raw_arguments=PATCH, custom=True)), usage=USAGE
+)
+
+
+@pytest.mark.parametrize("name", [*(n for n in REPLIES if n != "cut off"), "custom tool"])
 def test_responses_stream_assembles_the_non_stream_answer(
     fake_llm: FakeLLMServer, name: str
 ) -> None:
-    reply = REPLIES[name]
+    reply = REPLIES.get(name, CUSTOM)
     fake_llm.script(reply, reply)
     client = _openai(fake_llm)
     whole = client.responses.create(model="o3", input="hi")
@@ -156,7 +162,10 @@ def test_responses_stream_assembles_the_non_stream_answer(
     assert final.output_text == whole.output_text
     assert final.usage is not None and final.usage.output_tokens == 42
     calls = [item for item in final.output if item.type == "function_call"]
-    assert [json.loads(c.arguments) for c in calls] == [c.arguments for c in reply.tool_calls]
+    functions = [c for c in reply.tool_calls if not c.custom]
+    assert [json.loads(c.arguments) for c in calls] == [c.arguments for c in functions]
+    custom = [item.input for item in final.output if item.type == "custom_tool_call"]
+    assert custom == [c.raw_arguments for c in reply.tool_calls if c.custom]
 
 
 def test_responses_events_are_numbered_in_order(fake_llm: FakeLLMServer) -> None:
