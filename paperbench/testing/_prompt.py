@@ -94,9 +94,11 @@ def segments(protocol: str, body: dict[str, Any]) -> list[Segment]:
             items = [{"role": "user", "content": items}]
         for item in items or []:
             kind = item.get("type", "message")
-            if kind == "function_call":
-                tokens = count(str(item.get("name", ""))) + count(str(item.get("arguments", "")))
-            elif kind == "function_call_output":
+            if kind in ("function_call", "custom_tool_call"):
+                tokens = count(str(item.get("name", ""))) + count(
+                    str(item.get("arguments", item.get("input", "")))
+                )
+            elif kind in ("function_call_output", "custom_tool_call_output"):
                 tokens = MESSAGE_OVERHEAD + count(_text(item.get("output")))
             elif kind == "reasoning":
                 summary = "\n".join(_text(s) for s in item.get("summary") or [])

@@ -40,6 +40,10 @@ MAX_BREAKPOINTS = 4
 """Anthropic: blocks with ``cache_control`` in one request."""
 """OpenAI models that reason (they refuse ``max_tokens`` and a temperature)."""
 
+UNLISTED = {"responses": frozenset({"client_metadata"})}
+"""Body fields the real API takes that the SDK's request types do not list: Responses'
+``client_metadata`` (a string map OpenAI's own Codex CLI sends with every request)."""
+
 ANTHROPIC_UNSUPPORTED = frozenset(
     {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
     | {"minLength", "maxLength", "patternProperties", "minProperties", "maxProperties"}
@@ -93,10 +97,12 @@ def check(
     window: int | None = None,
     *,
     plain_reasoning: bool = False,
+    beta: bool = False,
 ) -> Refusal | None:
     """The refusal of the real API for this request, or ``None``; ``window`` is the model's
     context window (``None``: not checked); ``plain_reasoning`` refuses reasoning
-    parameters sent to OpenAI models that do not reason."""
+    parameters sent to OpenAI models that do not reason; ``beta`` (an Anthropic request
+    with an ``anthropic-beta`` header) also takes the beta API's parameters."""
     if plain_reasoning and protocol != "messages":
         refusal = _reasoning_on_plain_model(protocol, body)
         if refusal is not None:
@@ -106,7 +112,7 @@ def check(
     elif protocol == "responses":
         refusal = _check_responses(body, issued)
     else:
-        refusal = _check_messages(body, issued)
+        refusal = _check_messages(body, issued, beta=beta)
     if refusal is None and window is not None:
         refusal = _check_window(protocol, body, window)
     return refusal
@@ -153,6 +159,7 @@ def _check_window(protocol: str, body: dict[str, Any], window: int) -> Refusal |
 @lru_cache(maxsize=1)
 def _allowed() -> dict[str, frozenset[str]]:
     from anthropic.types import message_create_params as messages
+    from anthropic.types.beta import message_create_params as beta
     from openai.types.chat import completion_create_params as chat
     from openai.types.responses import response_create_params as responses
 
@@ -167,6 +174,11 @@ def _allowed() -> dict[str, frozenset[str]]:
         "messages": keys(
             messages.MessageCreateParamsNonStreaming, messages.MessageCreateParamsStreaming
         ),
+        # ``betas`` and the other header parameters of the beta SDK call are not body fields
+        "messages-beta": keys(
+            beta.MessageCreateParamsNonStreaming, beta.MessageCreateParamsStreaming
+        )
+        - {"betas", "user_profile_id", "workspace_id"},
     }
 
 
@@ -174,13 +186,18 @@ def _openai_common(
     protocol: str, body: dict[str, Any], required: tuple[str, ...]
 ) -> Refusal | None:
     for name in body:
-        if name not in _allowed()[protocol]:
+        if name not in _allowed()[protocol] and name not in UNLISTED.get(protocol, ()):
             return Refusal(f"Unrecognized request argument supplied: {name}")
     for name in required:
         if name not in body:
             return Refusal(
                 f"Missing required parameter: '{name}'.", name, "missing_required_parameter"
             )
+    if body.get("stream_options") is not None and body.get("stream") is not True:
+        return Refusal(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            "stream_options",
+        )
     model = str(body.get("model", ""))
     reasoning = model.startswith(REASONING_PREFIXES)
     effort = body.get("reasoning_effort") or (body.get("reasoning") or {}).get("effort")
@@ -268,30 +285,29 @@ def _unanswered(index: int, ids: list[str]) -> Refusal:
     )
 
 
+CALL_KINDS = {"function_call": "function call", "custom_tool_call": "custom tool call"}
+"""Responses call items (each answered by an item of the same type + ``_output``)."""
+
+
 def _responses_calls(items: list[Any]) -> Refusal | None:
-    """Every function call has its output in the input, and every output its call."""
-    calls = [
-        i.get("call_id") for i in items if isinstance(i, dict) and i.get("type") == "function_call"
-    ]
-    outputs = [
-        i.get("call_id")
-        for i in items
-        if isinstance(i, dict) and i.get("type") == "function_call_output"
-    ]
-    seen: set[Any] = set()
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        if item.get("type") == "function_call":
-            seen.add(item.get("call_id"))
-        elif item.get("type") == "function_call_output" and item.get("call_id") not in seen:
-            return Refusal(
-                f"No tool call found for function call output with call_id {item.get('call_id')}.",
-                "input",
-            )
-    for call_id in calls:
-        if call_id not in outputs:
-            return Refusal(f"No tool output found for function call {call_id}.", "input")
+    """Every (function or custom tool) call has its output in the input, and every output
+    its call."""
+    for kind, label in CALL_KINDS.items():
+        typed = [
+            i for i in items if isinstance(i, dict) and i.get("type") in (kind, kind + "_output")
+        ]
+        outputs = {i.get("call_id") for i in typed if i.get("type") != kind}
+        seen: set[Any] = set()
+        for item in typed:
+            if item.get("type") == kind:
+                seen.add(item.get("call_id"))
+            elif item.get("call_id") not in seen:
+                return Refusal(
+                    f"No tool call found for {label} output with call_id {item.get('call_id')}.",
+                    "input",
+                )
+        for call_id in sorted(seen - outputs, key=str):
+            return Refusal(f"No tool output found for {label} {call_id}.", "input")
     return None
 
 
@@ -336,7 +352,7 @@ def _check_responses(body: dict[str, Any], issued: Issued) -> Refusal | None:
             )
         following = items[i + 1] if i + 1 < len(items) else None
         if not isinstance(following, dict) or not (
-            following.get("type") in ("reasoning", "function_call")
+            following.get("type") in ("reasoning", *CALL_KINDS)
             or following.get("role") == "assistant"
         ):
             return Refusal(
@@ -389,14 +405,15 @@ def strict_schema_problem(schema: Any, context: tuple[str, ...] = ()) -> str | N
 # -- Anthropic ----------------------------------------------------------------------------
 
 
-def _check_messages(body: dict[str, Any], issued: Issued) -> Refusal | None:
+def _check_messages(body: dict[str, Any], issued: Issued, *, beta: bool = False) -> Refusal | None:
+    allowed = _allowed()["messages-beta" if beta else "messages"]
     for name in body:
-        if name not in _allowed()["messages"]:
+        if name not in allowed:
             return Refusal(f"{name}: Extra inputs are not permitted")
     for name in ("model", "messages", "max_tokens"):
         if name not in body:
             return Refusal(f"{name}: Field required")
-    thinking = (body.get("thinking") or {}).get("type") == "enabled"
+    thinking = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
     if thinking and body["max_tokens"] <= body["thinking"].get("budget_tokens", 0):
         return Refusal("`max_tokens` must be greater than `thinking.budget_tokens`.")
     system = body.get("system")
@@ -477,7 +494,19 @@ def _tool_pairs(messages: list[Any]) -> Refusal | None:
 
 
 def _check_turns(messages: Any, thinking: bool, issued: Issued) -> Refusal | None:
+    """The user/assistant turns; ``system`` messages (mid-conversation instructions, text
+    only) stand outside their alternation and tool pairing."""
     if not isinstance(messages, list) or not messages:
+        return Refusal("messages: at least one message is required")
+    for i, message in enumerate(messages):
+        if message.get("role") != "system":
+            continue
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        if not content or any(b.get("type") != "text" or not b.get("text") for b in blocks):
+            return Refusal(f"messages.{i}: system messages must have non-empty text content")
+    messages = [m for m in messages if m.get("role") != "system"]
+    if not messages:
         return Refusal("messages: at least one message is required")
     if messages[0].get("role") != "user":
         return Refusal('messages: first message must use the "user" role')

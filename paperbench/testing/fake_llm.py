@@ -17,6 +17,11 @@ demand: any HTTP status with headers (429 with ``retry-after``, 500, 401, ...), 
 answer, a malformed body, an HTML page, a dropped connection; a schema mismatch is simply a
 :class:`FakeReply` whose ``text`` does not fit.
 
+``"stream": true`` gets the answer as each API streams it (server-sent events rendered from
+the same body: :mod:`paperbench.testing._stream`); a refused or faulted streamed request gets
+the same JSON error before any event, and :meth:`Fault.stream_cut` and
+:meth:`Fault.stream_error` break a stream off mid-way.
+
 It binds to 127.0.0.1 only, serves each request in a thread, and stops promptly even while a
 slow answer is pending. Used by this project's tests and benchmarks, and usable to test an
 agent or a judge offline::
@@ -44,6 +49,7 @@ from typing import Any, Literal
 from paperbench.llm._limits import default_context_windows
 from paperbench.testing._prompt import PromptCache
 from paperbench.testing._rules import Issued, Refusal, check
+from paperbench.testing._stream import Event, failure_event, stream_events
 
 Protocol = Literal["chat", "responses", "messages"]
 
@@ -56,6 +62,10 @@ class FakeToolCall:
     """Send these exact argument bytes instead (OpenAI protocols), e.g. invalid JSON or a
     call cut off mid-way (``'{"cmd": "ls -'``). Anthropic gets the parsed object, or ``{}``
     when they do not parse (as its API does for a tool use cut off by ``max_tokens``)."""
+    custom: bool = False
+    """Responses: a call of a custom (free-form) tool, a ``custom_tool_call`` whose ``input``
+    is ``raw_arguments`` (e.g. Codex's ``apply_patch`` with a patch). Other protocols send it
+    as a function call."""
 
 
 @dataclass(frozen=True)
@@ -106,11 +116,15 @@ class FakeReply:
 class Fault:
     """A failure to inject. Build one with the class methods."""
 
-    kind: Literal["status", "malformed", "html", "drop"] = "status"
+    kind: Literal["status", "malformed", "html", "drop", "cut", "stream_error"] = "status"
     status: int = 500
     message: str = "injected failure"
     headers: tuple[tuple[str, str], ...] = ()
     delay: float = 0.0
+    after_events: int = 0
+    """Streams (``cut``, ``stream_error``): how many events go out before the failure."""
+    reply: FakeReply | None = None
+    """Streams: the answer whose events go out first (default: a short text)."""
 
     @classmethod
     def rate_limit(cls, retry_after: float | None = None) -> Fault:
@@ -142,8 +156,26 @@ class Fault:
 
     @classmethod
     def drop(cls) -> Fault:
-        """Close the connection without answering."""
+        """Close the connection without answering (for a stream too: before any event)."""
         return cls(kind="drop")
+
+    @classmethod
+    def stream_cut(cls, after_events: int = 2, reply: FakeReply | None = None) -> Fault:
+        """A streamed answer (of ``reply``) whose connection closes after ``after_events``
+        events, without the end of the stream. A request without ``stream`` is dropped."""
+        return cls(kind="cut", after_events=after_events, reply=reply)
+
+    @classmethod
+    def stream_error(
+        cls, after_events: int = 2, reply: FakeReply | None = None, message: str = "Overloaded"
+    ) -> Fault:
+        """A streamed answer that fails after ``after_events`` events with the API's own
+        mid-stream error: Anthropic's ``error`` event (``overloaded_error``), Responses'
+        ``response.failed``, a Chat ``data:`` line with an ``error``. A request without
+        ``stream`` gets a 529 (Anthropic's overloaded status), or a 500 from OpenAI."""
+        return cls(
+            kind="stream_error", status=529, message=message, after_events=after_events, reply=reply
+        )
 
 
 @dataclass(frozen=True)
@@ -157,6 +189,11 @@ class RecordedRequest:
     @property
     def model(self) -> str:
         return str(self.body.get("model", ""))
+
+    @property
+    def stream(self) -> bool:
+        """The request asked for a streamed answer (``"stream": true``)."""
+        return self.body.get("stream") is True
 
 
 Handler = Callable[[RecordedRequest], "FakeReply | Fault"]
@@ -295,6 +332,7 @@ class FakeLLMServer:
             self.issued,
             window,
             plain_reasoning=self.refuse_plain_reasoning,
+            beta="anthropic-beta" in request.headers,
         )
         if refusal is not None:
             with self._lock:
@@ -407,12 +445,27 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             if server._wait(answer.delay):
                 return
             if isinstance(answer, Fault):
-                self._fault(protocol, answer)
+                self._fault(request, answer)
+            elif request.stream:
+                body = _render(server, request, answer)
+                self._send_stream(stream_events(protocol, body, request.body))
             else:
                 self._send(200, _render(server, request, answer))
 
-        def _fault(self, protocol: Protocol, fault: Fault) -> None:
-            if fault.kind == "drop":
+        def _fault(self, request: RecordedRequest, fault: Fault) -> None:
+            protocol = request.protocol
+            if fault.kind in ("cut", "stream_error") and request.stream:
+                body = _render(server, request, fault.reply or FakeReply(text="partial answer"))
+                events = stream_events(protocol, body, request.body)[: fault.after_events]
+                if fault.kind == "cut":
+                    self._send_stream(events, cut=True)
+                else:
+                    failure = failure_event(protocol, body, len(events), fault.message)
+                    self._send_stream([*events, failure])
+                return
+            if fault.kind == "stream_error" and protocol != "messages":
+                fault = Fault.server_error()
+            if fault.kind in ("drop", "cut"):
                 self.close_connection = True
                 with contextlib.suppress(OSError):
                     self.connection.shutdown(socket.SHUT_RDWR)
@@ -425,13 +478,39 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 self._send_bytes(200, page, {}, content_type="text/html")
                 return
             if fault.status == 200:  # a slow answer that eventually succeeds
-                self._send(200, _render(server, self._last(), FakeReply(text="late")))
+                late = _render(server, request, FakeReply(text="late"))
+                if request.stream:
+                    self._send_stream(stream_events(protocol, late, request.body))
+                else:
+                    self._send(200, late)
                 return
             self._send(fault.status, _error_body(protocol, fault), dict(fault.headers))
 
-        def _last(self) -> RecordedRequest:
-            with server._lock:
-                return server.requests[-1]
+        def _send_stream(self, events: list[Event], *, cut: bool = False) -> None:
+            """Send ``events`` as ``text/event-stream`` in HTTP chunks; ``cut`` closes the
+            connection without the final chunk (a stream broken off)."""
+            try:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream; charset=utf-8")
+                self.send_header("cache-control", "no-cache")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                for event in events:
+                    data = event.encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                    if server._stopping.is_set():
+                        cut = True
+                        break
+                if cut:
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:  # the client went away mid-stream
+                self.close_connection = True
 
         def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             self._send_bytes(status, json.dumps(payload).encode(), headers or {})
@@ -540,6 +619,14 @@ def _render_body(
             )
         output.extend(
             {
+                "type": "custom_tool_call",
+                "id": f"ctc_{n}_{i}",
+                "call_id": f"call_{n}_{i}",
+                "name": c.name,
+                "input": _args(c),
+            }
+            if c.custom
+            else {
                 "type": "function_call",
                 "id": f"fc_{n}_{i}",
                 "call_id": f"call_{n}_{i}",
