@@ -8,7 +8,6 @@ import html
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +49,9 @@ def _handler(request: RecordedRequest) -> FakeReply | Fault:
     return FakeReply(text=f"```python\n{_reference_bodies()[name.group(1)]}\n```")
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One run folder for the module: its report written by ``rcb run``."""
-    tmp = tmp_path_factory.mktemp("rcb-html")
+def _make_run(tmp: Path, *flags: str) -> Path:
+    """A run of the fixture set (its entropy test disabled: that problem is broken) by the
+    real ``rcb run``; returns its folder."""
     root = copy_pset(tmp)
     test = root / "pset" / "softmax-temperature" / "paper2code_test.py"
     test.write_text(re.sub(r"def test_entropy", "def _unused_entropy", test.read_text()))
@@ -68,10 +66,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             server.handler = _handler
             args = ["rcb", "run", "--rcb-dir", str(root), "--model", "openai/gpt-4o"]
             args += ["--base-url", server.openai_url, "--out", str(out), "--sandbox", "local"]
-            result = runner.invoke(app, args, env={"OPENAI_API_KEY": "sk-test"})
+            result = runner.invoke(app, [*args, *flags], env={"OPENAI_API_KEY": "sk-test"})
     assert result.exit_code == 0, result.output
     assert f"report: {out / 'report' / 'index.html'}" in result.output.replace("\n", "")
-    yield out
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run folder for the module: its report written by ``rcb run``."""
+    return _make_run(tmp_path_factory.mktemp("rcb-html"))
 
 
 def _page(out: Path, problem: str) -> str:
@@ -139,6 +143,17 @@ def test_a_problem_without_problem_json_still_gets_a_page(run: Path, tmp_path: P
     assert "(assertion)" in page
     refused = _page(old, f"ema-smoothing/{REFUSED}")
     assert "Not run" in refused
+
+
+def test_with_two_samples_the_scores_show_pass_at_k_and_each_sample(tmp_path: Path) -> None:
+    out = _make_run(tmp_path, "--papers", "softmax-temperature", "--samples", "2")
+    text = (out / "report" / "index.html").read_text()
+    assert '<th class="num">pass@1</th><th class="num">pass@2</th>' in text
+    assert "<b>samples</b> 2" in text
+    assert "assertion · assertion" in text  # both samples of the wrong answer
+    page = _page(out, f"softmax-temperature/{WRONG}")
+    assert 'id="sample-0"' in page and 'id="sample-1"' in page
+    assert 'id="diff-1"' in page
 
 
 def test_rcb_report_writes_the_pages_and_no_html_does_not(run: Path, tmp_path: Path) -> None:
