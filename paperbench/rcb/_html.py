@@ -82,6 +82,8 @@ def page_name(snippet: str) -> str:
 
 @dataclass
 class DiffLine:
+    """One line of an answer's diff, with its kind (its CSS class)."""
+
     kind: str
     """``head``, ``hunk``, ``add``, ``del`` or ``ctx``."""
     text: str
@@ -111,6 +113,8 @@ def answer_diff(record: ProblemRecord, answer: str) -> list[DiffLine]:
 
 @dataclass
 class SampleView:
+    """One sample of a problem as its page shows it."""
+
     k: int
     result: SampleResult | None = None
     raw_answer: str | None = None
@@ -132,6 +136,8 @@ class SampleView:
 
 @dataclass
 class ProblemView:
+    """A problem as its page and the index show it: whatever its folder holds."""
+
     id: str
     paper: str
     snippet: str
@@ -149,15 +155,20 @@ class ProblemView:
 
     @property
     def code_lines(self) -> int | None:
+        """The problem's weight, when problem.json recorded it."""
         return None if self.record is None else self.record.code_lines
 
     @property
     def cost(self) -> float | None:
-        costs = [s.result.cost_usd for s in self.samples if s.result and s.result.cost_usd]
+        """The model cost of the samples tested (None when none had a price)."""
+        costs = [
+            s.result.cost_usd for s in self.samples if s.result and s.result.cost_usd is not None
+        ]
         return sum(costs) if costs else None
 
     @property
     def error_class(self) -> str | None:
+        """Why sample 0 failed (None: it passed or has no result)."""
         first = self.samples[0].result if self.samples else None
         return None if first is None else first.outcome.error_class
 
@@ -257,6 +268,8 @@ class ScoreRow:
 
 
 def score_rows(summary: RcbSummary, published: list[PublishedRow]) -> list[ScoreRow]:
+    """A row per paper of the run and one for all of them, each published model's rates of
+    the same paper beside (its overall rates in the ``all`` row)."""
     rows = []
     for score in summary.papers:
         theirs = [p.papers.get(score.paper) for p in published]
