@@ -40,9 +40,17 @@ _NUMBERED = re.compile(r"^(?:answer|sample|agent)-(\d+)(?:\.json)?$")
 
 
 class _Answer(BaseModel):
-    """answer-<k>.json as the runner writes it (only the text is read)."""
+    """answer-<k>.json as the runner writes it: a model's reply (``text``) or what an agent
+    left (``code``, how it ended)."""
 
-    text: str = ""
+    text: str | None = None
+    code: str | None = None
+    status: str | None = None
+    limit: str | None = None
+    error: str | None = None
+    why_none: str | None = None
+    steps: int = 0
+    seconds: float = 0.0
 
 
 def _env() -> Environment:
@@ -119,6 +127,8 @@ class SampleView:
     result: SampleResult | None = None
     raw_answer: str | None = None
     """The model's whole answer when it was not tested (answer-<k>.json only)."""
+    agent: str | None = None
+    """How an agent's run ended (agent mode): status, steps, time, error."""
     diff: list[DiffLine] = field(default_factory=list)
     transcript: list[Any] | None = None
     transcript_file: str = ""
@@ -196,6 +206,12 @@ def _transcript(view: SampleView, path: Path, notes: list[str]) -> None:
     view.max_events, view.item_chars = MAX_EVENTS, ITEM_CHARS
 
 
+def _agent_end(answer: _Answer) -> str:
+    said = f"{answer.status}" + (f" ({answer.limit})" if answer.limit else "")
+    said += f", {plural(answer.steps, 'step')}, {answer.seconds:.1f} s"
+    return said + "".join(f"; {t}" for t in (answer.why_none, answer.error) if t)
+
+
 def problem_view(out: Path, problem_id: str, summary: RcbSummary) -> ProblemView:
     """What a problem's page shows, read from its folder (whatever is there)."""
     paper, _, snippet = problem_id.partition("/")
@@ -220,9 +236,12 @@ def problem_view(out: Path, problem_id: str, summary: RcbSummary) -> ProblemView
     )
     for k in _numbers(folder, summary.samples):
         sample = SampleView(k, result=_load(folder / f"sample-{k}.json", SampleResult, notes))
+        answer = _load(folder / f"answer-{k}.json", _Answer, notes)
+        if answer is not None and answer.status is not None:
+            sample.agent = _agent_end(answer)
         if sample.result is None:
-            answer = _load(folder / f"answer-{k}.json", _Answer, notes)
-            sample.raw_answer = None if answer is None else answer.text[:ANSWER_CHARS]
+            raw = None if answer is None else answer.text or answer.code
+            sample.raw_answer = None if raw is None else raw[:ANSWER_CHARS]
         elif record is not None and sample.answer is not None:
             sample.diff = answer_diff(record, sample.answer)
         transcript = folder / f"agent-{k}" / TRANSCRIPT

@@ -182,7 +182,34 @@ def test_an_agent_transcript_is_shown_on_the_problem_page(run: Path, tmp_path: P
     assert HOSTILE not in page and html.escape(HOSTILE) in page
 
 
+def test_an_agent_run_s_problem_page_shows_its_transcript_and_how_it_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.rcb import test_agent
+
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PAPERBENCH_PRICES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    root = copy_pset(tmp_path)
+    out = tmp_path / "out"
+    with FakeLLMServer() as server:
+        server.handler = test_agent._agent(test_agent._reference_bodies())
+        args = test_agent._args(root, server, "--out", str(out), "--max-steps", "5")
+        result = runner.invoke(app, args, env={"OPENAI_API_KEY": "sk-test"})
+    assert result.exit_code == 0, result.output
+    page = _page(out, f"{test_agent.PAPER}/{test_agent.WRONG}")
+    assert 'id="transcript-0"' in page and "agent-0/transcript.jsonl" in page
+    assert "tool bash" in page and "tool python" in page
+    assert "<th>agent</th><td>submitted, 4 steps" in page
+    assert '<span class="add">+    z = np.asarray(logits) * 0.0</span>' in page
+    assert "BEGIN and an END marker line" in page
+    idle = _page(out, f"{test_agent.PAPER}/{test_agent.IDLE}")
+    assert "limit" in idle and 'id="transcript-0"' in idle
+
+
 # --------------------------------------------------------------------------- in Chromium
+# last in the module: while the browser is open this thread has a running event loop, and a
+# later test's asyncio.run would refuse to start
 
 
 def test_the_pages_load_from_disk_without_errors_and_the_links_work(
