@@ -1,14 +1,16 @@
 """ResearchCodeBench task mode: fill-in snippets from a paper, graded by the paper's unit
 test, line-weighted. Point it at a clone of ResearchCodeBench (its ``pset/`` folder)."""
 
+from paperbench.rcb._html import write_rcb_report
 from paperbench.rcb._load import load_problem_set
-from paperbench.rcb._mask import extract_code, fill, mask
+from paperbench.rcb._mask import extract_code, fill, mask, reference_code
 from paperbench.rcb._models import (
     PAPERS_FILE,
     TEST_ENTRY,
     ErrorClass,
     Mode,
     PaperScore,
+    ProblemRecord,
     ProblemSet,
     Rate,
     RcbPaper,
@@ -28,6 +30,7 @@ __all__ = [
     "ErrorClass",
     "Mode",
     "PaperScore",
+    "ProblemRecord",
     "ProblemSet",
     "PublishedRow",
     "Rate",
@@ -45,9 +48,11 @@ __all__ = [
     "load_published",
     "mask",
     "pass_at_k",
+    "reference_code",
     "run_rcb",
     "run_test",
     "run_tests",
     "score",
     "validate",
+    "write_rcb_report",
 ]

@@ -28,6 +28,7 @@ from paperbench._options import (
     parse_duration,
 )
 from paperbench.errors import UsageError
+from paperbench.rcb._html import read_summary, write_rcb_report
 from paperbench.rcb._load import load_problem_set
 from paperbench.rcb._models import TEST_ENTRY, Mode, ProblemSet, RcbSummary, TestOutcome
 from paperbench.rcb._published import load_published
@@ -284,11 +285,13 @@ def rcb_run(
             resume=resume is not None,
         )
     )
+    index = write_rcb_report(folder)
     if as_json:
         console.print(summary.model_dump_json(indent=2), markup=False)
         return
     _print_summary(summary)
     console.print(f"summary: {folder / 'summary.json'}")
+    console.print(f"report: {index}")
 
 
 @app.command("report")
@@ -302,17 +305,17 @@ def rcb_report(
         ),
     ] = None,
     as_json: Json = False,
+    html: Annotated[
+        bool, typer.Option("--html/--no-html", help="Write the static HTML report.")
+    ] = True,
 ) -> None:
     """A run's scores per paper and overall, with the published models' scores beside them
-    (the same rates: line-weighted and plain pass rate)."""
-    path = run / "summary.json"
-    if not path.is_file():
-        raise UsageError(f"{run}: no summary.json; give the folder of an `rcb run` (its --out)")
-    try:
-        summary = RcbSummary.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise UsageError(f"{path}: not an RCB summary ({str(exc).splitlines()[0]})") from None
+    (the same rates: line-weighted and plain pass rate). Writes RUN/report/index.html and a
+    page per problem (the masked file, each answer as a diff against the reference, its test
+    and output) that work opened from disk."""
+    summary = read_summary(run)
     rows = load_published(published) if published is not None else []
+    index = write_rcb_report(run, rows) if html else None
     if as_json:
         data = {
             "run": summary.model_dump(mode="json"),
@@ -337,6 +340,8 @@ def rcb_report(
                 _pct(row.overall.unweighted),
             )
         print_table(table)
+    if index is not None:
+        console.print(f"report: {index}")
 
 
 def _pct(value: float | None) -> str:

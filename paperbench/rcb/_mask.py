@@ -50,6 +50,18 @@ def body_indent(text: str, snippet: Snippet) -> str:
     return common if len(common) >= len(snippet.indent) else snippet.indent
 
 
+def reference_code(text: str, snippet: Snippet) -> str:
+    """The snippet's own code in ``text``: the lines between its tags as they are, tag lines
+    of nested snippets removed (what :func:`fill` puts back to restore the file).
+
+    Raises:
+        ValueError: the snippet's tags are not where ``snippet`` says in ``text``.
+    """
+    lines = split_lines(text)
+    _check(lines, snippet)
+    return "\n".join(_untagged(lines[snippet.start + 1 : snippet.end]))
+
+
 def placeholder(snippet: Snippet, indent: str) -> list[str]:
     """The lines the model sees in place of the snippet."""
     lines = "line" if snippet.code_lines == 1 else "lines"

@@ -167,3 +167,30 @@ class RcbSummary(_Model):
     """Problems with no result yet (an infrastructure failure, an interrupted run)."""
     cost_usd: float | None = None
     cost_per_problem_usd: float | None = None
+
+
+class ProblemRecord(_Model):
+    """problem.json of a problem folder: the problem as the model saw it and its reference
+    code, so a report shows the masked file and diffs answers without the problem set."""
+
+    paper: str
+    snippet: str
+    """The snippet's name."""
+    file: str
+    """The annotated file, relative to the paper folder."""
+    line: int = Field(ge=1)
+    """1-based line of the opening tag in the annotated file."""
+    code_lines: int = Field(ge=0)
+    depth: int = Field(default=0, ge=0)
+    parent: str | None = None
+    masked: str
+    """The annotated file as the model saw it (:func:`~paperbench.rcb.mask`)."""
+    reference: str
+    """The snippet's code between its tags, nested tag lines removed."""
+    indent: str
+    """The indentation answers are put at (the snippet body's)."""
+
+    @property
+    def id(self) -> str:
+        """``<paper>/<snippet>``."""
+        return f"{self.paper}/{self.snippet}"

@@ -7,6 +7,7 @@ The run folder::
       run.json                        RcbRunOptions: what was asked (a resume must match)
       costs.jsonl                     every model call, one record a line
       problems/<paper>/<snippet>/
+        problem.json                  ProblemRecord: the masked file, the reference code
         empty.json                    the test with the snippet left empty (``pass``): a
                                       problem whose test passes so is broken, not counted
         answer-<k>.json               sample k's answer (kept: a resume does not pay again);
@@ -43,6 +44,7 @@ from paperbench.rcb._models import (
     TestOutcome,
 )
 from paperbench.rcb._prompt import prompt
+from paperbench.rcb._record import write_problem_record
 from paperbench.rcb._score import score
 from paperbench.rcb._test import run_test
 from paperbench.sandbox import SandboxBackend, SandboxConfig
@@ -324,6 +326,7 @@ async def run_rcb(
     failures: list[ModelError] = []
 
     async def one(snippet: Snippet) -> None:
+        write_problem_record(problem_set, snippet, _folder(out, snippet))
         async with run.tests:
             empty = await _empty_test(problem_set, snippet, out, sandbox, opts)
         if empty.passed:

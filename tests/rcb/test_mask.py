@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from paperbench.rcb._load import load_problem_set, split_lines, tag
-from paperbench.rcb._mask import extract_code, fill, mask, reindent
+from paperbench.rcb._mask import extract_code, fill, mask, reference_code, reindent
 from paperbench.rcb._models import TEST_ENTRY, Snippet
 from tests.rcb.broken import PSET
 
@@ -114,6 +114,23 @@ def test_an_answer_repeating_the_whole_file_only_fills_the_snippet_place() -> No
     assert filled == "\n".join([*keep_before, *reindent(answer, snippet.indent), *keep_after])
     # the softmax the answer left out is still there, untouched
     assert "    return e / np.sum(e, axis=axis, keepdims=True)" in filled
+
+
+@pytest.mark.parametrize("name", [s.name for s in PROBLEMS.snippets])
+def test_filling_the_reference_code_gives_the_file_back_without_tags(name: str) -> None:
+    snippet = _snippet(name)
+    text = _text(snippet)
+    reference = reference_code(text, snippet)
+    assert "paper2code" not in reference
+    assert fill(text, snippet, reference) == "\n".join(_untagged(text))
+
+
+def test_reference_code_of_a_parent_holds_its_children_code() -> None:
+    snippet = _snippet("tempered softmax")
+    reference = reference_code(_text(snippet), snippet).splitlines()
+    assert reference[0] == "    z = np.asarray(logits, dtype=float) / temperature"
+    assert reference[-1] == "    return e / np.sum(e, axis=axis, keepdims=True)"
+    assert len(reference) == 4
 
 
 def test_fill_drops_tag_lines_in_the_answer() -> None:
