@@ -73,6 +73,26 @@ SandboxUserKind = Literal["root", "sandbox"]
 """Who runs a sandbox's commands (``SandboxSpec.user``)."""
 
 
+class HostService(BaseModel):
+    """A service on the host that a sandbox under ``network=filtered`` may reach, and only
+    it: plain HTTP to ``http://{name}:{port}`` through the egress proxy, which sends it to
+    ``target_host:target_port`` (e.g. the model gateway of an external agent on the host's
+    loopback). Every other address of the host stays refused; the responses are streamed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+    """The host name the sandbox uses (e.g. ``model-gateway.paperbench``)."""
+    port: int = Field(ge=1, le=65535)
+    target_host: str = "127.0.0.1"
+    target_port: int = Field(ge=1, le=65535)
+
+    @property
+    def url(self) -> str:
+        """What the sandbox uses: ``http://{name}:{port}``."""
+        return f"http://{self.name}:{self.port}"
+
+
 class SandboxSpec(BaseModel):
     """Everything needed to start one sandbox: plain data, buildable in another process."""
 
@@ -101,6 +121,9 @@ class SandboxSpec(BaseModel):
     proxy_env: dict[str, str] = Field(default_factory=dict, repr=False)
     """Standard proxy variables (HTTPS_PROXY, ...) passed in only when asked for. Left out of
     the repr: a proxy URL may hold a password."""
+    host_services: tuple[HostService, ...] = ()
+    """Host services reachable by name through the egress proxy (``network=filtered``
+    only: the one way a sandbox reaches the host)."""
     user: SandboxUserKind = "root"
     """Who runs the commands (``exec``): ``root``, the sandbox's own superuser, or
     ``sandbox``, an unprivileged user who owns ``/submission``, ``/home/submission``, its home
@@ -108,6 +131,16 @@ class SandboxSpec(BaseModel):
     after the start. The backend's own machinery stays privileged either way. How a backend
     makes that user is its own (the Docker backend: uid 1000)."""
 
+
+    @model_validator(mode="after")
+    def _services_need_the_proxy(self) -> Self:
+        if self.host_services and self.network is not NetworkPolicy.FILTERED:
+            names = ", ".join(s.url for s in self.host_services)
+            raise ValueError(
+                f"host services ({names}) are reached through the egress proxy: they need "
+                f"network=filtered, not {self.network.value}"
+            )
+        return self
 
 class ExecResult(BaseModel):
     """What one command did. Output is capped: head and tail kept, the cut said in the text."""

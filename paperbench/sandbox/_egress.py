@@ -47,7 +47,7 @@ from typing import IO, Literal, Self
 from pydantic import BaseModel, ConfigDict
 
 from paperbench.errors import EgressProxyError
-from paperbench.sandbox._base import SandboxSpec
+from paperbench.sandbox._base import HostService, SandboxSpec
 from paperbench.sandbox._blacklist import Blacklist
 
 __all__ = [
@@ -227,7 +227,9 @@ class EgressProxy:
     ``listen_host`` is the address sandboxes reach: loopback for tests and host-side tools,
     the gateway address of a sandbox network for Docker. ``resolve`` maps host names to
     addresses like curl's ``--resolve`` (tests point ``github.com`` at local servers); mapped
-    addresses are exempt from the private-address refusal. ``upstream_ca_bundle`` adds CA
+    addresses are exempt from the private-address refusal. ``services`` are the host services
+    a sandbox may reach by name (:class:`~paperbench.sandbox._base.HostService`): only their
+    port, plain HTTP, responses streamed. ``upstream_ca_bundle`` adds CA
     certificates to trust upstream besides ``host_ca_bundle``. ``unix_socket`` makes the proxy
     process also accept connections on that unix socket, for sandboxes in a network namespace
     of their own (see ``_egress_bridge`` and ``bridge_command``).
@@ -251,6 +253,7 @@ class EgressProxy:
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         progress: Progress | None = None,
         unix_socket: Path | None = None,
+        services: Iterable[HostService] = (),
     ) -> None:
         self.blacklist = (
             blacklist if isinstance(blacklist, Blacklist) else Blacklist.from_urls(blacklist)
@@ -272,6 +275,10 @@ class EgressProxy:
         self.max_log_bytes = max_log_bytes
         self.progress = progress
         self.unix_socket = unix_socket
+        self.services = {
+            f"{s.name}:{s.port}": f"{_ip_literal(s.target_host, 'target_host')}:{s.target_port}"
+            for s in services
+        }
         self._proc: asyncio.subprocess.Process | None = None
         self._stderr: IO[bytes] | None = None
         self._drain: asyncio.Task[None] | None = None
@@ -308,6 +315,7 @@ class EgressProxy:
             "upstream_ca": self._write_upstream_ca(confdir),
             "upstream_proxy": self.upstream_proxy,
             "resolve": self.resolve,
+            "services": self.services,
             "block_private": self.block_private,
             "max_log_bytes": self.max_log_bytes,
             "unix_socket": str(self.unix_socket) if self.unix_socket else None,

@@ -14,6 +14,12 @@ Per request the addon decides, and appends one JSON line to the network log:
 ``allowed``, ``blocked`` or ``error`` (the client never got through, e.g. it refused the
 proxy's certificate). Blocked requests are answered 403 before any upstream connection is made
 (``connection_strategy=lazy``).
+
+Host services (``services``: ``"name:port"`` → ``"address:port"``, e.g. the model gateway of an
+external agent) are the one way to the host: a plain-HTTP request to ``http://name:port`` goes
+to the address, whatever the private-address refusal says, with its response streamed (server-
+sent events must not wait for the end). The name on another port, and a CONNECT (TLS) to it,
+are refused. Logged with rule ``host_service``.
 """
 
 from __future__ import annotations
@@ -166,8 +172,14 @@ class EgressAddon:
         block_private: bool,
         via_upstream_proxy: bool = False,
         unix_socket: str | None = None,
+        services: dict[str, str] | None = None,
     ) -> None:
         self.blacklist = blacklist
+        self.services: dict[str, tuple[str, int]] = {}
+        for key, target in (services or {}).items():
+            address, _, port = target.rpartition(":")
+            self.services[key.lower()] = (address, int(port))
+        self.service_names = {key.rpartition(":")[0] for key in self.services}
         self.log = log
         self.resolve = {k.lower(): v for k, v in resolve.items()}
         self.block_private = block_private
@@ -233,8 +245,15 @@ class EgressAddon:
         what = "an address of this machine" if reason == "host address" else "a private address"
         self._blocked(flow, reason, None, f"{host} is {what}")
 
+    def _service(self, host: str, port: int) -> tuple[str, int] | None:
+        return self.services.get(f"{host.lower().rstrip('.')}:{port}")
+
     def http_connect(self, flow: http.HTTPFlow) -> None:
         host = flow.request.host
+        if host.lower().rstrip(".") in self.service_names:
+            what = f"{host}:{flow.request.port} is a host service: plain HTTP to its own port only"
+            self._blocked(flow, "host service", "host_service", what)
+            return
         hit = self.blacklist.blocks_host(host)
         if hit is not None:
             self._blocked(flow, "blacklist", hit.rule, f"{host} is blacklisted ({hit.rule})")
@@ -246,6 +265,13 @@ class EgressAddon:
 
     async def request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
+        if req.host.lower().rstrip(".") in self.service_names:
+            if flow.client_conn.tls_established or self._service(req.host, req.port) is None:
+                what = f"{req.host}:{req.port} is a host service: plain HTTP to its own port only"
+                self._blocked(flow, "host service", "host_service", what)
+            else:
+                flow.metadata["paperbench_service"] = True
+            return
         # The destination (absolute URL or CONNECT target), the Host header and the client's
         # TLS server name (mitmproxy sends it upstream as given) may differ: refuse if any
         # names a blacklisted URL.
@@ -261,10 +287,15 @@ class EgressAddon:
         if refused is not None:
             self._refuse_address(flow, req.host, refused)
 
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get("paperbench_service") and flow.response is not None:
+            flow.response.stream = True  # server-sent events pass as they come
+
     def response(self, flow: http.HTTPFlow) -> None:
         if not flow.metadata.get("paperbench_logged") and flow.response is not None:
             flow.metadata["paperbench_logged"] = True
-            self._write(flow, "allowed", status=flow.response.status_code)
+            rule = "host_service" if flow.metadata.get("paperbench_service") else None
+            self._write(flow, "allowed", status=flow.response.status_code, rule=rule)
 
     def error(self, flow: http.HTTPFlow) -> None:
         if not flow.metadata.get("paperbench_logged"):
@@ -305,6 +336,10 @@ class EgressAddon:
         if data.server.address is None:
             return
         host, port = data.server.address[0], data.server.address[1]
+        service = self._service(host, port)
+        if service is not None:
+            data.server.address = service
+            return
         mapped = self.resolve.get(host.lower())
         if mapped is not None:
             data.server.address = (mapped, port)
@@ -379,6 +414,7 @@ async def _main(config: dict[str, Any]) -> None:
             block_private=bool(config.get("block_private", True)),
             via_upstream_proxy=bool(config.get("upstream_proxy")),
             unix_socket=config.get("unix_socket"),
+            services=dict(config.get("services") or {}),
         )
     )
     loop = asyncio.get_running_loop()

@@ -122,6 +122,7 @@ class DockerEgressGateway:
             upstream_proxy=self.upstream_proxy,
             resolve=self.resolve,
             python=self.python,
+            services=spec.host_services,
         )
         endpoint = await proxy.start()
         return DockerEgressAttachment(proxy, endpoint)

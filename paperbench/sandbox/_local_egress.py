@@ -215,6 +215,7 @@ class LocalEgressGateway:
             upstream_proxy=self.upstream_proxy,
             resolve=self.resolve,
             python=self.python,
+            services=spec.host_services,
             unix_socket=sock_dir / "egress.sock" if isolation == "bwrap" else None,
             startup_timeout=self.startup_timeout,
         )
