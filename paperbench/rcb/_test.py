@@ -3,11 +3,18 @@
 ``await run_test(paper_folder, files, sandbox=...)`` starts a FRESH sandbox (the reproducer
 image by default, or ``image``, e.g. the RCB image; the host's own system on the local
 backend) with no network and capped CPUs, memory, processes and disk (:data:`RCB_LIMITS`),
-copies the paper folder to ``/home/rcb/<paper>`` with ``files`` (path relative to the paper
-folder → full text: the filled annotated files) written over it and the ``hide`` paths left
-out, runs ``python3 paper2code_test.py`` there with a timeout, and always stops the sandbox.
-:func:`run_tests` runs many such jobs, at most ``concurrency`` sandboxes at once, building the
-backend and resolving the image once.
+as the unprivileged user, puts the paper folder at ``/home/rcb/<paper>`` with ``files`` (path
+relative to the paper folder → full text: the filled annotated files) written over it and the
+``hide`` paths left out (one upload of the job's own copy, made on the host from hard links),
+runs ``python3 paper2code_test.py`` there with a timeout, and always stops and removes the
+sandbox. :func:`run_tests` runs many such jobs, at most ``concurrency`` tests at once,
+building the backend, resolving the image and staging each paper folder once. While tests
+run it starts and fills the sandboxes of the next ``prepare_ahead`` jobs in line (each job's
+own, used by no other), so a job whose slot frees up finds its sandbox ready; a sandbox is
+removed after its job gives the slot back, while the next tests run, and every one is
+removed before :func:`run_tests` returns or raises, also when it is cancelled. At most
+``concurrency + prepare_ahead`` sandboxes are started or in use at once (besides those being
+removed).
 
 The result is a :class:`~paperbench.rcb._models.TestOutcome`; nothing that happens inside the
 sandbox raises:
@@ -32,10 +39,15 @@ sandbox raises:
 - **sandbox_error**: the sandbox could not be made or used (the backend does not answer, the
   image is missing, the copy failed, the sandbox died or stopped answering); ``detail`` is the
   one-line reason. It is not a failed test: the caller runs the problem again later.
-- **seconds** is the test command's wall time; **overhead_s** everything else this job took
-  (starting the sandbox, copying the paper folder and the files in, stopping it, and its share
-  of building the backend, resolving the image and staging each paper folder once on the
-  host), not the wait for a free slot.
+- **seconds** is the test command's wall time; **overhead_s** everything else the job cost
+  the run: the time it held its test slot outside the test command (waiting for its sandbox
+  to be started and filled, or starting and filling it when it was not prepared ahead, and
+  reading its disk usage), its share of building the backend, resolving the image and
+  staging the paper folders, and its share of the removals :func:`run_tests` still waited for
+  after the last test ended. Not counted: the wait for a free slot, and the sandbox work done
+  for a job while other jobs' tests ran (preparing it ahead, removing it afterwards). With
+  ``concurrency=1`` the outcomes' ``seconds`` and ``overhead_s`` add up to the call's wall
+  time; for a single :func:`run_test` its start, copy in and removal all count.
 """
 
 from __future__ import annotations
@@ -51,7 +63,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, TypeVar
 
 from paperbench.errors import InputError, SandboxError
 from paperbench.rcb._models import TEST_ENTRY, ErrorClass, TestOutcome
@@ -59,6 +71,7 @@ from paperbench.reproduce import resolve_image
 from paperbench.sandbox import (
     ExecResult,
     NetworkPolicy,
+    Sandbox,
     SandboxBackend,
     SandboxConfig,
     SandboxLimits,
@@ -66,6 +79,7 @@ from paperbench.sandbox import (
 )
 
 log = logging.getLogger("paperbench.rcb")
+T = TypeVar("T")
 
 RCB_LIMITS = SandboxLimits(cpus=2, memory_mb=4096, pids=512, disk_mb=4096)
 """Resources of a test's sandbox unless the caller gives others: RCB's tests run on CPU in
@@ -94,6 +108,11 @@ SKIPPED_NAMES = frozenset({".git", "__pycache__"})
 EXEC_GRACE_S = 60.0
 """How long past the test's timeout the sandbox may take to report it before it counts as
 no longer answering (``sandbox_error``)."""
+PREPARE_AHEAD = 2
+"""Sandboxes :func:`run_tests` prepares ahead at least (its default is ``concurrency`` when
+that is more). Measured with bench/rcb.py on 2 cores, 1 test at once: 1 ahead left a job
+waiting on about half its sandbox's start, 2 left it almost none, more only slowed the tests
+running meanwhile."""
 _DETAIL_CHARS = 300
 
 
@@ -283,6 +302,98 @@ def _sandbox_error(detail: str, overhead_s: float) -> TestOutcome:
     )
 
 
+async def _wait_out(task: asyncio.Future[T]) -> bool:
+    """Wait until ``task`` is done, also when this task is cancelled meanwhile (``task`` is
+    not cancelled by that); whether it was."""
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
+
+
+async def _stop(sb: Sandbox) -> None:
+    """Stop and remove ``sb`` to the end, even when cancelled meanwhile (the cancellation is
+    raised once it is removed). A failure to stop is logged."""
+    task = asyncio.ensure_future(sb.stop())
+    cancelled = await _wait_out(task)
+    if not task.cancelled():
+        try:
+            task.result()
+        except SandboxError as exc:
+            log.warning("stopping an RCB test sandbox failed: %s", exc)
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+def _job_tree(staged: Path, files: Mapping[str, str], dest: Path) -> list[tuple[str, bytes]]:
+    """The job's own copy of its staged paper folder at ``dest`` (hard links where it can)
+    with ``files`` written over it: a written file replaces its link, never writes through
+    it. A file whose folder in the tree is a symlink (or that is a folder there) is left out
+    and returned, to be written in the sandbox."""
+    shutil.copytree(staged, dest, symlinks=True, copy_function=_link_or_copy)
+    late = []
+    for rel, text in files.items():
+        norm = _relative(rel, "a file")
+        data = text.encode("utf-8")
+        parts = norm.split("/")
+        here = dest
+        through_link = False
+        for part in parts[:-1]:
+            here = here / part
+            if here.is_symlink() or (here.exists() and not here.is_dir()):
+                through_link = True
+                break
+        target = dest / norm
+        if through_link or (target.is_dir() and not target.is_symlink()):
+            late.append((norm, data))
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() or target.exists():
+            target.unlink()
+        target.write_bytes(data)
+    return late
+
+
+async def _prepare(
+    job: RcbJob, staged: Path, backend: SandboxBackend, spec: SandboxSpec, scratch: Path
+) -> Sandbox:
+    """A fresh sandbox holding the job's paper folder with its files written over it, put in
+    by one upload; stopped again when anything fails (or this is cancelled).
+
+    Raises:
+        SandboxError: the sandbox could not be made or filled, or the job's copy could not
+            be made on the host.
+    """
+    workdir = f"{RCB_ROOT}/{job.paper_folder.name}"
+    tree = scratch / job.paper_folder.name
+    try:
+        late = await asyncio.to_thread(_job_tree, staged, job.files, tree)
+    except OSError as exc:
+        raise SandboxError(f"cannot stage the job's files on the host: {exc}") from exc
+    try:
+        sb = await backend.start(spec)
+        try:
+            await sb.upload(tree, workdir)
+            for norm, data in late:
+                await sb.write_file(posixpath.join(workdir, norm), data)
+        except BaseException:
+            await _stop(sb)
+            raise
+    finally:
+        await asyncio.to_thread(shutil.rmtree, scratch, ignore_errors=True)
+    return sb
+
+
+class _Gates(NamedTuple):
+    slots: asyncio.Semaphore
+    """Tests running at once (``concurrency``)."""
+    live: asyncio.Semaphore
+    """Sandboxes prepared or running at once (``concurrency + prepare_ahead``)."""
+
+
 async def _run_job(
     job: RcbJob,
     staged: Path | str,
@@ -291,45 +402,58 @@ async def _run_job(
     *,
     timeout_s: float,
     setup_s: float,
-    gate: asyncio.Semaphore,
+    gates: _Gates,
+    scratch: Path,
+    ended: list[float],
 ) -> TestOutcome:
-    async with gate:
-        started = time.monotonic()
-        workdir = f"{RCB_ROOT}/{job.paper_folder.name}"
-        result: ExecResult | None = None
-        disk_full = False
-        error = staged if isinstance(staged, str) else None
-        sb = None
-        try:
+    """One job: its sandbox prepared as soon as a live place frees up, its test run once a
+    slot does, the sandbox removed after the slot is given back. Appends when it gave the
+    slot back to ``ended``."""
+    result: ExecResult | None = None
+    disk_full = False
+    error = staged if isinstance(staged, str) else None
+    sb: Sandbox | None = None
+    prep: asyncio.Task[Sandbox] | None = None
+    held = 0.0
+    try:
+        async with gates.live:
             if isinstance(staged, Path):
-                sb = await backend.start(spec)
-                await sb.upload(staged, workdir)
-                for rel, text in job.files.items():
-                    target = posixpath.join(workdir, _relative(rel, "a file"))
-                    await sb.write_file(target, text.encode("utf-8"))
-                result = await asyncio.wait_for(
-                    sb.exec(
-                        TEST_COMMAND,
-                        timeout=timeout_s,
-                        workdir=workdir,
-                        env=TEST_ENV,
-                        output_limit=OUTPUT_LIMIT_BYTES,
-                    ),
-                    timeout_s + EXEC_GRACE_S,
-                )
-                usage = sb.disk_usage()
-                disk_full = usage is not None and usage.full
-        except SandboxError as exc:
-            error = _reason(exc, spec.limits.disk_mb)
-        except TimeoutError:
-            error = f"the sandbox did not answer within {timeout_s + EXEC_GRACE_S:g} s"
-        finally:
-            if sb is not None:
+                prep = asyncio.ensure_future(_prepare(job, staged, backend, spec, scratch))
+            async with gates.slots:
+                started = time.monotonic()
                 try:
-                    await asyncio.shield(sb.stop())
+                    if prep is not None:
+                        sb = await prep
+                        result = await asyncio.wait_for(
+                            sb.exec(
+                                TEST_COMMAND,
+                                timeout=timeout_s,
+                                workdir=f"{RCB_ROOT}/{job.paper_folder.name}",
+                                env=TEST_ENV,
+                                output_limit=OUTPUT_LIMIT_BYTES,
+                            ),
+                            timeout_s + EXEC_GRACE_S,
+                        )
+                        usage = sb.disk_usage()
+                        disk_full = usage is not None and usage.full
                 except SandboxError as exc:
-                    log.warning("stopping an RCB test sandbox failed: %s", exc)
-        total = time.monotonic() - started + setup_s
+                    error = _reason(exc, spec.limits.disk_mb)
+                except TimeoutError:
+                    error = f"the sandbox did not answer within {timeout_s + EXEC_GRACE_S:g} s"
+                held = time.monotonic() - started
+                ended.append(time.monotonic())
+    finally:
+        if prep is not None:
+            if not prep.done():
+                prep.cancel()
+            cancelled = await _wait_out(prep)
+            if sb is None and not prep.cancelled() and prep.exception() is None:
+                sb = prep.result()
+            if sb is not None:
+                await _stop(sb)
+            if cancelled:
+                raise asyncio.CancelledError
+    total = held + setup_s
     if error is not None or result is None:
         return _sandbox_error(error or "the sandbox failed", total)
     passed, error_class, detail = _outcome_of(
@@ -356,19 +480,26 @@ async def run_tests(
     timeout_s: float = 60.0,
     limits: SandboxLimits | None = None,
     labels: Mapping[str, str] | None = None,
+    prepare_ahead: int | None = None,
 ) -> list[TestOutcome]:
     """Run every job's test (see the module docstring), each in a fresh sandbox, at most
-    ``concurrency`` at once; the outcomes in the jobs' order. A job is an :class:`RcbJob` or
-    a ``(paper_folder, files)`` pair. ``labels`` are added to every sandbox (e.g. the run it
-    belongs to).
+    ``concurrency`` at once, with up to ``prepare_ahead`` more sandboxes (default:
+    ``concurrency``, at least :data:`PREPARE_AHEAD`) started and filled meanwhile for the jobs
+    next in line; the outcomes in the jobs' order. A job is an :class:`RcbJob` or a
+    ``(paper_folder, files)`` pair. ``labels`` are added to every sandbox (e.g. the run it
+    belongs to). Every sandbox is removed before this returns, also when a job fails or this
+    is cancelled.
 
     Raises:
         InputError: a paper folder without its test (nothing has run then).
-        ValueError: ``concurrency`` below 1, or a file or hidden path outside its paper
-            folder (a caller's mistake).
+        ValueError: ``concurrency`` below 1, ``prepare_ahead`` below 0, or a file or hidden
+            path outside its paper folder (a caller's mistake).
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
+    ahead = max(PREPARE_AHEAD, concurrency) if prepare_ahead is None else prepare_ahead
+    if ahead < 0:
+        raise ValueError("prepare_ahead must be at least 0")
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
     todo = [_job(job) for job in jobs]
@@ -391,11 +522,12 @@ async def run_tests(
         writable_dirs=(RCB_ROOT,),
         labels={**(labels or {}), **RCB_STAGE_LABEL},
     )
-    gate = asyncio.Semaphore(concurrency)
+    gates = _Gates(asyncio.Semaphore(concurrency), asyncio.Semaphore(concurrency + ahead))
+    ended: list[float] = []
     with tempfile.TemporaryDirectory(prefix="paperbench-rcb-") as tmp:
         staged: dict[tuple[Path, tuple[str, ...]], Path | str] = {}
         for key in dict.fromkeys(_stage_key(job) for job in todo):
-            dest = Path(tmp) / str(len(staged)) / key[0].name
+            dest = Path(tmp) / "staged" / str(len(staged)) / key[0].name
             try:
                 await asyncio.to_thread(_stage, key[0], key[1], dest)
                 staged[key] = dest
@@ -412,12 +544,19 @@ async def run_tests(
                         spec,
                         timeout_s=timeout_s,
                         setup_s=setup_s,
-                        gate=gate,
+                        gates=gates,
+                        scratch=Path(tmp) / "jobs" / str(i),
+                        ended=ended,
                     )
                 )
-                for job in todo
+                for i, job in enumerate(todo)
             ]
-    return [task.result() for task in tasks]
+    # the removals still running after the last test gave its slot back, shared out
+    tail = (time.monotonic() - max(ended)) / len(todo) if ended else 0.0
+    return [
+        outcome.model_copy(update={"overhead_s": outcome.overhead_s + tail})
+        for outcome in (task.result() for task in tasks)
+    ]
 
 
 async def run_test(
