@@ -46,7 +46,7 @@ from paperbench.rcb._models import (
 from paperbench.rcb._prompt import prompt
 from paperbench.rcb._record import write_problem_record
 from paperbench.rcb._score import score
-from paperbench.rcb._test import run_test
+from paperbench.rcb._test import RcbJob, run_tests
 from paperbench.sandbox import SandboxBackend, SandboxConfig
 
 EMPTY_FILL = "pass"
@@ -105,30 +105,67 @@ def selected(problem_set: ProblemSet, papers: Sequence[str] | None) -> list[Snip
     return [s for s in problem_set.snippets if papers is None or s.paper in papers]
 
 
-async def _empty_test(
-    problem_set: ProblemSet,
-    snippet: Snippet,
-    out: Path,
-    sandbox: SandboxConfig,
-    opts: RcbRunOptions,
-) -> TestOutcome:
-    path = _folder(out, snippet) / "empty.json"
-    if path.is_file():
-        stored = TestOutcome.model_validate(read_json(path))
-        if stored.error_class != "sandbox_error":
-            return stored
+@dataclass
+class _Run:
+    """What every sample of a run shares."""
+
+    problem_set: ProblemSet
+    out: Path
+    opts: RcbRunOptions
+    sandbox: SandboxConfig
+    concurrency: int
+    """Sandboxes testing at once."""
+    calls: asyncio.Semaphore
+    """One-shot model calls at once (as many as tests)."""
+    agents: asyncio.Semaphore
+    """Agent sandboxes at once (agent mode)."""
+    model: Model
+    model_config: ModelConfig
+    journal: CostLedger
+    agent: LoadedAgent | None = None
+    limits: AgentLimits | None = None
+    backend: SandboxBackend | None = None
+
+
+async def _empty_tests(run: _Run, snippets: Sequence[Snippet]) -> dict[str, TestOutcome]:
+    """Every problem's test with its snippet left empty (``pass``): stored, or run now in one
+    batch of fresh sandboxes; by problem id. A sandbox error is stored too and run again the
+    next time."""
+    outcomes: dict[str, TestOutcome] = {}
+    todo: list[tuple[Snippet, RcbJob]] = []
+    for snippet in snippets:
+        path = _folder(run.out, snippet) / "empty.json"
+        if path.is_file():
+            stored = TestOutcome.model_validate(read_json(path))
+            if stored.error_class != "sandbox_error":
+                outcomes[snippet.id] = stored
+                continue
+        todo.append((snippet, _job(run.problem_set, snippet, EMPTY_FILL)))
+    for (snippet, _), outcome in zip(todo, await _tests(run, [j for _, j in todo]), strict=True):
+        path = _folder(run.out, snippet) / "empty.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, outcome.model_dump_json(indent=2) + "\n")
+        outcomes[snippet.id] = outcome
+    return outcomes
+
+
+def _job(problem_set: ProblemSet, snippet: Snippet, code: str) -> RcbJob:
+    """The test of ``snippet`` with ``code`` in its place."""
     paper = problem_set.paper(snippet.paper)
     text = (paper.folder / snippet.file).read_text(encoding="utf-8")
-    outcome = await run_test(
-        paper.folder,
-        {snippet.file: fill(text, snippet, EMPTY_FILL)},
-        sandbox=sandbox,
-        image=opts.image,
-        timeout_s=opts.timeout_s,
+    return RcbJob(paper.folder, {snippet.file: fill(text, snippet, code)})
+
+
+async def _tests(run: _Run, jobs: Sequence[RcbJob]) -> list[TestOutcome]:
+    """``jobs`` in one batch: ``--concurrency tests=N`` at once, the next ones' sandboxes
+    prepared meanwhile."""
+    return await run_tests(
+        jobs,
+        concurrency=run.concurrency,
+        sandbox=run.sandbox,
+        image=run.opts.image,
+        timeout_s=run.opts.timeout_s,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, outcome.model_dump_json(indent=2) + "\n")
-    return outcome
 
 
 async def _answer(
@@ -155,26 +192,6 @@ async def _answer(
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, answer.model_dump_json(indent=2) + "\n")
     return answer
-
-
-@dataclass
-class _Run:
-    """What every sample of a run shares."""
-
-    problem_set: ProblemSet
-    out: Path
-    opts: RcbRunOptions
-    sandbox: SandboxConfig
-    tests: asyncio.Semaphore
-    """Sandboxes testing at once (and one-shot model calls at once)."""
-    agents: asyncio.Semaphore
-    """Agent sandboxes at once (agent mode)."""
-    model: Model
-    model_config: ModelConfig
-    journal: CostLedger
-    agent: LoadedAgent | None = None
-    limits: AgentLimits | None = None
-    backend: SandboxBackend | None = None
 
 
 async def _agent_answer(run: _Run, snippet: Snippet, k: int) -> AgentAnswer:
@@ -210,52 +227,67 @@ async def _agent_answer(run: _Run, snippet: Snippet, k: int) -> AgentAnswer:
     return answer
 
 
-async def _sample(run: _Run, snippet: Snippet, k: int) -> SampleResult | None:
-    """Sample ``k`` of a problem: stored, or answered and tested now. None when it could not
-    be finished (a model or sandbox failure: said in the log, run again on a resume)."""
-    path = _folder(run.out, snippet) / f"sample-{k}.json"
-    if path.is_file():
-        return SampleResult.model_validate(read_json(path))
-    opts = run.opts
-    if opts.mode == "agent":
+class _Pending(BaseModel):
+    """An answered sample waiting for its test."""
+
+    snippet: Snippet
+    sample: int
+    code: str | None
+    why: str | None
+    cost_usd: float | None
+    input_tokens: int
+    output_tokens: int
+
+
+async def _answered(run: _Run, snippet: Snippet, k: int) -> _Pending | None:
+    """Sample ``k`` of a problem answered (stored, or asked now), waiting for its test. None
+    when it could not be had (a sandbox failure of an agent: said, run again on a resume).
+
+    Raises:
+        ModelError: the model could not be had (see :func:`_agent_answer`).
+    """
+    if run.opts.mode == "agent":
         async with run.agents:
             try:
                 agent = await _agent_answer(run, snippet, k)
             except SandboxError as exc:
                 warning(f"{snippet.id} sample {k}: the agent's sandbox failed ({exc}); not run")
                 return None
-        code, why = agent.code, agent.why_none
-        cost, tokens_in, tokens_out = agent.cost_usd, agent.input_tokens, agent.output_tokens
-    else:
-        async with run.tests:
-            answer = await _answer(run.problem_set, snippet, k, run.out, run.model, opts)
-        code, why = extract_code(answer.text), "the answer holds no code block"
-        cost, tokens_in, tokens_out = answer.cost_usd, answer.input_tokens, answer.output_tokens
-    if code is None:
-        outcome = TestOutcome(passed=False, error_class="no_code", detail=why)
-    else:
-        paper = run.problem_set.paper(snippet.paper)
-        text = (paper.folder / snippet.file).read_text(encoding="utf-8")
-        async with run.tests:
-            outcome = await run_test(
-                paper.folder,
-                {snippet.file: fill(text, snippet, code)},
-                sandbox=run.sandbox,
-                image=opts.image,
-                timeout_s=opts.timeout_s,
-            )
-        if outcome.error_class == "sandbox_error":
-            return None
-    result = SampleResult(
-        problem=snippet.id,
+        return _Pending(
+            snippet=snippet,
+            sample=k,
+            code=agent.code,
+            why=agent.why_none,
+            cost_usd=agent.cost_usd,
+            input_tokens=agent.input_tokens,
+            output_tokens=agent.output_tokens,
+        )
+    async with run.calls:
+        answer = await _answer(run.problem_set, snippet, k, run.out, run.model, run.opts)
+    return _Pending(
+        snippet=snippet,
         sample=k,
-        mode=opts.mode,
-        answer=code,
-        outcome=outcome,
-        cost_usd=cost,
-        input_tokens=tokens_in,
-        output_tokens=tokens_out,
+        code=extract_code(answer.text),
+        why="the answer holds no code block",
+        cost_usd=answer.cost_usd,
+        input_tokens=answer.input_tokens,
+        output_tokens=answer.output_tokens,
     )
+
+
+def _result(run: _Run, pending: _Pending, outcome: TestOutcome) -> SampleResult:
+    """The graded sample, written (sample-<k>.json, last)."""
+    result = SampleResult(
+        problem=pending.snippet.id,
+        sample=pending.sample,
+        mode=run.opts.mode,
+        answer=pending.code,
+        outcome=outcome,
+        cost_usd=pending.cost_usd,
+        input_tokens=pending.input_tokens,
+        output_tokens=pending.output_tokens,
+    )
+    path = _folder(run.out, pending.snippet) / f"sample-{pending.sample}.json"
     atomic_write_text(path, result.model_dump_json(indent=2) + "\n")
     return result
 
@@ -310,7 +342,8 @@ async def run_rcb(
         out=out,
         opts=opts,
         sandbox=sandbox,
-        tests=asyncio.Semaphore(concurrency),
+        concurrency=concurrency,
+        calls=asyncio.Semaphore(concurrency),
         agents=asyncio.Semaphore(agents),
         model=Model(config, ledger=journal, stage="rcb"),
         model_config=config,
@@ -322,30 +355,45 @@ async def run_rcb(
         backend=backend,
     )
     results: list[SampleResult] = []
-    broken: list[str] = []
     failures: list[ModelError] = []
-
-    async def one(snippet: Snippet) -> None:
+    for snippet in snippets:
         write_problem_record(problem_set, snippet, _folder(out, snippet))
-        async with run.tests:
-            empty = await _empty_test(problem_set, snippet, out, sandbox, opts)
-        if empty.passed:
-            broken.append(snippet.id)
-            return
-        for k in range(opts.samples):
-            try:
-                result = await _sample(run, snippet, k)
-            except ModelError as exc:
-                failures.append(exc)
-                result = None
-            if result is not None:
-                results.append(result)
+    # 1. the empty fills, in one batch: a problem whose test passes so is broken
+    empties = await _empty_tests(run, snippets)
+    broken = [s.id for s in snippets if empties[s.id].passed]
+    usable = [s for s in snippets if empties[s.id].error_class not in ("sandbox_error", None)]
+
+    # 2. the answers (model calls or agents), each kept as it comes
+    async def answer(snippet: Snippet, k: int) -> _Pending | None:
+        path = _folder(out, snippet) / f"sample-{k}.json"
+        if path.is_file():
+            results.append(SampleResult.model_validate(read_json(path)))
+            return None
+        try:
+            return await _answered(run, snippet, k)
+        except ModelError as exc:
+            failures.append(exc)
+            return None
 
     try:
-        await asyncio.gather(*(one(s) for s in snippets))
+        answered = await asyncio.gather(
+            *(answer(s, k) for s in usable for k in range(opts.samples))
+        )
     finally:
         await run.model.aclose()
         journal.close()
+    pending = [p for p in answered if p is not None]
+    # 3. the answers with code, tested in one batch; those without fail as no_code
+    coded = [p for p in pending if p.code is not None]
+    outcomes = await _tests(run, [_job(problem_set, p.snippet, p.code or "") for p in coded])
+    for p, outcome in zip(coded, outcomes, strict=True):
+        if outcome.error_class != "sandbox_error":  # else not run: a resume tests it again
+            results.append(_result(run, p, outcome))
+    for p in pending:
+        if p.code is None:
+            results.append(
+                _result(run, p, TestOutcome(passed=False, error_class="no_code", detail=p.why))
+            )
     if failures and not results:
         raise failures[0]  # nothing was answered: the model's own reason, one line
     if failures:
@@ -403,29 +451,14 @@ async def validate(
     left empty."""
     problem_set = load_problem_set(rcb_dir)
     snippets = selected(problem_set, papers)
-    gate = asyncio.Semaphore(concurrency)
-
-    async def test(paper_id: str, files: dict[str, str]) -> TestOutcome:
-        async with gate:
-            return await run_test(
-                problem_set.paper(paper_id).folder,
-                files,
-                sandbox=sandbox,
-                image=image,
-                timeout_s=timeout_s,
-            )
-
     papers_run = sorted({s.paper for s in snippets})
-    references = dict(
-        zip(papers_run, await asyncio.gather(*(test(p, {}) for p in papers_run)), strict=True)
+    jobs = [RcbJob(problem_set.paper(p).folder, {}) for p in papers_run]
+    jobs += [_job(problem_set, s, EMPTY_FILL) for s in snippets]
+    outcomes = await run_tests(
+        jobs, concurrency=concurrency, sandbox=sandbox, image=image, timeout_s=timeout_s
     )
-
-    async def empty(snippet: Snippet) -> TestOutcome:
-        folder = problem_set.paper(snippet.paper).folder
-        text = (folder / snippet.file).read_text(encoding="utf-8")
-        return await test(snippet.paper, {snippet.file: fill(text, snippet, EMPTY_FILL)})
-
-    empties = await asyncio.gather(*(empty(s) for s in snippets))
+    references = dict(zip(papers_run, outcomes[: len(papers_run)], strict=True))
+    empties = outcomes[len(papers_run) :]
     return [
         ValidationRow(problem=s.id, code_lines=s.code_lines, reference=references[s.paper], empty=e)
         for s, e in zip(snippets, empties, strict=True)
