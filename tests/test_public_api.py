@@ -355,6 +355,7 @@ PUBLIC: dict[str, list[str]] = {
         "ExecResult",
         "ExtractReport",
         "GpuRequest",
+        "HostService",
         "IsolationKind",
         "LOCAL_IMAGE",
         "LeftOutFile",

@@ -25,7 +25,7 @@ from paperbench.agents._resources import RunResources
 from paperbench.agents._transcript import TranscriptEvent
 from paperbench.errors import InputError
 from paperbench.llm import CostLedger, Model, ReasoningEffort, takes_reasoning_effort
-from paperbench.sandbox import Sandbox
+from paperbench.sandbox import HostService, Sandbox
 
 PAPER_DIR = "/home/paper"
 """Where the paper, its addendum and blacklist are in the agent's sandbox."""
@@ -211,6 +211,16 @@ class AgentOutcome(BaseModel):
     summary: str = ""
 
 
+@dataclass
+class AgentSetup:
+    """What an agent is told before its sandbox starts (:meth:`Agent.prepare`)."""
+
+    out_dir: Path
+    """The run's folder on the host."""
+    transcript: TranscriptWriter
+    limits: LimitTracker
+
+
 class Agent(abc.ABC):
     """Anything that works in the sandbox and leaves /home/submission."""
 
@@ -219,6 +229,18 @@ class Agent(abc.ABC):
     @abc.abstractmethod
     async def run(self, ctx: RunContext) -> AgentOutcome:
         """Work until done or a limit; raise nothing for a limit (return ``status="limit"``)."""
+
+    async def prepare(self, setup: AgentSetup) -> tuple[HostService, ...]:
+        """Before the sandbox starts (once per attempt): start what the agent needs on the
+        host; the host services its sandbox must reach (none by default)."""
+        return ()
+
+    async def release(self) -> None:  # noqa: B027  (nothing to release by default)
+        """After the attempt: stop what :meth:`prepare` started."""
+
+    def blacklist(self) -> tuple[str, ...]:
+        """URLs the sandbox's egress proxy refuses for this agent, besides the paper's."""
+        return ()
 
 
 def effort_for(model: str, effort: ReasoningEffort | None) -> ReasoningEffort | None:

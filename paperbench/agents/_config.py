@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from paperbench.agents._base import Agent
     from paperbench.llm import Model
 
-AGENT_TYPES = ("basic", "iterative", "dummy", "replay", "papercoder")
+AGENT_TYPES = ("basic", "iterative", "dummy", "replay", "papercoder", "command")
 ToolName = Literal["bash", "python", "read_file_chunk", "search_file", "web_fetch", "submit"]
 
 
@@ -201,7 +201,42 @@ class PapercoderConfig(_Common):
     """Prompt name → file, relative to the YAML's folder."""
 
 
-AnyAgentConfig = BasicConfig | IterativeConfig | DummyConfig | ReplayConfig | PapercoderConfig
+class CommandConfig(_Common):
+    """An external agent (Claude Code, Codex CLI, mini-SWE-agent, any CLI): a command run
+    headless in the agent's sandbox, its model calls sent to the run's model gateway on the
+    host (which holds the key, costs, caps and records every call), its own event stream read
+    into the transcript (:mod:`paperbench.agents._external`)."""
+
+    type: Literal["command"]
+    api: Literal["anthropic", "openai"]
+    """The provider API the agent speaks: its base URL (``{base_url}``) is the gateway's for
+    that API, and the run's model must be of that provider (or an OpenAI-compatible endpoint
+    for ``openai``)."""
+    launch: str = Field(min_length=1)
+    """The shell command, run in /home/submission as the sandbox's agent user. Placeholders:
+    ``{instructions_file}`` (the task, as a file), ``{model}`` (the model's name without its
+    provider), ``{base_url}``, ``{token}`` (the run's gateway token, never the key),
+    ``{home}`` (a fresh folder for the agent's own files)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment of the command (the same placeholders), e.g. the base URL and token under
+    the names the agent reads."""
+    files: dict[str, str] = Field(default_factory=dict)
+    """Files written before the launch, path (absolute, or relative to ``{home}``) → text
+    (the same placeholders), e.g. a config file."""
+    events: Literal["claude-stream-json", "codex-json", "mini-swe-agent", "none"] = "none"
+    """How the agent reports what it does: read into the transcript (see
+    :mod:`paperbench.agents._external_events`)."""
+    trajectory: str | None = None
+    """A file the agent writes its trajectory to (``mini-swe-agent``), read at the end."""
+    grace_s: float = Field(default=30, gt=0)
+    """Between the polite signal (SIGTERM) and the kill, when a limit stops the agent."""
+    poll_s: float = Field(default=2.0, gt=0)
+    """How often the agent's output is read into the transcript while it works."""
+
+
+AnyAgentConfig = (
+    BasicConfig | IterativeConfig | DummyConfig | ReplayConfig | PapercoderConfig | CommandConfig
+)
 AgentConfig = Annotated[AnyAgentConfig, Field(discriminator="type")]
 """Any agent config, told apart by its ``type:`` (basic, iterative, papercoder, replay, dummy)."""
 _ADAPTER: TypeAdapter[AnyAgentConfig] = TypeAdapter(AgentConfig)
@@ -284,6 +319,10 @@ class LoadedAgent(BaseModel):
                 file=self.path,
                 path="$.model",
             )
+        if isinstance(config, CommandConfig):
+            from paperbench.agents._external import ExternalAgent
+
+            return ExternalAgent(config, model)
         if isinstance(config, PapercoderConfig):
             module = importlib.import_module("paperbench.agents._papercoder")
             agent: Agent = module.PapercoderAgent(config, model, config_dir=self.path.parent)

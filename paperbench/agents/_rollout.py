@@ -61,6 +61,7 @@ from paperbench.agents._base import (
     Agent,
     AgentLimits,
     AgentOutcome,
+    AgentSetup,
     LimitReached,
     LimitTracker,
     RunContext,
@@ -108,6 +109,7 @@ from paperbench.errors import (
 from paperbench.llm import BudgetCaps, Model, ModelConfig
 from paperbench.papers import LFS_POINTER_MESSAGE, Paper
 from paperbench.sandbox import (
+    HostService,
     LeftOutFile,
     NetworkPolicy,
     Sandbox,
@@ -325,6 +327,8 @@ class _Session:
     status: RolloutStatus
     writer: TranscriptWriter
     sb: Sandbox | None = None
+    services: tuple[HostService, ...] = ()
+    """Host services the agent asked for (its model gateway): its sandboxes reach them."""
     paused: RolloutPausedError | None = None
     cancelled: bool = False
 
@@ -506,6 +510,8 @@ async def _attempt(session: _Session) -> None:
     (RolloutPausedError): both leave the run resumable."""
     status = session.status
     try:
+        setup = AgentSetup(session.run.out, session.writer, session.tracker)
+        session.services = await session.agent.prepare(setup)
         spec = await _start_sandbox(session)
         outcome = await _run_restarting(session, spec)
         status.status, status.limit = outcome.status, outcome.limit
@@ -546,7 +552,8 @@ async def _start_sandbox(session: _Session) -> SandboxSpec:
         gpu=plan.resolved.gpu_request(),
         env=plan.sandbox_env,
         network=plan.config.network,
-        blacklist=plan.config.blacklist,
+        blacklist=[*plan.config.blacklist, *session.agent.blacklist()],
+        host_services=session.services,
         network_log=(out / "network.jsonl")
         if plan.config.network == NetworkPolicy.FILTERED
         else None,
@@ -682,6 +689,7 @@ async def _close(session: _Session) -> None:
                 await session.model.aclose()
         if session.sb is not None:
             await session.sb.stop()
+        await session.agent.release()
         if not session.cancelled and paused is None:  # else the run stays resumable
             atomic_write_text(run.out / "status.json", status.model_dump_json(indent=2))
 
