@@ -312,7 +312,9 @@ class ModelGateway:
         key = replay_key(request.method, request.path_qs, data) if self._replay else None
         call.replay_key = key
         if key is not None and self._replay is not None:
-            stored = self._pending.get(key) or await asyncio.to_thread(self._replay.get, key)
+            stored = self._pending.get(key)
+            if stored is None and key in self._replay:
+                stored = await asyncio.to_thread(self._replay.get, key)
             if stored is not None:
                 return await self._replayed(request, call, stored, started)
         try:

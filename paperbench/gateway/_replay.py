@@ -8,10 +8,11 @@ import base64
 import gzip
 import hashlib
 import json
+import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from paperbench._io import atomic_write_bytes
 from paperbench.llm import StopReason, Usage
 
 REPLAY_VERSION = 1
@@ -39,16 +40,35 @@ class StoredAnswer:
 
 
 class ReplayStore:
-    """The stored answers in one folder (written atomically, read back by any gateway)."""
+    """The stored answers in one folder (written atomically, read back by any gateway).
+
+    The keys on disk are listed once, when the store is opened, so a request with no stored
+    answer (nearly all of them) costs a set lookup, not a file system call. Files are renamed
+    into place but not synced: a killed process loses nothing written, a power cut may lose
+    the last answers (they are then paid again)."""
+
+    SUFFIX = ".json.gz"
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self._lock = threading.Lock()
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            names = []
+        self._keys = {n[: -len(self.SUFFIX)] for n in names if n.endswith(self.SUFFIX)}
 
     def path(self, key: str) -> Path:
-        return self.folder / f"{key}.json.gz"
+        return self.folder / f"{key}{self.SUFFIX}"
+
+    def __contains__(self, key: str) -> bool:
+        with self._lock:
+            return key in self._keys
 
     def get(self, key: str) -> StoredAnswer | None:
         """The answer stored under ``key``; ``None`` if there is none (or it is unreadable)."""
+        if key not in self:
+            return None
         try:
             data = json.loads(gzip.decompress(self.path(key).read_bytes()))
         except (OSError, EOFError, ValueError):
@@ -77,4 +97,15 @@ class ReplayStore:
             "cost_usd": answer.cost_usd,
             "stop_reason": answer.stop_reason,
         }
-        atomic_write_bytes(self.path(key), gzip.compress(json.dumps(payload).encode(), 5))
+        data = gzip.compress(json.dumps(payload).encode(), 5)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        target = self.path(key)
+        temporary = target.with_name(f".{target.name}.{threading.get_ident()}.tmp")
+        try:
+            temporary.write_bytes(data)
+            os.replace(temporary, target)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        with self._lock:
+            self._keys.add(key)
