@@ -412,3 +412,21 @@ def test_headers_and_query_pass_through_and_models_list(
     calls = lines(tmp_path)
     assert calls[0].route.endswith("/v1/messages?beta=true")
     assert calls[1].outcome == "passed"
+
+
+def test_an_upstream_timeout_is_a_504(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    fake_llm.script(Fault.slow(3))
+    config = ModelConfig(
+        model=f"openai/{GPT}", base_url=fake_llm.openai_url, api_key=OPENAI_KEY, timeout_s=0.3
+    )
+
+    async def body() -> ModelGateway:
+        async with gateway(fake_llm, tmp_path, openai=config) as gw:
+            with pytest.raises(openai.InternalServerError) as failed:
+                await ask(gw, "chat", False)
+            assert failed.value.status_code == 504
+            return gw
+
+    gw = run(body())
+    [record] = gw.ledger.records
+    assert record.outcome == "failed" and "timed out" in (record.error or "")
