@@ -430,3 +430,108 @@ def test_an_upstream_timeout_is_a_504(fake_llm: FakeLLMServer, tmp_path: Path) -
     gw = run(body())
     [record] = gw.ledger.records
     assert record.outcome == "failed" and "timed out" in (record.error or "")
+
+
+@asynccontextmanager
+async def gated_upstream(release: asyncio.Event, seen: list[str]) -> AsyncIterator[str]:
+    """A tiny Anthropic-shaped upstream whose stream sends ``message_start``, then waits for
+    ``release`` before the rest: a gateway that buffered would never show the first event."""
+    from aiohttp import web
+
+    async def messages(request: web.Request) -> web.StreamResponse:
+        seen.append(request.path_qs)
+        await request.read()
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        start = {"type": "message_start", "message": {"usage": {"input_tokens": 7}}}
+        await response.write(f"event: message_start\ndata: {json.dumps(start)}\n\n".encode())
+        await asyncio.wait_for(release.wait(), timeout=5)
+        delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}}
+        delta["usage"] = {"output_tokens": 3}
+        await response.write(f"event: message_delta\ndata: {json.dumps(delta)}\n\n".encode())
+        await response.write(b'event: message_stop\ndata: {"type": "message_stop"}\n\n')
+        await response.write_eof()
+        return response
+
+    async def count(request: web.Request) -> web.Response:
+        seen.append(request.path_qs)
+        return web.json_response({"input_tokens": 5})
+
+    app = web.Application(client_max_size=8 * 1024 * 1024)
+    app.router.add_post("/v1/messages", messages)
+    app.router.add_post("/v1/messages/count_tokens", count)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def test_a_stream_is_relayed_event_by_event_not_buffered(tmp_path: Path) -> None:
+    import aiohttp
+
+    seen: list[str] = []
+
+    async def body() -> ModelGateway:
+        release = asyncio.Event()
+        async with gated_upstream(release, seen) as url:
+            config = ModelConfig(model=f"anthropic/{CLAUDE}", base_url=url, api_key=ANTHROPIC_KEY)
+            async with (
+                ModelGateway(anthropic=config, log_dir=tmp_path / "gw") as gw,
+                aiohttp.ClientSession() as session,
+            ):
+                headers = {"x-api-key": gw.token, "anthropic-version": "2023-06-01"}
+                big = {"model": CLAUDE, "max_tokens": 8, "stream": True}
+                big["messages"] = [{"role": "user", "content": "y" * 300_000}]
+                async with session.post(
+                    gw.anthropic_base_url + "/v1/messages?beta=true", json=big, headers=headers
+                ) as response:
+                    first = await asyncio.wait_for(response.content.readuntil(b"\n\n"), 5)
+                    assert b"message_start" in first  # arrived while upstream still waits
+                    release.set()
+                    rest = await response.content.read()
+                    assert b"message_stop" in rest
+                async with session.post(
+                    gw.anthropic_base_url + "/v1/messages/count_tokens",
+                    json={"model": CLAUDE, "messages": []},
+                    headers=headers,
+                ) as counted:
+                    assert (await counted.json()) == {"input_tokens": 5}
+            return gw
+
+    gw = run(body())
+    assert seen == ["/v1/messages?beta=true", "/v1/messages/count_tokens"]
+    [record] = gw.ledger.records  # counting tokens costs nothing and is no cost record
+    assert record.usage == Usage(input_tokens=7, output_tokens=3) and record.outcome == "ok"
+    stream_call, count_call = _calls(tmp_path)
+    assert stream_call.request_cut_at == 256 * 1024 and isinstance(stream_call.request, str)
+    assert count_call.outcome == "passed" and count_call.status == 200
+
+
+def _calls(tmp_path: Path) -> list[GatewayCall]:
+    text = (tmp_path / "gw" / "gateway.jsonl").read_text(encoding="utf-8")
+    return [GatewayCall.model_validate_json(line) for line in text.splitlines()]
+
+
+def test_concurrent_requests_are_each_recorded(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    async def body() -> ModelGateway:
+        async with gateway(fake_llm, tmp_path) as gw:
+            # the fake server loads its tokenizer at its first request, once per thread that
+            # asks at once (seconds each): warm it up first
+            await ask(gw, "chat", False, messages=[{"role": "user", "content": "warm up"}])
+            asks = [
+                ask(gw, "chat", n % 2 == 0, messages=[{"role": "user", "content": f"q{n}"}])
+                for n in range(20)
+            ]
+            texts = await asyncio.gather(*asks)
+            assert [t for t, _ in texts] == ["ok"] * 20
+            return gw
+
+    gw = run(body())
+    assert len(fake_llm.requests) == 21
+    assert [r.outcome for r in gw.ledger.records] == ["ok"] * 21
+    assert len(lines(tmp_path)) == 21
