@@ -21,7 +21,6 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, cast
@@ -30,8 +29,8 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from paperbench.errors import BudgetExhaustedError, ConfigError
-from paperbench.gateway._call import CallLog, GatewayCall, kept_body
+from paperbench.errors import BudgetExhaustedError
+from paperbench.gateway._call import BODY_CAP, CallLog, GatewayCall, kept_body
 from paperbench.gateway._replay import ReplayStore, StoredAnswer, replay_key
 from paperbench.gateway._shapes import (
     Family,
@@ -41,35 +40,12 @@ from paperbench.gateway._shapes import (
     error_body,
     model_error,
 )
+from paperbench.gateway._upstream import DROP_RESPONSE, Upstream, upstream_for
 from paperbench.gateway._usage import AnswerFacts, StreamTap, read_json_answer, upstream_message
 from paperbench.llm import CallOutcome, CostLedger, CostRecord, ModelConfig, PriceTable, Usage
-from paperbench.llm._registry import resolve
 
 log = logging.getLogger("paperbench.gateway")
 
-DEFAULT_BASE_URLS: dict[Family, str] = {
-    "anthropic": "https://api.anthropic.com",
-    "openai": "https://api.openai.com/v1",
-}
-"""Where a provider's requests go when its config names no base URL."""
-
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-_DROP_REQUEST = _HOP_BY_HOP | {"host", "content-length", "accept-encoding", "x-api-key"}
-_DROP_REQUEST |= {"authorization"}
-_DROP_RESPONSE = _HOP_BY_HOP | {"content-length", "content-encoding"}
 _NO_RETRY = {"x-should-retry": "false", "content-type": "application/json"}
 """On the gateway's own refusals: the SDKs would otherwise retry a 429 or a 5xx."""
 
@@ -82,51 +58,6 @@ _FREE_POST = {("anthropic", "v1/messages/count_tokens")}
 _FREE_GET_PREFIX: dict[Family, str] = {"anthropic": "v1/models", "openai": "models"}
 
 OnCall = Callable[[GatewayCall], None]
-
-
-@dataclass(frozen=True)
-class _Upstream:
-    family: Family
-    config: ModelConfig
-    base_url: str
-    key: str | None
-
-    def url(self, tail: str, query: str) -> str:
-        """``tail`` is the path after the gateway's base URL of this provider."""
-        url = f"{self.base_url.rstrip('/')}/{tail}"
-        return f"{url}?{query}" if query else url
-
-    def headers(self, incoming: CIMultiDict[str]) -> CIMultiDict[str]:
-        """The client's headers minus hop-by-hop ones and its token, plus the real key."""
-        out: CIMultiDict[str] = CIMultiDict()
-        for name, value in incoming.items():
-            if name.lower() not in _DROP_REQUEST:
-                out.add(name, value)
-        if self.key is not None:
-            if self.family == "anthropic":
-                out["x-api-key"] = self.key
-            else:
-                out["Authorization"] = f"Bearer {self.key}"
-        return out
-
-    def model_id(self, name: str) -> str:
-        return f"{self.config.provider}/{name}"
-
-
-def _upstream(family: Family, config: ModelConfig) -> _Upstream:
-    _, target = resolve(config)
-    if target.provider != family:
-        raise ConfigError(
-            f"{config.model}: the gateway's {family} upstream needs an {family} model "
-            f"(this one speaks {target.provider})",
-            path=f"gateway.{family}",
-        )
-    return _Upstream(
-        family=family,
-        config=config,
-        base_url=target.base_url or DEFAULT_BASE_URLS[family],
-        key=target.api_key,
-    )
 
 
 class ModelGateway:
@@ -161,11 +92,11 @@ class ModelGateway:
         replay: bool = True,
         prices: PriceTable | None = None,
     ) -> None:
-        self._upstreams: dict[Family, _Upstream] = {}
+        self._upstreams: dict[Family, Upstream] = {}
         if anthropic is not None:
-            self._upstreams["anthropic"] = _upstream("anthropic", anthropic)
+            self._upstreams["anthropic"] = upstream_for("anthropic", anthropic)
         if openai is not None:
-            self._upstreams["openai"] = _upstream("openai", openai)
+            self._upstreams["openai"] = upstream_for("openai", openai)
         self.log_dir = Path(log_dir)
         self.ledger = ledger if ledger is not None else CostLedger()
         self.stage = stage
@@ -293,7 +224,10 @@ class ModelGateway:
         parsed = _parse(data) if protocol is not None else {}
         asked = str(parsed.get("model", "")) if parsed is not None else ""
         call.protocol = protocol
-        call.request, call.request_cut_at = kept_body(data, as_json=True)
+        if parsed and len(data) <= BODY_CAP:
+            call.request = parsed  # parsed once
+        else:
+            call.request, call.request_cut_at = kept_body(data, as_json=protocol is None)
         if upstream is None:
             why = f"no {family} model is configured for this run"
             status, body = model_error(family, asked or "-", why)
@@ -326,7 +260,7 @@ class ModelGateway:
             return self._refuse(call, started, status, body, "budget_exhausted", str(exc), True)
         return await self._forward(request, call, upstream, data, started, parsed)
 
-    def _allowed(self, asked: str, upstream: _Upstream) -> bool:
+    def _allowed(self, asked: str, upstream: Upstream) -> bool:
         if self.allowed_models is None:
             return True
         return asked in self.allowed_models or upstream.model_id(asked) in self.allowed_models
@@ -372,7 +306,7 @@ class ModelGateway:
         self,
         request: web.Request,
         call: GatewayCall,
-        upstream: _Upstream,
+        upstream: Upstream,
         data: bytes,
         started: float,
         parsed: dict[str, Any] | None,
@@ -408,14 +342,14 @@ class ModelGateway:
         self,
         request: web.Request,
         call: GatewayCall,
-        upstream: _Upstream,
+        upstream: Upstream,
         answer: aiohttp.ClientResponse,
         started: float,
         parsed: dict[str, Any] | None,
     ) -> web.StreamResponse:
         headers: CIMultiDict[str] = CIMultiDict()
         for name, value in answer.headers.items():
-            if name.lower() not in _DROP_RESPONSE:
+            if name.lower() not in DROP_RESPONSE:
                 headers.add(name, value)
         response = web.StreamResponse(status=answer.status, reason=answer.reason, headers=headers)
         await response.prepare(request)
@@ -481,7 +415,7 @@ class ModelGateway:
     def _settle(
         self,
         call: GatewayCall,
-        upstream: _Upstream,
+        upstream: Upstream,
         facts: AnswerFacts,
         cut: str | None,
         client_gone: bool,
