@@ -111,9 +111,9 @@ async def main(requests: int, warmup: int) -> None:
         server.wait(timeout=10)
     table = Table(title=f"Model gateway: latency per request in ms ({requests} requests each)")
     for column in ("protocol", "mode", "direct p50", "p95", "mean"):
-        table.add_column(column, justify="right" if column != "protocol" else "left")
+        table.add_column(column, justify="right" if column != "protocol" else "left", no_wrap=True)
     for column in ("gateway p50", "p95", "mean", "added p50"):
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="right", no_wrap=True)
     for protocol, mode, direct, through in rows:
         d, g = stats(direct), stats(through)
         table.add_row(
@@ -123,7 +123,7 @@ async def main(requests: int, warmup: int) -> None:
             *(f"{v:.2f}" for v in g),
             f"[bold]{g[0] - d[0]:+.2f}[/bold]",
         )
-    console = Console()
+    console = Console(width=max(110, Console().width))
     console.print(table)
     console.print(f"cost records written by the gateway: {recorded}; goal: added p50 < 5 ms")
 
