@@ -106,6 +106,10 @@ PUBLIC: dict[str, list[str]] = {
         "UnsafeArchiveError",
         "UsageError",
     ],
+    "paperbench.gateway": [
+        "GatewayCall",
+        "ModelGateway",
+    ],
     "paperbench.judge": [
         "ADDRESSED_KEY",
         "AddressedFinding",

@@ -1,0 +1,81 @@
+"""Where the gateway sends a provider's requests, with which key and which headers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from multidict import CIMultiDict
+
+from paperbench.errors import ConfigError
+from paperbench.gateway._shapes import Family
+from paperbench.llm import ModelConfig
+from paperbench.llm._registry import resolve
+
+DEFAULT_BASE_URLS: dict[Family, str] = {
+    "anthropic": "https://api.anthropic.com",
+    "openai": "https://api.openai.com/v1",
+}
+"""Where a provider's requests go when its config names no base URL."""
+
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+_DROP_REQUEST = _HOP_BY_HOP | {"host", "content-length", "accept-encoding", "x-api-key"}
+_DROP_REQUEST |= {"authorization"}
+DROP_RESPONSE = _HOP_BY_HOP | {"content-length", "content-encoding"}
+
+
+@dataclass(frozen=True)
+class Upstream:
+    family: Family
+    config: ModelConfig
+    base_url: str
+    key: str | None
+
+    def url(self, tail: str, query: str) -> str:
+        """``tail`` is the path after the gateway's base URL of this provider."""
+        url = f"{self.base_url.rstrip('/')}/{tail}"
+        return f"{url}?{query}" if query else url
+
+    def headers(self, incoming: CIMultiDict[str]) -> CIMultiDict[str]:
+        """The client's headers minus hop-by-hop ones and its token, plus the real key."""
+        out: CIMultiDict[str] = CIMultiDict()
+        for name, value in incoming.items():
+            if name.lower() not in _DROP_REQUEST:
+                out.add(name, value)
+        if self.key is not None:
+            if self.family == "anthropic":
+                out["x-api-key"] = self.key
+            else:
+                out["Authorization"] = f"Bearer {self.key}"
+        return out
+
+    def model_id(self, name: str) -> str:
+        return f"{self.config.provider}/{name}"
+
+
+def upstream_for(family: Family, config: ModelConfig) -> Upstream:
+    _, target = resolve(config)
+    if target.provider != family:
+        raise ConfigError(
+            f"{config.model}: the gateway's {family} upstream needs an {family} model "
+            f"(this one speaks {target.provider})",
+            path=f"gateway.{family}",
+        )
+    return Upstream(
+        family=family,
+        config=config,
+        base_url=target.base_url or DEFAULT_BASE_URLS[family],
+        key=target.api_key,
+    )
