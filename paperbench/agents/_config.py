@@ -216,7 +216,7 @@ class CommandConfig(_Common):
     """The shell command, run in /home/submission as the sandbox's agent user. Placeholders:
     ``{instructions_file}`` (the task, as a file), ``{model}`` (the model's name without its
     provider), ``{base_url}``, ``{token}`` (the run's gateway token, never the key),
-    ``{home}`` (a fresh folder for the agent's own files)."""
+    ``{home}`` (the home folder of the agent's user)."""
     env: dict[str, str] = Field(default_factory=dict)
     """Environment of the command (the same placeholders), e.g. the base URL and token under
     the names the agent reads."""

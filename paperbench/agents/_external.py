@@ -10,7 +10,7 @@ The agent gets the gateway's URL for its API and the run's token, never the key.
 
 :meth:`ExternalAgent.run` writes the config's files, then starts the launch command in
 /home/submission in a session of its own (``setsid``), under ``timeout`` for the time left,
-its stdout (the agent's event stream) and stderr in ``/tmp/agent/``. While it runs, the new
+its stdout (the agent's event stream) and stderr in ``~/.paperbench-agent/``. While it runs, the new
 part of its stdout is read every ``poll_s`` seconds into transcript events
 (:mod:`~paperbench.agents._external_events`); model calls count as steps. The run ends when
 the command exits, or when a limit is reached: the time (``timeout`` sends SIGTERM, then
@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import posixpath
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,15 +54,22 @@ if TYPE_CHECKING:
 GATEWAY_NAME = "model-gateway.paperbench"
 """The host name of the model gateway in the agent's sandbox."""
 GATEWAY_PORT = 8080
-AGENT_DIR = "/tmp/agent"
-"""The agent's own files in its sandbox: its home, its output, its pid and exit code."""
+AGENT_DIR = ".paperbench-agent"
+"""The agent's own files in its sandbox, in its user's home: its instructions, its output, its
+pid and exit code."""
 PROVIDER_HOSTS = (
     "https://api.anthropic.com/",
+    "https://statsig.anthropic.com/",
+    "https://claude.ai/",
     "https://api.openai.com/",
+    "https://auth.openai.com/",
+    "https://chatgpt.com/",
+    "https://ab.chatgpt.com/",
     "https://generativelanguage.googleapis.com/",
     "https://openrouter.ai/",
 )
-"""Blacklisted for external agents: they reach a model only through the gateway."""
+"""Blacklisted for external agents: they reach a model only through the gateway, and their
+vendors' other services (sign-in, telemetry, plugin catalogues) not at all."""
 READ_CHUNK = 1024 * 1024
 """Bytes of the agent's output read per poll at most."""
 
@@ -83,6 +91,8 @@ class ExternalAgent(Agent):
         self._ctx: RunContext | None = None
         self._setup: AgentSetup | None = None
         self._calls = 0
+        self._dir = f"/root/{AGENT_DIR}"
+        """The agent's own folder in the sandbox (known once :meth:`run` asked its home)."""
 
     # -- the gateway, before the sandbox ----------------------------------------------------
 
@@ -152,24 +162,30 @@ class ExternalAgent(Agent):
 
     # -- the run ----------------------------------------------------------------------------
 
-    def _values(self, ctx: RunContext) -> dict[str, str]:
+    def _values(self, home: str) -> dict[str, str]:
         assert self.gateway is not None
         base = f"http://{GATEWAY_NAME}:{GATEWAY_PORT}"
         path = "/anthropic" if self.config.api == "anthropic" else "/openai/v1"
         return {
-            "instructions_file": f"{AGENT_DIR}/instructions.md",
+            "instructions_file": f"{self._dir}/instructions.md",
             "model": self.model.config.model_name,
             "base_url": base + path,
             "token": self.gateway.token,
-            "home": f"{AGENT_DIR}/home",
+            "home": home,
         }
 
     async def run(self, ctx: RunContext) -> AgentOutcome:
         if self.gateway is None:
             raise SandboxError("the model gateway is not running: prepare() was not called")
         self._ctx = ctx
-        values = self._values(ctx)
-        await ctx.sandbox.exec(f"mkdir -p {AGENT_DIR}/home", timeout=30)
+        made = await ctx.sandbox.exec(
+            f'mkdir -p "$HOME/{AGENT_DIR}" && printf %s "$HOME"', timeout=30
+        )
+        if made.exit_code != 0 or not made.stdout.startswith("/"):
+            raise SandboxError(f"cannot make the agent's folder in its home: {made.stderr.strip()}")
+        home = made.stdout
+        self._dir = f"{home}/{AGENT_DIR}"
+        values = self._values(home)
         text = ctx.instructions
         if ctx.resumed or ctx.history:
             left = ctx.limits.remaining_s()
@@ -181,18 +197,20 @@ class ExternalAgent(Agent):
             )
         await ctx.sandbox.write_file(values["instructions_file"], text.encode("utf-8"))
         for path, content in self.config.files.items():
-            target = path if path.startswith("/") else posixpath.join(values["home"], path)
-            await ctx.sandbox.write_file(_fill(target, values), _fill(content, values).encode())
+            target = _fill(path if path.startswith("/") else posixpath.join(home, path), values)
+            # its folders made by the agent's user (write_file would make them as root)
+            await ctx.sandbox.exec(f"mkdir -p {shlex.quote(posixpath.dirname(target))}", timeout=30)
+            await ctx.sandbox.write_file(target, _fill(content, values).encode())
         env = {k: _fill(v, values) for k, v in self.config.env.items()}
         env["PB_LAUNCH"] = _fill(self.config.launch, values)
         remaining = ctx.limits.remaining_s()
         seconds = max(1, int(remaining)) if remaining is not None else 7 * 24 * 3600
         script = (
-            f"cd {SUBMISSION_DIR} && "
+            f"cd {SUBMISSION_DIR} || exit 1; "  # apart: `a && b &` would background a subshell
             f"setsid timeout --signal=TERM --kill-after={self.config.grace_s:g} {seconds} "
-            f'bash -c "$PB_LAUNCH" > {AGENT_DIR}/stdout.jsonl 2> {AGENT_DIR}/stderr.log '
-            f"< /dev/null & echo $! > {AGENT_DIR}/pid; wait $!; code=$?; "
-            f"echo $code > {AGENT_DIR}/exit; exit $code"
+            f'bash -c "$PB_LAUNCH" > {self._dir}/stdout.jsonl 2> {self._dir}/stderr.log '
+            f"< /dev/null & echo $! > {self._dir}/pid; wait $!; code=$?; "
+            f"echo $code > {self._dir}/exit; exit $code"
         )
         task = asyncio.create_task(
             ctx.sandbox.exec(
@@ -238,7 +256,7 @@ class ExternalAgent(Agent):
 
     async def _stop(self, ctx: RunContext) -> None:
         """SIGTERM to the agent's process group, SIGKILL after ``grace_s``."""
-        pid = f"$(cat {AGENT_DIR}/pid)"
+        pid = f"$(cat {self._dir}/pid)"
         grace = self.config.grace_s
         command = (
             f"kill -TERM -- -{pid} 2>/dev/null; "
@@ -251,7 +269,7 @@ class ExternalAgent(Agent):
         """Read the agent's new output (from ``offset``) into transcript events."""
         if reader is None:
             return offset
-        path = f"{AGENT_DIR}/stdout.jsonl"
+        path = f"{self._dir}/stdout.jsonl"
         try:
             result = await ctx.sandbox.exec(
                 f"test -f {path} && tail -c +{offset + 1} {path} | head -c {READ_CHUNK}",
@@ -279,7 +297,7 @@ class ExternalAgent(Agent):
         ):
             with contextlib.suppress(SandboxError, OSError):
                 data = await ctx.sandbox.read_file(
-                    f"{AGENT_DIR}/{name}", max_bytes=256 * 1024 * 1024
+                    f"{self._dir}/{name}", max_bytes=256 * 1024 * 1024
                 )
                 Path(ctx.run_dir, target).write_bytes(data)
 
@@ -314,7 +332,7 @@ class ExternalAgent(Agent):
             return AgentOutcome(status="submitted", summary=f"{self.name} finished")
         tail = ""
         with contextlib.suppress(SandboxError):
-            out = await ctx.sandbox.exec(f"tail -c 2000 {AGENT_DIR}/stderr.log", timeout=30)
+            out = await ctx.sandbox.exec(f"tail -c 2000 {self._dir}/stderr.log", timeout=30)
             tail = " ".join(out.stdout.split())[-500:]
         return AgentOutcome(
             status="error",

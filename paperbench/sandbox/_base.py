@@ -131,7 +131,6 @@ class SandboxSpec(BaseModel):
     after the start. The backend's own machinery stays privileged either way. How a backend
     makes that user is its own (the Docker backend: uid 1000)."""
 
-
     @model_validator(mode="after")
     def _services_need_the_proxy(self) -> Self:
         if self.host_services and self.network is not NetworkPolicy.FILTERED:
@@ -141,6 +140,7 @@ class SandboxSpec(BaseModel):
                 f"network=filtered, not {self.network.value}"
             )
         return self
+
 
 class ExecResult(BaseModel):
     """What one command did. Output is capped: head and tail kept, the cut said in the text."""

@@ -301,7 +301,8 @@ class EgressAddon:
         if not flow.metadata.get("paperbench_logged"):
             flow.metadata["paperbench_logged"] = True
             message = flow.error.msg if flow.error else "unknown error"
-            self._write(flow, "allowed", error=_cap(message))
+            rule = "host_service" if flow.metadata.get("paperbench_service") else None
+            self._write(flow, "allowed", error=_cap(message), rule=rule)
 
     def tcp_start(self, flow: tcp.TCPFlow) -> None:
         server = flow.server_conn

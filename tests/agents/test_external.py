@@ -1,0 +1,240 @@
+"""External agents end to end: the real Claude Code and Codex CLI binaries (pinned in the
+paperbench-agent-cli image) run in a real Docker sandbox under ``network=filtered``, reach the
+run's model gateway on the host as a host service, and the gateway forwards to the project's
+fake server (streaming, refusing what the real APIs refuse) with the host's key.
+
+Checked: the submission each writes with its own tools, the transcript (their tool calls and
+outputs, a model call per request with its usage), the cost ledger, that the provider saw the
+real key and never the run's token, that the agent never saw the key, the budget cap stopping
+a run, the step limit stopping one from outside, and a run killed with SIGKILL mid-way and
+resumed to the end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from paperbench.agents import AgentLimits, load_agent, read_transcript
+from paperbench.agents._rollout import rollout
+from paperbench.agents._transcript import EndEvent, ModelCallEvent, ToolEvent
+from paperbench.llm import ModelConfig, read_cost_journal
+from paperbench.papers import PaperSource
+from paperbench.sandbox import NetworkPolicy, SandboxConfig
+from paperbench.sandbox._gc import find_orphans, reap
+from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, RecordedRequest
+from tests.sandbox.docker_fixtures import docker_client  # noqa: F401
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = "paperbench-agent-cli"
+ANTHROPIC_KEY = "sk-ant-host-key-never-in-the-sandbox"
+OPENAI_KEY = "sk-host-key-never-in-the-sandbox"
+SCRIPT = "echo replicated > result.txt\n"
+
+
+@pytest.fixture(scope="module")
+def agent_image(docker_client: Any) -> str:  # noqa: F811
+    return IMAGE  # TEMP
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeLLMServer]:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "PAPERBENCH_PRICES"):
+        monkeypatch.delenv(name, raising=False)
+    with FakeLLMServer() as fake:
+        yield fake
+
+
+def _tools(request: RecordedRequest) -> list[str]:
+    return [str(t.get("name") or t.get("type")) for t in request.body.get("tools") or []]
+
+
+def _answered(request: RecordedRequest) -> bool:
+    sent = json.dumps(request.body.get("messages") or request.body.get("input") or [])
+    return "tool_result" in sent or "call_output" in sent
+
+
+def _builder(first: FakeToolCall | None = None) -> Callable[[RecordedRequest], FakeReply]:
+    """The scripted model: write reproduce.sh with the client's own tool, then finish."""
+
+    def handler(request: RecordedRequest) -> FakeReply:
+        if _answered(request):
+            return FakeReply(text="done: reproduce.sh is written")
+        names = _tools(request)
+        if first is not None:
+            call = first
+        elif "Write" in names:  # Claude Code
+            path = "/home/submission/reproduce.sh"
+            call = FakeToolCall("Write", {"file_path": path, "content": SCRIPT})
+        elif "exec_command" in names:  # Codex
+            command = f"printf '{SCRIPT.strip()}\\n' > /home/submission/reproduce.sh"
+            call = FakeToolCall("exec_command", {"cmd": command})
+        else:
+            return FakeReply(text=f"no tool to write with among {names}")
+        return FakeReply(text="Writing reproduce.sh.", tool_calls=(call,))
+
+    return handler
+
+
+def _rollout(
+    out: Path, agent: str, server: FakeLLMServer, *, resume: bool = False, **limits: Any
+) -> Any:
+    model = (
+        ModelConfig(model="anthropic/claude-sonnet-4-5", base_url=server.anthropic_url)
+        if agent == "claude-code"
+        else ModelConfig(model="openai/gpt-5", base_url=server.openai_url)
+    )
+    return asyncio.run(
+        rollout(
+            PaperSource(repo_root=REPO).load("calibration-binning"),
+            load_agent(agent),
+            out_dir=out,
+            model_config=model,
+            sandbox=SandboxConfig(backend="docker"),
+            network=NetworkPolicy.FILTERED,
+            snapshot_every_s=None,
+            resume=resume,
+            limits=AgentLimits(wall_time_s=limits.pop("wall_time_s", 600), **limits),
+        )
+    )
+
+
+def _submitted(out: Path) -> dict[str, str]:
+    with tarfile.open(out / "submission.tar.gz") as tar:
+        return {
+            m.name.removeprefix("./"): tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile() and not m.name.removeprefix("./").startswith(".git/")
+        }
+
+
+@pytest.mark.parametrize(
+    ("agent", "tool", "key_header"),
+    [("claude-code", "Write", "x-api-key"), ("codex", "shell", "authorization")],
+)
+def test_a_cli_agent_builds_a_submission_behind_the_gateway(
+    agent: str, tool: str, key_header: str, agent_image: str, server: FakeLLMServer, tmp_path: Path
+) -> None:
+    server.handler = _builder()
+    out = tmp_path / "run"
+    result = _rollout(out, agent, server)
+    assert result.status.status == "submitted", result.status.error
+    assert _submitted(out)["reproduce.sh"].strip() == SCRIPT.strip()
+
+    # the provider saw the host's key on every request, streamed; never the run's token
+    assert len(server.requests) == 2 and all(r.stream for r in server.requests)
+    key = ANTHROPIC_KEY if agent == "claude-code" else OPENAI_KEY
+    for request in server.requests:
+        assert key in request.headers[key_header]
+    token = (out / "gateway" / "gateway.jsonl").read_text()
+    assert key not in token  # nor is the key in the gateway's own record
+    # the agent never had the key: not in its output, its transcript or its sandbox's env
+    for name in ("agent_stdout.jsonl", "agent_stderr.log", "transcript.jsonl"):
+        assert key not in (out / name).read_text(), name
+
+    events = read_transcript(out / "transcript.jsonl")
+    calls = [e for e in events if isinstance(e, ModelCallEvent)]
+    assert len(calls) == 2 and all(c.label == "gateway" and c.usage.input_tokens for c in calls)
+    tools = [e for e in events if isinstance(e, ToolEvent)]
+    assert [t.name for t in tools] == [tool]
+    ledger = [r for r in read_cost_journal(out / "costs.jsonl") if r.label == "gateway"]
+    assert len(ledger) == 2 and all(r.outcome == "ok" for r in ledger)
+    assert (ledger[0].cost_usd or 0) > 0
+    assert result.status.costs.sent == 2
+    # the sandbox reached the gateway, by name, through its egress proxy, and the provider's
+    # own hosts not at all
+    log = [json.loads(x) for x in (out / "network.jsonl").read_text().splitlines()]
+    gateway = [e for e in log if e["host"] == "model-gateway.paperbench"]
+    assert len(gateway) >= 2 and all(e["rule"] == "host_service" for e in gateway)
+    vendors = [e for e in log if e["host"].endswith(("openai.com", "chatgpt.com", "anthropic.com"))]
+    assert all(e["verdict"] == "blocked" for e in vendors), vendors
+
+
+def test_the_budget_cap_stops_the_agent_at_the_gateway(
+    agent_image: str, server: FakeLLMServer, tmp_path: Path
+) -> None:
+    server.handler = _builder()
+    out = tmp_path / "run"
+    # the first call (a 37k-token prompt written to Anthropic's cache) costs about $0.14
+    result = _rollout(out, "claude-code", server, dollars=0.05)
+    assert (result.status.status, result.status.limit) == ("limit", "dollars")
+    assert len(server.requests) == 1  # the second call never left the gateway
+    records = read_cost_journal(out / "costs.jsonl")
+    assert [r.outcome for r in records if r.label == "gateway"][-1] == "budget_exhausted"
+    end = [e for e in read_transcript(out / "transcript.jsonl") if isinstance(e, EndEvent)][-1]
+    assert end.limit == "dollars"
+
+
+def test_the_step_limit_stops_the_agent_from_outside(
+    agent_image: str, server: FakeLLMServer, tmp_path: Path
+) -> None:
+    # the agent keeps running commands, one model call each
+    server.handler = lambda request: FakeReply(
+        tool_calls=(FakeToolCall("Bash", {"command": "sleep 1; echo again"}),)
+    )
+    out = tmp_path / "run"
+    started = time.monotonic()
+    result = _rollout(out, "claude-code", server, steps=3)
+    assert (result.status.status, result.status.limit) == ("limit", "steps")
+    assert 3 <= len(server.requests) <= 5  # stopped within a poll of its third call
+    assert time.monotonic() - started < 120
+
+
+def test_a_killed_run_resumes_in_a_new_session_to_the_end(
+    agent_image: str,
+    server: FakeLLMServer,
+    tmp_path: Path,
+    docker_client: Any,  # noqa: F811
+) -> None:
+    out = tmp_path / "run"
+    # the first session hangs in a long command; the process running it gets SIGKILL
+    server.handler = _builder(FakeToolCall("Bash", {"command": "sleep 600", "timeout": 600000}))
+    code = f"""
+import asyncio, sys
+sys.path.insert(0, {str(REPO)!r})
+from tests.agents.test_external import _rollout
+from paperbench.testing import FakeLLMServer
+class Server:  # the fake server's URLs, from the parent test
+    anthropic_url = {server.anthropic_url!r}
+    openai_url = {server.openai_url!r}
+_rollout(__import__("pathlib").Path({str(out)!r}), "claude-code", Server())
+"""
+    env = {**os.environ, "ANTHROPIC_API_KEY": ANTHROPIC_KEY}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not server.requests and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(3)  # the command is running in the sandbox
+        assert proc.poll() is None and server.requests
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (out / "status.json").exists()  # the run stays resumable
+    reap(docker_client, find_orphans(docker_client))  # the killed run's sandbox and network
+    asked_before = len(server.requests)
+
+    server.handler = _builder()
+    result = _rollout(out, "claude-code", server, resume=True)
+    assert result.status.status == "submitted", result.status.error
+    assert _submitted(out)["reproduce.sh"].strip() == SCRIPT.strip()
+    resumed = server.requests[asked_before]
+    first_user = json.dumps(resumed.body["messages"][0])
+    assert "this is a new session" in first_user and "Time left" in first_user
+    starts = [e for e in read_transcript(out / "transcript.jsonl") if e.type == "start"]
+    assert len(starts) == 2
