@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict
 from paperbench.sandbox import _docker_labels as L
 
 ObjectKind = Literal["container", "network", "volume"]
+IMAGE_KINDS = ("image", "base-image")
+"""The kinds of our images, whose labels (but no owner) a container made from one inherits."""
 OrphanKind = Literal["container", "network", "volume", "workspace", "cgroup", "firewall-rule"]
 
 
@@ -48,12 +50,19 @@ def _reason(labels: dict[str, str], everything: bool, stopped: bool = False) -> 
 
 def find_orphans(client: Any, *, everything: bool = False) -> list[Orphan]:
     """Managed containers, networks and volumes whose owner is gone (all of them with
-    ``everything``)."""
+    ``everything``).
+
+    A container that carries only the labels it inherited from one of our images (kind
+    ``image`` or ``base-image``, no owner) was not made by paperbench: a step of an image build
+    under way, or a plain ``docker run`` of the image. It is never an orphan (removing it
+    killed builds in flight)."""
     api = client.api
     flt = {"label": f"{L.MANAGED}=true"}
     found: list[Orphan] = []
     for c in api.containers(all=True, filters=flt):
         labels = c.get("Labels") or {}
+        if labels.get(L.KIND) in IMAGE_KINDS and not labels.get(L.OWNER):
+            continue
         stopped = c.get("State") not in ("running", "paused", "restarting", "created")
         reason = _reason(labels, everything, stopped)
         if reason:

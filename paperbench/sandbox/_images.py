@@ -1,5 +1,7 @@
 """The sandbox images: ``paperbench-agent`` and ``paperbench-reproducer`` (built by default),
-and ``paperbench-rcb`` (ResearchCodeBench's tests: torch, jax, timm...; built only by name).
+``paperbench-rcb`` (ResearchCodeBench's tests: torch, jax, timm...; built only by name) and
+``paperbench-agent-cli`` (the external agents: Claude Code, Codex CLI, mini-SWE-agent at the
+versions of :data:`BUILD_ARGS`; built only by name).
 
 No registry is needed. The base is bootstrapped from Debian's packages with ``debootstrap``
 (bookworm, minbase, every package either image needs) from the mirror this machine's apt uses,
@@ -10,7 +12,8 @@ then built through the SDK from ``docker/Dockerfile.<name>`` ``FROM`` that base.
 Every image is tagged by a hash of its inputs (Dockerfile text, package list, suite, base, CA
 bundle), e.g. ``paperbench-reproducer:3f9c0a1b2c4d``, and also ``:latest``; an existing tag means
 nothing to do. Extra CA certificates and the host's proxy variables go in only when asked.
-The builds have no network, except those of :data:`NETWORK_IMAGES` (pip installs from PyPI).
+The builds have no network, except those of :data:`NETWORK_IMAGES` (pip installs from PyPI,
+npm installs from the npm registry).
 """
 
 from __future__ import annotations
@@ -76,12 +79,38 @@ IMAGES: dict[str, tuple[str, ...]] = {
         "python3-pip",
         "procps",
     ),
+    # what paperbench-agent has; its Dockerfile apt-installs nodejs and npm (Debian's npm, 350
+    # node-* packages, breaks debootstrap: "Failure while configuring base packages"; nodejs alone
+    # in the base would add 92 MB to every image), then Claude Code and Codex CLI from the npm
+    # registry and mini-SWE-agent from PyPI (docker/Dockerfile.agent-cli)
+    "paperbench-agent-cli": (
+        "bash",
+        "ca-certificates",
+        "curl",
+        "git",
+        "python3",
+        "python3-venv",
+        "python3-pip",
+        "build-essential",
+        "procps",
+    ),
 }
+BUILD_ARGS: dict[str, dict[str, str]] = {
+    "paperbench-agent-cli": {
+        "CLAUDE_CODE_VERSION": "2.1.197",  # npm @anthropic-ai/claude-code
+        "CODEX_VERSION": "0.169.0",  # npm @openai/codex
+        "MINI_SWE_AGENT_VERSION": "2.4.6",  # PyPI mini-swe-agent
+        "LITELLM_VERSION": "1.110.2",  # PyPI litellm (mini-SWE-agent's model client)
+    },
+}
+"""Pinned versions an image's Dockerfile takes as build arguments (``ARG NAME``); part of the
+image's tag, so a changed pin means a new image."""
 DEFAULT_IMAGES: tuple[str, ...] = ("paperbench-agent", "paperbench-reproducer")
 """What ``paperbench images build`` builds when no name is given (``paperbench-rcb`` is
-several GB: built only by name, or when an RCB command first needs it)."""
-NETWORK_IMAGES: frozenset[str] = frozenset({"paperbench-rcb"})
-"""Images whose build reaches a package registry (PyPI). Without ``--ca-bundle`` they trust
+several GB: built only by name, or when an RCB command first needs it; so is
+``paperbench-agent-cli``)."""
+NETWORK_IMAGES: frozenset[str] = frozenset({"paperbench-rcb", "paperbench-agent-cli"})
+"""Images whose build reaches a package registry (PyPI, npm). Without ``--ca-bundle`` they trust
 the host's CA bundle, as the host does (TLS to the registry may be re-signed by a proxy)."""
 BASE_PACKAGES: tuple[str, ...] = tuple(sorted({p for pkgs in IMAGES.values() for p in pkgs}))
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
@@ -185,7 +214,7 @@ def dockerfile(name: str, docker_dir: Path = DOCKER_DIR) -> str:
 
 
 def image_tag(name: str, base_ref: str, opts: ImageOptions) -> str:
-    """``<name>:<hash of Dockerfile, packages, suite, base, CA bundle>``."""
+    """``<name>:<hash of Dockerfile, packages, suite, base, CA bundle, build arguments>``."""
     ca_hash = hashlib.sha256(_image_ca(name, opts)).hexdigest()
     inputs = (
         RECIPE_VERSION,
@@ -194,6 +223,7 @@ def image_tag(name: str, base_ref: str, opts: ImageOptions) -> str:
         dockerfile(name, opts.docker_dir),
         *IMAGES[name],
         ca_hash,
+        *(f"{k}={v}" for k, v in sorted(BUILD_ARGS.get(name, {}).items())),
     )
     return f"{name}:{_hash(*inputs)}"
 
@@ -335,7 +365,7 @@ def build_image(
     """
     log(f"building {tag}")
     labels = {k: v for k, v in L.labels("image").items() if k != L.OWNER}
-    buildargs = {"BASE": base_from, **opts.proxy_env}
+    buildargs = {"BASE": base_from, **BUILD_ARGS.get(name, {}), **opts.proxy_env}
     lines: list[str] = []
     try:
         for chunk in client.api.build(
@@ -429,6 +459,7 @@ def describe(client: Any) -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "BUILD_ARGS",
     "DEFAULT_IMAGES",
     "IMAGES",
     "NETWORK_IMAGES",

@@ -84,10 +84,11 @@ def test_the_dockerfile_installs_what_the_tests_import() -> None:
     assert "download.pytorch.org" not in text  # PyPI's default index only
 
 
-def test_build_help_names_the_default_and_the_extra_image() -> None:
+def test_build_help_names_the_default_and_the_extra_images() -> None:
     result = runner.invoke(app, ["images", "build", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "default: paperbench-agent, paperbench-reproducer; also: paperbench-rcb" in result.output
+    also = "also: paperbench-rcb, paperbench-agent-cli"
+    assert f"default: paperbench-agent, paperbench-reproducer; {also}" in result.output
 
 
 @pytest.mark.docker

@@ -4,7 +4,11 @@ and exit 0. Skipped when a binary is not installed (``npm install -g
 @anthropic-ai/claude-code @openai/codex``).
 
 ``data/claude_stream_json.jsonl`` and ``data/codex_exec_json.jsonl`` are what the two CLIs
-printed in such a run (``--output-format stream-json --verbose``; ``exec --json``)."""
+printed in such a run (``--output-format stream-json --verbose``; ``exec --json``).
+``data/mini_swe_agent_trajectory.json`` is the trajectory mini-SWE-agent 2.4.6 wrote in the
+paperbench-agent-cli image against the fake server (``mini --agent-class default -m
+openai/gpt-4o -t TASK -c mini.yaml ... -o FILE``: a bash tool call writes a file, the next runs
+``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``)."""
 
 from __future__ import annotations
 
@@ -151,3 +155,26 @@ def test_codex_against_the_fake_server(fake_llm: FakeLLMServer, tmp_path: Path, 
         assert items[-1] == "agent_message"
     done = [e["item"]["type"] for e in _events(result.stdout) if e["type"] == "item.completed"]
     assert ("file_change" if tool == "apply_patch" else "command_execution") in done
+
+
+def test_the_mini_swe_agent_sample_trajectory() -> None:
+    """What a reader of mini-SWE-agent's trajectories can count on (format 1.1)."""
+    traj = json.loads((DATA / "mini_swe_agent_trajectory.json").read_text())
+    assert set(traj) == {"info", "messages", "trajectory_format"}
+    assert traj["trajectory_format"] == "mini-swe-agent-1.1"
+    info = traj["info"]
+    assert info["mini_version"] == "2.4.6"
+    assert info["exit_status"] == "Submitted" and info["submission"] == ""
+    assert info["model_stats"]["api_calls"] == 2 and info["model_stats"]["instance_cost"] > 0
+    assert info["config"]["agent_type"] == "minisweagent.agents.default.DefaultAgent"
+    messages = traj["messages"]
+    roles = ["system", "user", "assistant", "tool", "assistant", "exit"]
+    assert [m["role"] for m in messages] == roles
+    first = messages[2]
+    assert first["tool_calls"][0]["function"]["name"] == "bash"
+    assert first["extra"]["actions"] == [
+        {"command": "echo hello > hello.txt && cat hello.txt", "tool_call_id": "call_1_0"}
+    ]
+    assert first["extra"]["response"]["usage"]["prompt_tokens"] > 0
+    assert messages[3]["tool_call_id"] == "call_1_0" and messages[3]["extra"]["returncode"] == 0
+    assert messages[-1]["extra"] == {"exit_status": "Submitted", "submission": ""}
