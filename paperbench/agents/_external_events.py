@@ -15,8 +15,8 @@ events, so the monitor scans them and the report shows them like any agent's:
   ``web_search`` items are ToolEvents (a call and its result, paired by the item id);
   ``turn.completed`` usage and ``error``/``turn.failed`` are notes.
 - ``mini-swe-agent``: its trajectory JSON (``messages``: system, user, then assistant answers
-  each holding one bash block and the observations as user messages): AssistantMessages and a
-  ``bash`` ToolEvent per action with the observation as its output.
+  with bash tool calls, or one fenced command in its text format, and the observations):
+  AssistantMessages and a ``bash`` ToolEvent per action with the observation as its output.
 
 The model calls themselves (usage, cost) are not taken from these streams: the model gateway
 records them as ModelCallEvents. A line that is not JSON is kept as an ``agent_output`` note;
@@ -264,52 +264,94 @@ class CodexJsonReader(EventReader):
         ]
 
 
-_BASH_BLOCK = re.compile(r"```(?:bash|sh)?\s*\n(.*?)\n```", re.DOTALL)
+_BASH_BLOCK = re.compile(r"```(?:bash|sh|mswea_bash_command)?\s*\n(.*?)\n```", re.DOTALL)
+
+
+def _mini_calls(message: dict[str, Any], step: int) -> tuple[ToolCall, ...]:
+    """The bash calls of a mini-SWE-agent answer: its tool calls (the default format), else
+    the fenced block of the text format."""
+    calls: list[ToolCall] = []
+    for raw in message.get("tool_calls") or []:
+        if not isinstance(raw, dict):
+            continue
+        function = raw.get("function") or {}
+        try:
+            args = json.loads(function.get("arguments") or "{}")
+        except json.JSONDecodeError:
+            args = {"command": str(function.get("arguments"))}
+        call_id = str(raw.get("id") or f"mini-{step}-{len(calls)}")
+        name = str(function.get("name") or "bash")
+        calls.append(
+            ToolCall(id=call_id, name=name, arguments=args if isinstance(args, dict) else {})
+        )
+    if calls:
+        return tuple(calls)
+    match = _BASH_BLOCK.search(_text_of(message.get("content")))
+    if match is None:
+        return ()
+    return (ToolCall(id=f"mini-{step}", name="bash", arguments={"command": match.group(1)}),)
+
+
+def _observation(content: str) -> tuple[str, int | None]:
+    """A mini-SWE-agent observation: JSON ``{returncode, output}`` (the default format) or
+    text with ``<returncode>`` (the text format)."""
+    try:
+        data = json.loads(content)
+    except json.JSONDecodeError:
+        data = None
+    if isinstance(data, dict) and "output" in data:
+        code = data.get("returncode")
+        return str(data["output"]), code if isinstance(code, int) else None
+    found = re.search(r"<returncode>\s*(-?\d+)\s*</returncode>", content)
+    return content, int(found.group(1)) if found else None
 
 
 def mini_trajectory_events(trajectory: dict[str, Any], step: int = 0) -> list[TranscriptEvent]:
-    """The events of a mini-SWE-agent trajectory (its ``messages``; see the module
-    docstring). The system prompt and the task are left out (the run's instructions are
-    recorded already)."""
+    """The events of a mini-SWE-agent trajectory (format 1.1: ``messages`` with system, user,
+    assistant answers with bash tool calls or a fenced command, ``tool`` or ``user``
+    observations, and a last ``exit`` message). The system prompt and the task are left out
+    (the run's instructions are recorded already); ``exit`` is an ``agent_result`` note."""
     events: list[TranscriptEvent] = []
-    pending: tuple[str, str] | None = None
+    pending: list[ToolCall] = []
     for message in trajectory.get("messages") or []:
         if not isinstance(message, dict):
             continue
         role, content = message.get("role"), _text_of(message.get("content"))
         if role == "assistant":
             step += 1
-            match = _BASH_BLOCK.search(content)
-            calls: tuple[ToolCall, ...] = ()
-            if match is not None:
-                call_id = f"mini-{step}"
-                calls = (ToolCall(id=call_id, name="bash", arguments={"command": match.group(1)}),)
-                pending = (call_id, match.group(1))
+            calls = _mini_calls(message, step)
+            pending = list(calls)
             answer = AssistantMessage(content=content, tool_calls=calls)
             events.append(MessageEvent(step=step, message=answer))
-        elif role in ("user", "tool") and pending is not None:
-            call_id, command = pending
-            pending = None
-            output = _cap(content)
-            code = re.search(r"<returncode>\s*(-?\d+)\s*</returncode>", content)
+        elif role in ("tool", "user") and pending:
+            wanted = message.get("tool_call_id")
+            call = next((c for c in pending if c.id == wanted), pending[0])
+            pending.remove(call)
+            output, code = _observation(content)
+            output = _cap(output)
             events.append(
                 ToolEvent(
                     step=step,
-                    tool_call_id=call_id,
-                    name="bash",
-                    arguments={"command": command},
+                    tool_call_id=call.id,
+                    name=call.name,
+                    arguments=call.arguments,
                     output=output,
-                    exit_code=int(code.group(1)) if code else None,
+                    exit_code=code,
                 )
             )
             events.append(
                 MessageEvent(
                     step=step,
-                    message=ToolMessage(tool_call_id=call_id, name="bash", content=output),
+                    message=ToolMessage(tool_call_id=call.id, name=call.name, content=output),
                 )
             )
         elif role == "user" and step > 0:
             events.append(MessageEvent(step=step, message=UserMessage(content=_cap(content))))
+        elif role == "exit":
+            extra = message.get("extra") or {}
+            info = {k: extra.get(k) for k in ("exit_status", "submission") if k in extra}
+            text = str(extra.get("exit_status") or "exit")
+            events.append(NoteEvent(step=step, kind="agent_result", text=text, data=info))
     return events
 
 

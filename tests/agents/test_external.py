@@ -32,6 +32,7 @@ from paperbench.llm import ModelConfig, read_cost_journal
 from paperbench.papers import PaperSource
 from paperbench.sandbox import NetworkPolicy, SandboxConfig
 from paperbench.sandbox._gc import find_orphans, reap
+from paperbench.sandbox._images import ensure_images
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, RecordedRequest
 from tests.sandbox.docker_fixtures import docker_client  # noqa: F401
 
@@ -46,7 +47,7 @@ SCRIPT = "echo replicated > result.txt\n"
 
 @pytest.fixture(scope="module")
 def agent_image(docker_client: Any) -> str:  # noqa: F811
-    return IMAGE  # TEMP
+    return ensure_images((IMAGE,), client=docker_client)[IMAGE]
 
 
 @pytest.fixture
@@ -61,21 +62,25 @@ def server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeLLMS
 
 
 def _tools(request: RecordedRequest) -> list[str]:
-    return [str(t.get("name") or t.get("type")) for t in request.body.get("tools") or []]
+    tools = request.body.get("tools") or []
+    return [str((t.get("function") or {}).get("name") or t.get("name") or t["type"]) for t in tools]
 
 
 def _answered(request: RecordedRequest) -> bool:
     sent = json.dumps(request.body.get("messages") or request.body.get("input") or [])
-    return "tool_result" in sent or "call_output" in sent
+    return "tool_result" in sent or "call_output" in sent or '"role": "tool"' in sent
 
 
 def _builder(first: FakeToolCall | None = None) -> Callable[[RecordedRequest], FakeReply]:
     """The scripted model: write reproduce.sh with the client's own tool, then finish."""
 
     def handler(request: RecordedRequest) -> FakeReply:
+        names = _tools(request)
+        if _answered(request) and names == ["bash"]:  # mini-SWE-agent ends with a command
+            end = FakeToolCall("bash", {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})
+            return FakeReply(text="done", tool_calls=(end,))
         if _answered(request):
             return FakeReply(text="done: reproduce.sh is written")
-        names = _tools(request)
         if first is not None:
             call = first
         elif "Write" in names:  # Claude Code
@@ -84,6 +89,9 @@ def _builder(first: FakeToolCall | None = None) -> Callable[[RecordedRequest], F
         elif "exec_command" in names:  # Codex
             command = f"printf '{SCRIPT.strip()}\\n' > /home/submission/reproduce.sh"
             call = FakeToolCall("exec_command", {"cmd": command})
+        elif names == ["bash"]:  # mini-SWE-agent
+            command = f"printf '{SCRIPT.strip()}\\n' > /home/submission/reproduce.sh"
+            call = FakeToolCall("bash", {"command": command})
         else:
             return FakeReply(text=f"no tool to write with among {names}")
         return FakeReply(text="Writing reproduce.sh.", tool_calls=(call,))
@@ -125,7 +133,11 @@ def _submitted(out: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     ("agent", "tool", "key_header"),
-    [("claude-code", "Write", "x-api-key"), ("codex", "shell", "authorization")],
+    [
+        ("claude-code", "Write", "x-api-key"),
+        ("codex", "shell", "authorization"),
+        ("mini-swe-agent", "bash", "authorization"),
+    ],
 )
 def test_a_cli_agent_builds_a_submission_behind_the_gateway(
     agent: str, tool: str, key_header: str, agent_image: str, server: FakeLLMServer, tmp_path: Path
@@ -137,7 +149,8 @@ def test_a_cli_agent_builds_a_submission_behind_the_gateway(
     assert _submitted(out)["reproduce.sh"].strip() == SCRIPT.strip()
 
     # the provider saw the host's key on every request, streamed; never the run's token
-    assert len(server.requests) == 2 and all(r.stream for r in server.requests)
+    assert len(server.requests) == 2
+    assert all(r.stream == (agent != "mini-swe-agent") for r in server.requests)  # litellm: JSON
     key = ANTHROPIC_KEY if agent == "claude-code" else OPENAI_KEY
     for request in server.requests:
         assert key in request.headers[key_header]
