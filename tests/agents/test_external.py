@@ -251,3 +251,26 @@ _rollout(__import__("pathlib").Path({str(out)!r}), "claude-code", Server())
     assert "this is a new session" in first_user and "Time left" in first_user
     starts = [e for e in read_transcript(out / "transcript.jsonl") if e.type == "start"]
     assert len(starts) == 2
+
+
+def test_a_cli_agent_is_on_the_leaderboard_with_the_gateways_costs(
+    agent_image: str, server: FakeLLMServer, tmp_path: Path
+) -> None:
+    """`paperbench run --agent claude-code` through the real CLI: rollout, monitor,
+    reproduction and grading (the dummy judge); its row and costs are the gateway's."""
+    from typer.testing import CliRunner
+
+    from paperbench.cli import app
+
+    server.handler = _builder()
+    args = ["run", "--agent", "claude-code", "--agent-model", "anthropic/claude-sonnet-4-5"]
+    args += ["--agent-base-url", server.anthropic_url, "--papers", "calibration-binning"]
+    args += ["--judge", "dummy", "--runs-dir", str(tmp_path / "runs"), "--sandbox", "docker"]
+    result = CliRunner().invoke(app, [*args, "--group", "g"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "runs" / "g" / "summary.json").read_text())
+    [row] = summary["agents"]
+    assert row["agent"] == "claude-code" and row["by_status"]["scored"] == 1
+    rollout = row["costs"]["by_stage"]["rollout"]
+    assert rollout["sent"] == len(server.requests) == 2 and rollout["cost_usd"] > 0
+    assert "claude-code" in (tmp_path / "runs" / "g" / "report" / "index.html").read_text()
