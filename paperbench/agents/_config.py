@@ -228,6 +228,16 @@ class CommandConfig(_Common):
     :mod:`paperbench.agents._external_events`)."""
     trajectory: str | None = None
     """A file the agent writes its trajectory to (``mini-swe-agent``), read at the end."""
+    session_dirs: list[str] = Field(default_factory=list)
+    """Folders of the agent's home that hold its sessions (e.g. ``.claude``): saved into the
+    run folder (``agent_session/``) after the first model call, then at most every
+    ``session_every_s`` seconds when a call was made since, and at the end; put back in the
+    next session's home after a restart or a resume."""
+    session_every_s: float = Field(default=15, gt=0)
+    resume_launch: str | None = None
+    """The command of a new session when a saved one exists: the agent's own way to go on
+    with its session (e.g. ``claude -p ... --continue``), told the note of the restart in
+    ``{resume_file}``. None: a new session with the instructions and the note."""
     grace_s: float = Field(default=30, gt=0)
     """Between the polite signal (SIGTERM) and the kill, when a limit stops the agent."""
     poll_s: float = Field(default=2.0, gt=0)

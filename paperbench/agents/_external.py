@@ -30,6 +30,7 @@ import contextlib
 import json
 import posixpath
 import shlex
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,7 +47,7 @@ from paperbench.agents._external_events import EventReader, mini_trajectory_even
 from paperbench.agents._transcript import ModelCallEvent, NoteEvent
 from paperbench.errors import ConfigError, SandboxError
 from paperbench.llm import Model, Usage
-from paperbench.sandbox import HostService
+from paperbench.sandbox import HostService, safe_extract
 
 if TYPE_CHECKING:
     from paperbench.gateway import GatewayCall, ModelGateway
@@ -186,15 +187,21 @@ class ExternalAgent(Agent):
         home = made.stdout
         self._dir = f"{home}/{AGENT_DIR}"
         values = self._values(home)
+        values["resume_file"] = f"{self._dir}/resume.md"
         text = ctx.instructions
+        launch = self.config.launch
         if ctx.resumed or ctx.history:
             left = ctx.limits.remaining_s()
             when = f"{left / 3600:.1f} hours" if left is not None else "no time limit"
-            text = (
+            note = (
                 "NOTE: this is a new session. The previous one was interrupted; your work so "
                 f"far is in {SUBMISSION_DIR} (restored from its last snapshot). Time left: "
-                f"{when}.\n\n{text}"
+                f"{when}."
             )
+            text = f"{note}\n\n{text}"
+            await ctx.sandbox.write_file(values["resume_file"], note.encode("utf-8"))
+            if self.config.resume_launch and await self._restore_session(ctx, home):
+                launch = self.config.resume_launch
         await ctx.sandbox.write_file(values["instructions_file"], text.encode("utf-8"))
         for path, content in self.config.files.items():
             target = _fill(path if path.startswith("/") else posixpath.join(home, path), values)
@@ -202,7 +209,7 @@ class ExternalAgent(Agent):
             await ctx.sandbox.exec(f"mkdir -p {shlex.quote(posixpath.dirname(target))}", timeout=30)
             await ctx.sandbox.write_file(target, _fill(content, values).encode())
         env = {k: _fill(v, values) for k, v in self.config.env.items()}
-        env["PB_LAUNCH"] = _fill(self.config.launch, values)
+        env["PB_LAUNCH"] = _fill(launch, values)
         remaining = ctx.limits.remaining_s()
         seconds = max(1, int(remaining)) if remaining is not None else 7 * 24 * 3600
         script = (
@@ -219,12 +226,21 @@ class ExternalAgent(Agent):
         )
         reader = reader_for(self.config.events, ctx.limits.steps)
         offset, stopped = 0, None
+        saved, saved_calls = asyncio.get_running_loop().time(), self._calls
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self.config.poll_s)
                 offset = await self._pull(ctx, reader, offset)
                 if done:
                     break
+                # the session is kept once a model call has been answered since the last
+                # time, at most every session_every_s (and right after the first call)
+                now = asyncio.get_running_loop().time()
+                first = saved_calls == 0 and self._calls > 0
+                due = now - saved >= self.config.session_every_s and self._calls > saved_calls
+                if first or due:
+                    saved, saved_calls = now, self._calls
+                    await self._save_session(ctx, home)
                 if stopped is None:
                     stopped = self._limit(ctx)
                     if stopped is not None:
@@ -237,6 +253,7 @@ class ExternalAgent(Agent):
                 with contextlib.suppress(BaseException):
                     await task
             await self._keep_raw(ctx)
+            await self._save_session(ctx, home)
         if self.config.events == "mini-swe-agent" and self.config.trajectory:
             await self._trajectory(ctx, values)
         return await self._outcome(ctx, result.exit_code, stopped)
@@ -286,6 +303,39 @@ class ExternalAgent(Agent):
         for event in reader.feed_all(chunk.splitlines()):
             ctx.transcript.append(event)
         return offset + len(chunk.encode("utf-8"))
+
+    async def _save_session(self, ctx: RunContext, home: str) -> None:
+        """The agent's session folders, into the run folder (``agent_session/<name>.tar.gz``)."""
+        if ctx.run_dir is None:
+            return
+        for name in self.config.session_dirs:
+            dest = Path(ctx.run_dir, "agent_session", f"{name.strip('/')}.tar.gz")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(SandboxError):  # not made yet: nothing to keep
+                await ctx.sandbox.snapshot(posixpath.join(home, name), dest)
+
+    async def _restore_session(self, ctx: RunContext, home: str) -> bool:
+        """The saved session folders put back in the new home; whether there were any."""
+        if ctx.run_dir is None:
+            return False
+        restored = False
+        for name in self.config.session_dirs:
+            archive = Path(ctx.run_dir, "agent_session", f"{name.strip('/')}.tar.gz")
+            if not archive.is_file():
+                continue
+            with tempfile.TemporaryDirectory(prefix="paperbench-session-") as tmp:
+                await asyncio.to_thread(safe_extract, archive, Path(tmp) / "s")
+                await ctx.sandbox.upload(Path(tmp) / "s", posixpath.join(home, name))
+            restored = True
+        if restored:
+            ctx.transcript.append(
+                NoteEvent(
+                    step=ctx.limits.steps,
+                    kind="agent_session_restored",
+                    text=f"{self.name}'s session restored: {', '.join(self.config.session_dirs)}",
+                )
+            )
+        return restored
 
     async def _keep_raw(self, ctx: RunContext) -> None:
         """The agent's stdout and stderr, kept in the run folder as they are."""

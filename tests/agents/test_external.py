@@ -12,6 +12,7 @@ resumed to the end."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -208,7 +209,16 @@ def test_the_step_limit_stops_the_agent_from_outside(
     assert time.monotonic() - started < 120
 
 
-def test_a_killed_run_resumes_in_a_new_session_to_the_end(
+@pytest.mark.parametrize(
+    ("agent", "hang"),
+    [
+        ("claude-code", FakeToolCall("Bash", {"command": "sleep 600", "timeout": 600000})),
+        ("codex", FakeToolCall("exec_command", {"cmd": "sleep 600", "yield_time_ms": 600000})),
+    ],
+)
+def test_a_killed_run_resumes_in_the_agents_own_session_to_the_end(
+    agent: str,
+    hang: FakeToolCall,
     agent_image: str,
     server: FakeLLMServer,
     tmp_path: Path,
@@ -216,7 +226,7 @@ def test_a_killed_run_resumes_in_a_new_session_to_the_end(
 ) -> None:
     out = tmp_path / "run"
     # the first session hangs in a long command; the process running it gets SIGKILL
-    server.handler = _builder(FakeToolCall("Bash", {"command": "sleep 600", "timeout": 600000}))
+    server.handler = _builder(hang)
     code = f"""
 import asyncio, sys
 sys.path.insert(0, {str(REPO)!r})
@@ -225,15 +235,15 @@ from paperbench.testing import FakeLLMServer
 class Server:  # the fake server's URLs, from the parent test
     anthropic_url = {server.anthropic_url!r}
     openai_url = {server.openai_url!r}
-_rollout(__import__("pathlib").Path({str(out)!r}), "claude-code", Server())
+_rollout(__import__("pathlib").Path({str(out)!r}), {agent!r}, Server())
 """
-    env = {**os.environ, "ANTHROPIC_API_KEY": ANTHROPIC_KEY}
+    env = {**os.environ, "ANTHROPIC_API_KEY": ANTHROPIC_KEY, "OPENAI_API_KEY": OPENAI_KEY}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while not server.requests and time.monotonic() < deadline:
             time.sleep(0.5)
-        time.sleep(3)  # the command is running in the sandbox
+        time.sleep(6)  # the command runs in the sandbox; the session was saved after the call
         assert proc.poll() is None and server.requests
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -242,15 +252,33 @@ _rollout(__import__("pathlib").Path({str(out)!r}), "claude-code", Server())
     reap(docker_client, find_orphans(docker_client))  # the killed run's sandbox and network
     asked_before = len(server.requests)
 
-    server.handler = _builder()
-    result = _rollout(out, "claude-code", server, resume=True)
+    # the resumed session's conversation may hold the first one's interrupted call and its
+    # result: answered means "reproduce.sh was written", not "a tool result is there"
+    write = _builder()
+
+    def handler(request: RecordedRequest) -> FakeReply:
+        body = json.dumps(request.body.get("messages") or request.body.get("input") or [])
+        if "replicated" in body:
+            return FakeReply(text="done: reproduce.sh is written")
+        fresh = {**request.body, "messages": [], "input": []}  # as if nothing was done yet
+        return write(dataclasses.replace(request, body=fresh))
+
+    server.handler = handler
+    result = _rollout(out, agent, server, resume=True)
     assert result.status.status == "submitted", result.status.error
     assert _submitted(out)["reproduce.sh"].strip() == SCRIPT.strip()
-    resumed = server.requests[asked_before]
-    first_user = json.dumps(resumed.body["messages"][0])
-    assert "this is a new session" in first_user and "Time left" in first_user
-    starts = [e for e in read_transcript(out / "transcript.jsonl") if e.type == "start"]
-    assert len(starts) == 2
+    # the new session is Claude Code's own, continued (its ~/.claude put back): it holds the
+    # first session's conversation, then the note of the restart
+    body = server.requests[asked_before].body
+    turns = body.get("messages") or body.get("input") or []
+    texts = [json.dumps(m.get("content")) for m in turns if m.get("role") == "user"]
+    first = next(i for i, t in enumerate(texts) if "research paper to replicate" in t)
+    note = next(i for i, t in enumerate(texts) if "this is a new session" in t)
+    assert first < note  # the task came in the first session; the note is the new turn
+    assert "research paper to replicate" not in texts[note] and "Time left" in texts[note]
+    events = read_transcript(out / "transcript.jsonl")
+    assert len([e for e in events if e.type == "start"]) == 2
+    assert [e for e in events if getattr(e, "kind", None) == "agent_session_restored"]
 
 
 def test_a_cli_agent_is_on_the_leaderboard_with_the_gateways_costs(
