@@ -232,6 +232,12 @@ class CommandConfig(_Common):
     """Between the polite signal (SIGTERM) and the kill, when a limit stops the agent."""
     poll_s: float = Field(default=2.0, gt=0)
     """How often the agent's output is read into the transcript while it works."""
+    install: list[str] = Field(default_factory=list)
+    """Shell commands run as root, in order, at image build time on top of the agent's image
+    (``resources.image``, default ``paperbench-agent``): the agent runs in the derived image
+    ``paperbench-agent-custom:<hash>``, built once (with the registries' network) and reused
+    while its tag exists. Pin versions here (``pip install 'x==1.2'``, ``npm install -g
+    y@3.4``) rather than installing at every rollout. Docker only."""
 
 
 AnyAgentConfig = (
