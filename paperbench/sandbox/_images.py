@@ -468,6 +468,7 @@ _DERIVED_PREAMBLE = (
 )
 """What a derived image's Dockerfile has between its ``FROM`` and its commands."""
 _NOISE = ("--->", "Removing intermediate container", "Step ")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STEP = re.compile(r"^Step (\d+)/\d+ : ")
 
 
@@ -583,9 +584,11 @@ def _build_derived(
             decode=True,
             pull=False,
         ):
-            for line in str(chunk.get("stream", "")).splitlines():
+            for line in _ANSI.sub("", str(chunk.get("stream", ""))).splitlines():
                 if match := _STEP.match(line):
                     step = int(match.group(1))
+                ours = first <= step < first + len(commands)  # an install command's step
+                if ours and line.strip() and not line.strip().startswith(_NOISE[:2]):
                     say(line.strip())
                 lines.append(line)
             if "error" in chunk:
