@@ -14,6 +14,10 @@ bundle), e.g. ``paperbench-reproducer:3f9c0a1b2c4d``, and also ``:latest``; an e
 nothing to do. Extra CA certificates and the host's proxy variables go in only when asked.
 The builds have no network, except those of :data:`NETWORK_IMAGES` (pip installs from PyPI,
 npm installs from the npm registry).
+
+:func:`ensure_derived_image` builds a derived image: any image present plus shell commands run
+on it as root (a ``command`` agent's ``install:``), ``paperbench-agent-custom:<hash>`` over the
+base's id, the commands and the CA/proxy inputs, with the registry builds' network.
 """
 
 from __future__ import annotations
