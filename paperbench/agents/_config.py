@@ -395,6 +395,8 @@ def load_agent(ref: str | Path) -> LoadedAgent:
     dumped = config.model_dump(mode="json")
     if config.resources == AgentResources():
         del dumped["resources"]  # identities of configs without resources are as they were
+    if dumped.get("install") == []:
+        del dumped["install"]  # nor those of command agents without install commands
     digest.update(json.dumps(dumped, sort_keys=True).encode())
     for key in sorted(contents):
         digest.update(f"\x00{key}\x00{files[key]}\x00".encode())
