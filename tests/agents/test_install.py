@@ -205,3 +205,27 @@ def test_stage_image_builds_an_own_image_named_without_a_tag_when_missing(
         present[image] = False
         assert asyncio.run(stage_image(backend, "paperbench-agent", image)) == image
     assert len(built) == 1
+
+
+def test_paperbench_run_refuses_install_on_the_local_backend_before_any_work(
+    server: FakeLLMServer, tmp_path: Path
+) -> None:
+    import paperbench
+    from paperbench.runs._config import EvalConfig, JudgeSettings, SandboxSettings
+
+    config = _config(tmp_path, [INSTALL])
+    settings = EvalConfig(
+        group="g",
+        runs_dir=tmp_path / "runs",
+        papers="calibration-binning",
+        agents=[str(config)],
+        judge=JudgeSettings(config="dummy"),
+        sandbox=SandboxSettings(backend="local"),
+        report=False,
+    )
+    with pytest.raises(ConfigError) as caught:
+        paperbench.evaluate(settings)
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith(f"{config}: $.install: ")
+    assert "--sandbox docker" in line
+    assert not (tmp_path / "runs" / "g").exists()
