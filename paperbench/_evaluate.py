@@ -17,8 +17,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from paperbench._console import console, err_console, plural, warning
-from paperbench.agents import resources_line
-from paperbench.agents._resources import ResolvedResources, refuse_image_without_docker
+from paperbench.agents import load_agent, resources_line
+from paperbench.agents._resources import (
+    ResolvedResources,
+    refuse_image_without_docker,
+    refuse_install_without_docker,
+)
 from paperbench.errors import UsageError
 from paperbench.report import Summary, read_group_files, summarize_group, write_report
 from paperbench.runs._config import DEFAULT_RUNS_DIR, EvalConfig, ExecutorSettings
@@ -76,6 +80,9 @@ def evaluate(config: EvalConfig | None = None) -> Evaluation:
     for entry in planned.agents:
         if entry.resources is not None:
             refuse_image_without_docker(entry.resources.image, sandbox.backend)
+        loaded = load_agent(entry.ref)
+        install = getattr(loaded.config, "install", None) or []
+        refuse_install_without_docker(install, sandbox.backend, loaded.path)
     executor = build_executor(config.executor)
     try:
         open_group(group_dir, planned)

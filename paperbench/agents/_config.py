@@ -242,6 +242,12 @@ class CommandConfig(_Common):
     """Between the polite signal (SIGTERM) and the kill, when a limit stops the agent."""
     poll_s: float = Field(default=2.0, gt=0)
     """How often the agent's output is read into the transcript while it works."""
+    install: list[str] = Field(default_factory=list)
+    """Shell commands run as root, in order, at image build time on top of the agent's image
+    (``resources.image``, default ``paperbench-agent``): the agent runs in the derived image
+    ``paperbench-agent-custom:<hash>``, built once (with the registries' network) and reused
+    while its tag exists. Pin versions here (``pip install 'x==1.2'``, ``npm install -g
+    y@3.4``) rather than installing at every rollout. Docker only."""
 
 
 AnyAgentConfig = (
@@ -399,6 +405,8 @@ def load_agent(ref: str | Path) -> LoadedAgent:
     dumped = config.model_dump(mode="json")
     if config.resources == AgentResources():
         del dumped["resources"]  # identities of configs without resources are as they were
+    if dumped.get("install") == []:
+        del dumped["install"]  # nor those of command agents without install commands
     digest.update(json.dumps(dumped, sort_keys=True).encode())
     for key in sorted(contents):
         digest.update(f"\x00{key}\x00{files[key]}\x00".encode())

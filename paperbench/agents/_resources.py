@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,21 @@ def refuse_image_without_docker(image: str | None, backend: str) -> None:
             f"image {image} (--image or resources.image): only the Docker backend runs an "
             f"image; the {backend} backend runs the host's own system; use --sandbox docker "
             "or drop the image"
+        )
+
+
+def refuse_install_without_docker(install: Sequence[str], backend: str, file: Path | None) -> None:
+    """``install`` commands run in a Docker image build only: the local backend has no image.
+
+    Raises:
+        ConfigError: ``install`` given with a backend other than ``docker`` (or ``auto``).
+    """
+    if install and backend not in ("docker", "auto"):
+        raise ConfigError(
+            f"install commands run only in a Docker image build; the {backend} backend runs "
+            "the host's own system: use --sandbox docker",
+            file=file,
+            path="$.install",
         )
 
 

@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,6 +73,7 @@ from paperbench.agents._resources import (
     AgentResources,
     RunResources,
     refuse_image_without_docker,
+    refuse_install_without_docker,
 )
 from paperbench.agents._rollout_files import (
     DEFAULT_MAX_RESTARTS,
@@ -100,6 +102,7 @@ from paperbench.agents._transcript import (
 )
 from paperbench.errors import (
     BudgetExhaustedError,
+    ConfigError,
     LfsPointerError,
     ModelUnavailableError,
     PaperbenchError,
@@ -121,6 +124,7 @@ from paperbench.sandbox import (
     stage_image,
 )
 
+log = logging.getLogger("paperbench.sandbox")
 AGENT_IMAGE = "paperbench-agent"
 GIT_USER = ("paperbench-agent", "agent@paperbench.invalid")
 _COMMAND_TIMEOUT_S = 120.0
@@ -137,14 +141,41 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-async def resolve_agent_image(backend: SandboxBackend, image: str | None = None) -> str:
+async def resolve_agent_image(
+    backend: SandboxBackend,
+    image: str | None = None,
+    install: Sequence[str] = (),
+    config_file: Path | None = None,
+) -> str:
     """The agent image: ``image`` when given, else paperbench's agent image on Docker (built
-    when missing) or the host's own system on the local backend.
+    when missing) or the host's own system on the local backend. With ``install`` (the agent
+    config's commands; Docker only), the image derived from that one by running them, built
+    once and reused while its tag exists (:func:`~paperbench.sandbox._images.ensure_derived_image`).
 
     Raises:
         SandboxError: the image cannot be found or built.
+        ConfigError: an install command failed (``$.install[i]`` of ``config_file``, with the
+            last lines of the build's log), or ``install`` on a backend other than Docker.
     """
-    return await stage_image(backend, AGENT_IMAGE, image)
+    base = await stage_image(backend, AGENT_IMAGE, image)
+    if not install:
+        return base
+    refuse_install_without_docker(install, backend.name, config_file)
+    from paperbench.sandbox._images import DerivedBuildError, ensure_derived_image
+
+    def say(line: str) -> None:
+        log.warning("%s", line)
+
+    try:
+        return await asyncio.to_thread(ensure_derived_image, base, list(install), log=say)
+    except DerivedBuildError as exc:
+        if exc.index is None:
+            raise
+        raise ConfigError(
+            f"install command failed in the image build: {exc.tail}",
+            file=config_file,
+            path=f"$.install[{exc.index}]",
+        ) from None
 
 
 def stage_paper(paper: Paper, dest: Path) -> list[str]:
@@ -465,6 +496,7 @@ async def _open(
 
     backend = await config.sandbox.build()
     refuse_image_without_docker(plan.resolved.image, backend.name)  # auto chose another backend
+    refuse_install_without_docker(plan.agent.install, backend.name, plan.agent.config_file)
     status = RolloutStatus(
         status="error",
         paper_id=paper.id,
@@ -519,6 +551,8 @@ async def _attempt(session: _Session) -> None:
     except asyncio.CancelledError:
         session.cancelled = True
         status.status, status.error = "cancelled", "the rollout was cancelled"
+    except ConfigError as exc:  # an install command failed: the config's fault, not the sandbox's
+        status.status, status.error = "error", str(exc)
     except ModelUnavailableError as exc:
         session.paused = RolloutPausedError(
             session.run.out, "provider", f"the model provider is unavailable: {exc}"
@@ -545,7 +579,9 @@ async def _start_sandbox(session: _Session) -> SandboxSpec:
     /home/submission: the last snapshot on a resume), the agent's time started, and the
     transcript told (StartEvent; on a resume an ``environment_restarted`` note)."""
     plan, out = session.plan, session.run.out
-    session.status.sandbox_image = await resolve_agent_image(session.backend, plan.resolved.image)
+    session.status.sandbox_image = await resolve_agent_image(
+        session.backend, plan.resolved.image, plan.agent.install, plan.agent.config_file
+    )
     spec = SandboxSpec(
         image=session.status.sandbox_image,
         limits=plan.sandbox_limits,

@@ -20,6 +20,7 @@ from paperbench.agents._resources import (
     AgentResources,
     ResolvedResources,
     refuse_image_without_docker,
+    refuse_install_without_docker,
     resolve,
 )
 from paperbench.agents._rollout_files import RolloutConfig
@@ -54,6 +55,8 @@ class ResolvedAgent:
     sandbox_user: SandboxUserKind = "root"
     own_resources: AgentResources = field(default_factory=AgentResources)
     config_file: Path | None = None
+    install: list[str] = field(default_factory=list)
+    """The config's ``install`` commands: the agent runs in the image they derive."""
 
 
 @dataclass
@@ -124,6 +127,7 @@ def resolve_agent(
         sandbox_user=getattr(cfg, "sandbox_user", "root"),
         own_resources=getattr(cfg, "resources", None) or AgentResources(),
         config_file=getattr(agent, "path", None),
+        install=list(getattr(cfg, "install", None) or []),
     )
 
 
@@ -142,7 +146,9 @@ def _instructions_and_resources(
     resolved, sandbox_env = resolve(who.own_resources, resources, config_file=who.config_file)
     if image is not None:
         resolved = resolved.model_copy(update={"image": image})
-    refuse_image_without_docker(resolved.image, (sandbox or SandboxConfig()).backend)
+    backend = (sandbox or SandboxConfig()).backend
+    refuse_image_without_docker(resolved.image, backend)
+    refuse_install_without_docker(who.install, backend, who.config_file)
     notes_template = (getattr(agent, "prompts", None) or {}).get("additional_notes")
     if instructions is None and notes_template:
         # What the run really gives the agent, never more (PaperBench's additional notes).

@@ -14,6 +14,10 @@ bundle), e.g. ``paperbench-reproducer:3f9c0a1b2c4d``, and also ``:latest``; an e
 nothing to do. Extra CA certificates and the host's proxy variables go in only when asked.
 The builds have no network, except those of :data:`NETWORK_IMAGES` (pip installs from PyPI,
 npm installs from the npm registry).
+
+:func:`ensure_derived_image` builds a derived image: any image present plus shell commands run
+on it as root (a ``command`` agent's ``install:``), ``paperbench-agent-custom:<hash>`` over the
+base's id, the commands and the CA/proxy inputs, with the registry builds' network.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import contextlib
 import fcntl
 import hashlib
 import io
+import json
 import os
 import platform
 import re
@@ -30,7 +35,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +240,15 @@ def _exists(client: Any, ref: str) -> str | None:
         return str(client.api.inspect_image(ref)["Id"])
     except ImageNotFound:
         return None
+
+
+def image_present(ref: str, *, client: Any = None) -> bool:
+    """Whether the engine has the image ``ref``."""
+    if client is None:
+        from paperbench.sandbox._docker import connect
+
+        client = connect()
+    return _exists(client, ref) is not None
 
 
 @contextlib.contextmanager
@@ -443,6 +457,152 @@ def ensure_images(
     return tags
 
 
+# --------------------------------------------------------------------------- derived images
+
+DERIVED_REPO = "paperbench-agent-custom"
+_DERIVED_PREAMBLE = (
+    "COPY extra-ca.crt /usr/local/share/ca-certificates/paperbench-extra.crt",
+    "RUN if [ -s /usr/local/share/ca-certificates/paperbench-extra.crt ]; then "
+    "update-ca-certificates; else rm /usr/local/share/ca-certificates/paperbench-extra.crt; fi",
+    "ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "
+    "REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt "
+    "PIP_CERT=/etc/ssl/certs/ca-certificates.crt "
+    "NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt",
+    "USER root",
+)
+"""What a derived image's Dockerfile has between its ``FROM`` and its commands."""
+_NOISE = ("--->", "Removing intermediate container", "Step ")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_STEP = re.compile(r"^Step (\d+)/\d+ : ")
+
+
+class DerivedBuildError(ImageBuildError):
+    """A derived image's build failed; ``index`` is the command that failed (None: another
+    step), ``tail`` the last lines of the build's log."""
+
+    def __init__(self, message: str, *, index: int | None, tail: str) -> None:
+        super().__init__(message)
+        self.index = index
+        self.tail = tail
+
+
+def derived_dockerfile(base: str, commands: Sequence[str]) -> str:
+    """``FROM base``, the CA certificates, then one ``RUN`` per command (as root)."""
+    runs = [f"RUN {json.dumps(['/bin/sh', '-c', c])}" for c in commands]
+    return "\n".join([f"FROM {base}", *_DERIVED_PREAMBLE, *runs]) + "\n"
+
+
+def derived_tag(
+    base_id: str, commands: Sequence[str], opts: ImageOptions, repo: str = DERIVED_REPO
+) -> str:
+    """``<repo>:<hash of the base image's id, the commands, the CA bundle, the proxy>``."""
+    ca_hash = hashlib.sha256(_derived_ca(opts)).hexdigest()
+    proxy = [f"{k}={v}" for k, v in sorted(opts.proxy_env.items())]
+    inputs = (RECIPE_VERSION, "derived", base_id, derived_dockerfile("BASE", commands), ca_hash)
+    return f"{repo}:{_hash(*inputs, *proxy)}"
+
+
+def _derived_ca(opts: ImageOptions) -> bytes:
+    """As an image of :data:`NETWORK_IMAGES`: ``--ca-bundle``, else the host's bundle."""
+    if opts.ca_bundle is None and DEFAULT_HOST_CA_BUNDLE.is_file():
+        return _ca_bytes(DEFAULT_HOST_CA_BUNDLE)
+    return _ca_bytes(opts.ca_bundle)
+
+
+def ensure_derived_image(
+    base: str,
+    commands: Sequence[str],
+    opts: ImageOptions | None = None,
+    *,
+    client: Any = None,
+    log: Log | None = None,
+    repo: str = DERIVED_REPO,
+) -> str:
+    """The image ``base`` with ``commands`` run on it as root, one ``RUN`` each, in order:
+    ``<repo>:<hash>`` (:func:`derived_tag`), built once through the SDK with the network of the
+    registry builds (the host's CA bundle trusted, proxy variables when asked) and reused
+    while the tag exists. ``base`` must exist in the engine.
+
+    Raises:
+        SandboxUnavailableError: no Docker engine answers.
+        ImageBuildError: ``base`` is missing.
+        DerivedBuildError: the build failed (the failing command's index and the log's tail).
+    """
+    opts = opts or ImageOptions()
+    say: Log = log or (lambda _msg: None)
+    if client is None:
+        from paperbench.sandbox._docker import connect
+
+        client = connect(timeout=900)
+    base_id = _exists(client, base)
+    if base_id is None:
+        raise ImageBuildError(f"the base image {base} is missing from the Docker engine")
+    tag = derived_tag(base_id, commands, opts, repo)
+    with _lock():
+        if not opts.rebuild and _exists(client, tag) is not None:
+            say(f"{tag} is up to date")
+            return tag
+        started = time.monotonic()
+        say(f"building {tag} FROM {base} ({len(commands)} install commands)")
+        _build_derived(client, tag, base_id, commands, opts, say)
+        say(f"built {tag} in {time.monotonic() - started:.0f}s")
+    return tag
+
+
+def _build_derived(
+    client: Any, tag: str, base_id: str, commands: Sequence[str], opts: ImageOptions, say: Log
+) -> None:
+    files = {
+        "Dockerfile": derived_dockerfile(base_id, commands).encode(),
+        "extra-ca.crt": _derived_ca(opts),
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for fname, data in files.items():
+            info = tarfile.TarInfo(fname)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    first = 2 + len(_DERIVED_PREAMBLE)  # the step of the first command (FROM is step 1)
+    step = 0
+    lines: list[str] = []
+
+    def fail(error: str) -> DerivedBuildError:
+        said = [x.strip() for x in lines if x.strip() and not x.strip().startswith(_NOISE)]
+        tail = " | ".join([*said[-4:], error.strip()])
+        index = step - first if first <= step < first + len(commands) else None
+        what = f"install command {index} failed" if index is not None else "failed"
+        return DerivedBuildError(f"building {tag} {what}: {tail}", index=index, tail=tail)
+
+    labels = {k: v for k, v in L.labels("image").items() if k != L.OWNER}
+    try:
+        for chunk in client.api.build(
+            fileobj=buf,
+            custom_context=True,
+            tag=tag,
+            buildargs=dict(opts.proxy_env),
+            labels=labels,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            pull=False,
+        ):
+            for line in _ANSI.sub("", str(chunk.get("stream", ""))).splitlines():
+                if match := _STEP.match(line):
+                    step = int(match.group(1))
+                ours = first <= step < first + len(commands)  # an install command's step
+                if ours and line.strip() and not line.strip().startswith(_NOISE[:2]):
+                    say(line.strip())
+                lines.append(line)
+            if "error" in chunk:
+                raise fail(str(chunk["error"]))
+    except ImageBuildError:
+        raise
+    except Exception as exc:
+        raise fail(str(exc)) from exc
+
+
 def describe(client: Any) -> list[dict[str, Any]]:
     """The paperbench images present in the engine (for ``paperbench images list``)."""
     out = []
@@ -461,13 +621,18 @@ def describe(client: Any) -> list[dict[str, Any]]:
 __all__ = [
     "BUILD_ARGS",
     "DEFAULT_IMAGES",
+    "DERIVED_REPO",
     "IMAGES",
     "NETWORK_IMAGES",
+    "DerivedBuildError",
     "ImageOptions",
     "base_tag",
     "debian_mirror",
+    "derived_tag",
     "describe",
+    "ensure_derived_image",
     "ensure_images",
+    "image_present",
     "image_tag",
     "proxy_from_host",
 ]

@@ -160,14 +160,36 @@ async def stage_image(backend: SandboxBackend, name: str, image: str | None = No
     (``paperbench-agent``, ``paperbench-reproducer``) on Docker, built when missing, or the
     host's own system on the local backend.
 
+    An ``image`` that names one of paperbench's own images without a tag (e.g.
+    ``resources.image: paperbench-agent-cli``) and is missing from the engine, as on a fresh
+    machine, is built here (said on the console) instead of failing at container start; one
+    present is used as it is.
+
     Raises:
         SandboxError: the image cannot be found or built.
     """
-    if image:
+    if image and (backend.name != "docker" or not await _own_image_missing(image)):
         return image
     if backend.name != "docker":
         return LOCAL_IMAGE
     from paperbench.sandbox._images import ensure_images
 
-    tags = await asyncio.to_thread(ensure_images, (name,))
-    return tags[name]
+    wanted = image or name
+    if image:
+        log.warning("the image %s is missing: building it (once)", image)
+    tags = await asyncio.to_thread(ensure_images, (wanted,), log=_say if image else None)
+    return tags[wanted]
+
+
+def _say(line: str) -> None:
+    """An image build's progress line, on the console (the sandbox's log)."""
+    log.warning("%s", line)
+
+
+async def _own_image_missing(image: str) -> bool:
+    """Whether ``image`` is one of paperbench's own images named without a tag, missing."""
+    from paperbench.sandbox._images import IMAGES, image_present
+
+    if image not in IMAGES:
+        return False
+    return not await asyncio.to_thread(image_present, image)
