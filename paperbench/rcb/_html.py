@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
 from pydantic import BaseModel, ValidationError
 
 from paperbench._console import plural
@@ -54,19 +54,13 @@ class _Answer(BaseModel):
 
 
 def _env() -> Environment:
-    env = Environment(
-        loader=PackageLoader("paperbench.report", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        auto_reload=False,
-    )
+    """The report package's environment, with this report's number formats."""
+    from paperbench.report._html import template_environment
+
+    env = template_environment()
     env.filters["pct"] = lambda v: "–" if v is None else f"{100 * v:.1f}%"
-    env.filters["usd"] = lambda v: "–" if v is None else f"${v:.4f}"
     env.filters["num"] = lambda v, d=1: "–" if v is None else f"{v:.{d}f}"
-    env.globals["plural"] = plural
+    env.filters["usd"] = lambda v: "–" if v is None else f"${v:.4f}"
     return env
 
 

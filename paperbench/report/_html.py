@@ -51,7 +51,9 @@ OPEN_DEPTH = 2
 """Rubric nodes shallower than this are open when the page loads; deeper ones collapsed."""
 
 
-def _env() -> Environment:
+def template_environment() -> Environment:
+    """The report's jinja2 environment (autoescaped, strict; its filters and globals), also
+    for other reports made of its templates (the RCB report)."""
     env = Environment(
         loader=PackageLoader("paperbench.report", "templates"),
         autoescape=True,
@@ -343,7 +345,7 @@ def run_page_context(run: RunFiles, metrics: RunMetrics) -> dict[str, Any]:
 
 def write_html(summary: Summary, files: GroupFiles, out_dir: Path) -> Path:
     """Write index.html and runs/*.html under ``out_dir``; returns index.html's path."""
-    env = _env()
+    env = template_environment()
     index = out_dir / "index.html"
     atomic_write_text(
         index,

@@ -88,18 +88,8 @@ IMAGES: dict[str, tuple[str, ...]] = {
     # node-* packages, breaks debootstrap: "Failure while configuring base packages"; nodejs alone
     # in the base would add 92 MB to every image), then Claude Code and Codex CLI from the npm
     # registry and mini-SWE-agent from PyPI (docker/Dockerfile.agent-cli)
-    "paperbench-agent-cli": (
-        "bash",
-        "ca-certificates",
-        "curl",
-        "git",
-        "python3",
-        "python3-venv",
-        "python3-pip",
-        "build-essential",
-        "procps",
-    ),
 }
+IMAGES["paperbench-agent-cli"] = IMAGES["paperbench-agent"]  # an agent image, and more
 BUILD_ARGS: dict[str, dict[str, str]] = {
     "paperbench-agent-cli": {
         "CLAUDE_CODE_VERSION": "2.1.197",  # npm @anthropic-ai/claude-code
