@@ -31,6 +31,7 @@ import importlib.util
 import json
 import math
 import re
+import threading
 import types
 from collections.abc import Callable, Iterable
 from functools import lru_cache
@@ -102,8 +103,18 @@ def _ranks_from_package(encoding: str) -> Callable[..., dict[bytes, int]]:
     return load
 
 
-@lru_cache(maxsize=4)
+_ENCODING_LOCK = threading.Lock()
+
+
 def _encoding(encoding: str) -> Any:
+    """:func:`_build_encoding`, built once: threads asking for it at once (a server's first
+    requests) wait for the one build instead of each building it (seconds each)."""
+    with _ENCODING_LOCK:
+        return _build_encoding(encoding)
+
+
+@lru_cache(maxsize=4)
+def _build_encoding(encoding: str) -> Any:
     """tiktoken's ``Encoding`` for ``encoding``, built offline from the bundled vocabulary.
 
     tiktoken's own constructor in ``tiktoken_ext.openai_public`` is run with a copy of its

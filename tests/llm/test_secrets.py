@@ -97,10 +97,13 @@ _HOLDS_NO_SECRET = {
     },
     "paperbench.sandbox": {
         "Blacklist", "BlacklistHit", "DiskUsage", "DockerBackend", "DockerEgressGateway",
-        "EgressProxy", "ExecResult", "ExtractReport", "GpuRequest", "LeftOutFile", "LocalBackend",
+        "EgressProxy", "ExecResult", "ExtractReport", "GpuRequest", "HostService", "LeftOutFile",
+        "LocalBackend",
         "LocalSandbox", "NetworkLogEntry", "NetworkPolicy", "Sandbox", "SandboxBackend",
         "SandboxConfig", "SandboxLimits", "SkippedMember",
     },
+    # a GatewayCall keeps request bodies, never their headers (the key is a header)
+    "paperbench.gateway": {"GatewayCall"},
     "paperbench.rubric": {
         "Check", "FinegrainedCategory", "GradedTaskNode", "Issue", "RubricStats",
         "TaskCategory", "TaskNode", "TreeSummary",
@@ -122,7 +125,11 @@ def _with_key(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[object]]:
         env={"OPENAI_API_KEY": GIVEN_KEY},
         proxy_env={"HTTPS_PROXY": f"http://user:{ENV_KEY}@proxy.local:3128"},
     )
+    from paperbench.gateway import ModelGateway
+
+    gateway = ModelGateway(openai=config, anthropic=from_env.config, log_dir="/nonexistent")
     return {
+        "ModelGateway": [gateway],
         "ModelConfig": [config],
         "Target": [target, from_env.target],
         "Model": [model, from_env],

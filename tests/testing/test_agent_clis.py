@@ -1,7 +1,8 @@
 """The real agent CLIs (Claude Code, Codex CLI) run against the fake server with validation
 on: every request they send is accepted, they read its streams, run the scripted tool call
-and exit 0. Skipped when a binary is not installed (``npm install -g
-@anthropic-ai/claude-code @openai/codex``).
+and exit 0. The binaries are the pinned ones of the paperbench-agent-cli image, run in a
+container on the host's network (the fake server listens on the host's loopback); through the
+project's sandbox and model gateway they are tested in tests/agents/test_external.py.
 
 ``data/claude_stream_json.jsonl`` and ``data/codex_exec_json.jsonl`` are what the two CLIs
 printed in such a run (``--output-format stream-json --verbose``; ``exec --json``).
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ import pytest
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, RecordedRequest
 
 DATA = Path(__file__).parent / "data"
+IMAGE = "paperbench-agent-cli"
 TIMEOUT = 180
 
 
@@ -59,11 +60,26 @@ def _writer(target: Path, tool: str = "") -> Any:
     return handler
 
 
-def _run(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def cli_image() -> str:
+    """The image with the pinned CLIs (built when missing)."""
+    from paperbench.sandbox._images import ensure_images
+
+    return ensure_images((IMAGE,))[IMAGE]
+
+
+def _run(
+    command: list[str], env: dict[str, str], cwd: Path, image: str
+) -> subprocess.CompletedProcess[str]:
+    """``command`` in ``image`` on the host's network, ``cwd``'s parent mounted at its path."""
+    home = cwd.parent / "home"
+    home.mkdir(exist_ok=True)
+    flags = [f"--env={k}={v}" for k, v in {"HOME": str(home), **env}.items()]
+    mount = f"--volume={cwd.parent}:{cwd.parent}"
+    docker = ["docker", "run", "--rm", "--network=host", mount, f"--workdir={cwd}", *flags]
     return subprocess.run(
-        command,
-        env={"PATH": os.environ.get("PATH", ""), "HOME": str(cwd.parent / "home"), **env},
-        cwd=cwd,
+        [*docker, image, *command],
+        env={"PATH": os.environ.get("PATH", "")},
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -84,10 +100,11 @@ def _check(server: FakeLLMServer, result: subprocess.CompletedProcess[str], targ
 
 
 @pytest.mark.slow
-def test_claude_code_against_the_fake_server(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
-    binary = shutil.which("claude")
-    if binary is None:
-        pytest.skip("claude is not installed (npm install -g @anthropic-ai/claude-code)")
+@pytest.mark.docker
+def test_claude_code_against_the_fake_server(
+    fake_llm: FakeLLMServer, tmp_path: Path, cli_image: str
+) -> None:
+    binary = "claude"
     work = tmp_path / "work"
     work.mkdir()
     target = work / "hello.txt"
@@ -102,7 +119,7 @@ def test_claude_code_against_the_fake_server(fake_llm: FakeLLMServer, tmp_path: 
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
     command = [binary, "-p", "write hello.txt", "--output-format", "stream-json", "--verbose"]
-    result = _run([*command, "--dangerously-skip-permissions"], env, work)
+    result = _run([*command, "--dangerously-skip-permissions"], env, work, cli_image)
     _check(fake_llm, result, target)
     assert {"Bash", "Write", "Edit", "Read"} <= set(_names(fake_llm.requests[0]))
     events = _events(result.stdout)
@@ -122,10 +139,11 @@ def test_claude_code_against_the_fake_server(fake_llm: FakeLLMServer, tmp_path: 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tool", ["exec_command", "apply_patch"])
-def test_codex_against_the_fake_server(fake_llm: FakeLLMServer, tmp_path: Path, tool: str) -> None:
-    binary = shutil.which("codex")
-    if binary is None:
-        pytest.skip("codex is not installed (npm install -g @openai/codex)")
+@pytest.mark.docker
+def test_codex_against_the_fake_server(
+    fake_llm: FakeLLMServer, tmp_path: Path, tool: str, cli_image: str
+) -> None:
+    binary = "codex"
     work = tmp_path / "work"
     work.mkdir()
     target = work / "hello.txt"
@@ -140,7 +158,10 @@ def test_codex_against_the_fake_server(fake_llm: FakeLLMServer, tmp_path: Path, 
     env = {"CODEX_HOME": str(home), "FAKE_OPENAI_API_KEY": "test"}
     command = [binary, "exec", "--json", "--skip-git-repo-check"]
     result = _run(
-        [*command, "--dangerously-bypass-approvals-and-sandbox", "write hello.txt"], env, work
+        [*command, "--dangerously-bypass-approvals-and-sandbox", "write hello.txt"],
+        env,
+        work,
+        cli_image,
     )
     _check(fake_llm, result, target)
     first = fake_llm.requests[0]
