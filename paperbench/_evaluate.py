@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from paperbench._console import console, err_console, plural, warning
 from paperbench.agents import load_agent, resources_line
+from paperbench.agents._config import CommandConfig, command_agent_refusal
 from paperbench.agents._resources import (
     ResolvedResources,
     refuse_image_without_docker,
@@ -83,6 +84,11 @@ def evaluate(config: EvalConfig | None = None) -> Evaluation:
         loaded = load_agent(entry.ref)
         install = getattr(loaded.config, "install", None) or []
         refuse_install_without_docker(install, sandbox.backend, loaded.path)
+        if isinstance(loaded.config, CommandConfig):  # rollouts of a group are filtered
+            model = planned.agent_model or entry.model
+            refused = command_agent_refusal(loaded.config, model, "filtered")
+            if refused is not None:
+                raise UsageError(f"--agent-model {refused[1]}")
     executor = build_executor(config.executor)
     try:
         open_group(group_dir, planned)

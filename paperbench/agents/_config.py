@@ -250,6 +250,31 @@ class CommandConfig(_Common):
     y@3.4``) rather than installing at every rollout. Docker only."""
 
 
+def command_agent_refusal(
+    config: CommandConfig, model: str | None, network: str
+) -> tuple[str, str] | None:
+    """Why a run of the command agent ``config`` cannot be set up: (the flag to change, the
+    reason), or None. Its model must be of the provider whose API it speaks, and its sandbox
+    reaches the model gateway only through the egress proxy (``network=filtered``)."""
+    name = config.name or config.type
+    if network != "filtered":
+        return "--network", (
+            f"{network}: the {name} agent reaches its model through the gateway, by the "
+            "egress proxy: use --network filtered"
+        )
+    provider = (model or "").split("/", 1)[0]
+    if config.api == "anthropic" and provider != "anthropic":
+        return "--model", (
+            f"{model}: the {name} agent speaks Anthropic's API: give it an anthropic/ model"
+        )
+    if config.api == "openai" and provider == "anthropic":
+        return "--model", (
+            f"{model}: the {name} agent speaks OpenAI's API: give it an openai/ model (or an "
+            "OpenAI-compatible endpoint)"
+        )
+    return None
+
+
 AnyAgentConfig = (
     BasicConfig | IterativeConfig | DummyConfig | ReplayConfig | PapercoderConfig | CommandConfig
 )

@@ -45,7 +45,7 @@ from paperbench.agents._base import (
 from paperbench.agents._config import CommandConfig
 from paperbench.agents._external_events import EventReader, mini_trajectory_events, reader_for
 from paperbench.agents._transcript import ModelCallEvent, NoteEvent
-from paperbench.errors import ConfigError, SandboxError
+from paperbench.errors import SandboxError
 from paperbench.llm import Model, Usage
 from paperbench.sandbox import HostService, safe_extract
 
@@ -98,26 +98,11 @@ class ExternalAgent(Agent):
     # -- the gateway, before the sandbox ----------------------------------------------------
 
     async def prepare(self, setup: AgentSetup) -> tuple[HostService, ...]:
-        """Start the run's model gateway; the sandbox must reach it (a host service).
-
-        Raises:
-            ConfigError: the run's model is not of the provider whose API the agent speaks.
-        """
+        """Start the run's model gateway; the sandbox must reach it (a host service). The
+        plan has checked the model's provider and the network (``command_agent_refusal``)."""
         from paperbench.gateway import ModelGateway
 
         config = self.model.config
-        if self.config.api == "anthropic" and config.provider != "anthropic":
-            raise ConfigError(
-                f"the {self.name} agent speaks Anthropic's API: give it an anthropic/ model, "
-                f"not {config.model}",
-                path="$.model",
-            )
-        if self.config.api == "openai" and config.provider == "anthropic":
-            raise ConfigError(
-                f"the {self.name} agent speaks OpenAI's API: give it an openai/ model (or an "
-                f"OpenAI-compatible endpoint), not {config.model}",
-                path="$.model",
-            )
         self._setup = setup
         upstream = {self.config.api: config}
         self.gateway = ModelGateway(

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from paperbench._console import plural
 from paperbench.agents._base import Agent, AgentLimits
+from paperbench.agents._config import CommandConfig, command_agent_refusal
 from paperbench.agents._notes import additional_notes
 from paperbench.agents._resources import (
     AgentResources,
@@ -189,6 +190,11 @@ def plan_rollout(
         who, instructions, code_dev, resources, image, sandbox
     )
     mc = who.model_config
+    command = getattr(who.source, "config", None)
+    if isinstance(command, CommandConfig):
+        refused = command_agent_refusal(command, mc.model if mc else None, network.value)
+        if refused is not None:
+            raise UsageError(f"{refused[0]} {refused[1]}")
     config = RolloutConfig(
         paper_id=paper.id,
         agent=who.name,

@@ -1,0 +1,94 @@
+"""External agents' set-up refused before any work, in one line: a command agent reaches its
+model only through the gateway, by the egress proxy, and speaks one provider's API. And their
+own event streams (the samples the real CLIs printed) read into transcript events."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from paperbench.agents._external_events import (
+    ClaudeStreamReader,
+    CodexJsonReader,
+    mini_trajectory_events,
+)
+from paperbench.agents._transcript import MessageEvent, NoteEvent, ToolEvent
+from paperbench.cli import app
+from paperbench.llm import AssistantMessage
+
+DATA = Path(__file__).resolve().parents[1] / "testing" / "data"
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["rollout", "--agent", "claude-code", "--network", "none"],
+            "--network none: the claude-code agent reaches its model through the gateway",
+        ),
+        (
+            ["rollout", "--agent", "claude-code", "--model", "openai/gpt-4o"],
+            "--model openai/gpt-4o: the claude-code agent speaks Anthropic's API",
+        ),
+        (
+            ["rollout", "--agent", "codex", "--model", "anthropic/claude-sonnet-4-5"],
+            "the codex agent speaks OpenAI's API",
+        ),
+        (
+            ["run", "--agent", "codex", "--agent-model", "anthropic/claude-sonnet-4-5"],
+            "--agent-model anthropic/claude-sonnet-4-5: the codex agent speaks OpenAI's API",
+        ),
+    ],
+)
+def test_a_command_agent_that_cannot_reach_its_model_is_refused_before_any_work(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    where = ["--out", str(tmp_path / "out")] if args[0] == "rollout" else []
+    where += ["--runs-dir", str(tmp_path / "runs")] if args[0] == "run" else []
+    extra = ["--paper", "calibration-binning"] if args[0] == "rollout" else []
+    env = {"ANTHROPIC_API_KEY": "sk-ant-x", "OPENAI_API_KEY": "sk-x"}
+    result = runner.invoke(app, [*args, *extra, *where], env=env)
+    assert result.exit_code == 2, result.output
+    assert said in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+
+
+def test_claude_codes_stream_json_becomes_messages_and_tool_calls() -> None:
+    lines = (DATA / "claude_stream_json.jsonl").read_text().splitlines()
+    events = ClaudeStreamReader().feed_all([*lines, "not json"])
+    tools = [e for e in events if isinstance(e, ToolEvent)]
+    assert [(t.name, t.arguments["content"]) for t in tools] == [("Write", "hello\n")]
+    assert "File created" in tools[0].output
+    answers = [
+        e.message
+        for e in events
+        if isinstance(e, MessageEvent) and isinstance(e.message, AssistantMessage)
+    ]
+    assert any(a.tool_calls and a.tool_calls[0].id == tools[0].tool_call_id for a in answers)
+    assert [a.content for a in answers if a.content][-1] == "done"
+    notes = [e.kind for e in events if isinstance(e, NoteEvent)]
+    assert notes == ["agent_started", "agent_result", "agent_output"]
+
+
+def test_codex_json_events_become_messages_and_tool_calls() -> None:
+    lines = (DATA / "codex_exec_json.jsonl").read_text().splitlines()
+    events = CodexJsonReader().feed_all(lines)
+    [tool] = [e for e in events if isinstance(e, ToolEvent)]
+    assert tool.name == "shell" and "echo hello" in tool.arguments["command"]
+    assert tool.exit_code == 0
+    usage = [e for e in events if isinstance(e, NoteEvent) and e.kind == "agent_usage"]
+    assert usage and usage[0].data["input_tokens"] == 15241
+
+
+def test_a_mini_swe_agent_trajectory_becomes_messages_and_tool_calls() -> None:
+    trajectory = json.loads((DATA / "mini_swe_agent_trajectory.json").read_text())
+    events = mini_trajectory_events(trajectory)
+    tools = [e for e in events if isinstance(e, ToolEvent)]
+    assert [(t.name, t.output, t.exit_code) for t in tools] == [("bash", "hello\n", 0)]
+    result = [e for e in events if isinstance(e, NoteEvent) and e.kind == "agent_result"]
+    assert result and result[0].text == "Submitted"
