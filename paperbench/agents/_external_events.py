@@ -30,6 +30,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from paperbench.agents._tools import cap_text
 from paperbench.agents._transcript import MessageEvent, NoteEvent, ToolEvent, TranscriptEvent
 from paperbench.llm import AssistantMessage, ToolCall, ToolMessage, UserMessage
 
@@ -41,10 +42,7 @@ OUTPUT_CHARS = 16_000
 
 
 def _cap(text: str, limit: int = OUTPUT_CHARS) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - limit} characters cut ...]\n{text[-half:]}"
+    return cap_text(text, limit)
 
 
 def _text_of(content: Any) -> str:

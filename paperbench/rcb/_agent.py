@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import posixpath
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -42,12 +40,13 @@ from paperbench.agents import (
     TranscriptWriter,
     load_agent,
 )
-from paperbench.errors import ModelUnavailableError, SandboxError
+from paperbench.errors import InputError, ModelUnavailableError, SandboxError
 from paperbench.llm import CostLedger, CostRecord, Model, ModelConfig
 from paperbench.rcb._load import split_lines, tag
 from paperbench.rcb._mask import body_indent, placeholder
 from paperbench.rcb._models import TEST_ENTRY, ProblemSet, RcbPaper, Snippet
 from paperbench.rcb._test import RCB_LIMITS, RCB_ROOT, RCB_USER, SKIPPED_NAMES
+from paperbench.rcb._test import _stage as stage_folder
 from paperbench.reproduce import resolve_image
 from paperbench.sandbox import NetworkPolicy, SandboxBackend, SandboxSpec
 
@@ -159,21 +158,16 @@ class _ProblemLedger(CostLedger):
 
 
 def _stage(paper: RcbPaper, files: dict[str, str], hide: list[str], dest: Path) -> None:
-    """The paper folder as the agent gets it, at ``dest``: ``hide`` left out, ``files``
-    (relative path → text) written over it."""
-    hidden_set = set(hide)
-
-    def ignore(here: str, names: list[str]) -> set[str]:
-        rel = Path(here).relative_to(paper.folder)
-        return {
-            n
-            for n in names
-            if n in SKIPPED_NAMES or posixpath.normpath((rel / n).as_posix()) in hidden_set
-        }
-
-    shutil.copytree(paper.folder, dest, symlinks=True, ignore=ignore)
+    """The paper folder as the agent gets it, at ``dest``: staged as the tests stage it
+    (``hide`` left out, files hard-linked), then ``files`` (relative path → text) written over
+    it, each link removed first so that nothing is written through to the paper's own file."""
+    stage_folder(paper.folder, tuple(hide), dest)
     for rel, text in files.items():
-        (dest / rel).write_text(text, encoding="utf-8")
+        target = dest / rel
+        if not target.parent.resolve().is_relative_to(dest.resolve()):  # a linked folder
+            raise InputError(f"{rel} lies under a symlinked folder", file=paper.folder)
+        target.unlink(missing_ok=True)
+        target.write_text(text, encoding="utf-8")
 
 
 def instructions(
