@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
+import openai
 import pytest
 
 from paperbench.testing import FakeLLMServer
@@ -37,3 +39,30 @@ def fake_llm() -> Iterator[FakeLLMServer]:
     """A fake OpenAI/Anthropic server on 127.0.0.1, stopped after the test."""
     with FakeLLMServer() as server:
         yield server
+
+
+_SDK_CLIENTS: list[openai.OpenAI | anthropic.Anthropic] = []
+
+
+def openai_client(server: FakeLLMServer) -> openai.OpenAI:
+    """The OpenAI SDK pointed at ``server``, never retrying; closed after the test."""
+    client = openai.OpenAI(api_key="sk-test", base_url=server.openai_url, max_retries=0)
+    _SDK_CLIENTS.append(client)
+    return client
+
+
+def anthropic_client(server: FakeLLMServer) -> anthropic.Anthropic:
+    """The Anthropic SDK pointed at ``server``, never retrying; closed after the test."""
+    client = anthropic.Anthropic(api_key="sk-test", base_url=server.anthropic_url, max_retries=0)
+    _SDK_CLIENTS.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def close_sdk_clients() -> Iterator[None]:
+    """Close the SDK clients a test made: one left to the garbage collector keeps its pooled
+    socket open (a cut or dropped stream leaves one mid-answer), and pytest reports the socket
+    as an unraisable warning at a random later point."""
+    yield
+    while _SDK_CLIENTS:
+        _SDK_CLIENTS.pop().close()

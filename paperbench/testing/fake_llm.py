@@ -38,6 +38,7 @@ import itertools
 import json
 import secrets
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -215,6 +216,14 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128
     """As many waiting connections as a grading opens at once (the default, 5, resets the
     rest: a real API does not)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (a closed SDK client resets its idle keep-alive connection;
+        a cut stream's reader goes away) is the client's business, as on a real API; any other
+        error in a handler is printed as the standard library does."""
+        if isinstance(sys.exc_info()[1], ConnectionResetError | BrokenPipeError):
+            return
+        super().handle_error(request, client_address)
 
 
 class FakeLLMServer:

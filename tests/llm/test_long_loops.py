@@ -27,6 +27,7 @@ from paperbench.llm._cache import cache_key
 from paperbench.llm._registry import resolve
 from paperbench.llm._retry import status_error
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, FakeUsage
+from tests.fixtures import anthropic_client, openai_client
 from tests.llm.helpers import config_for, gen
 
 PROTOCOLS = ["chat", "responses", "messages"]
@@ -35,14 +36,6 @@ BASH = ToolDef(
     parameters={"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
 )
 HI: Any = [{"role": "user", "content": "hi"}]
-
-
-def _openai(server: FakeLLMServer) -> openai.OpenAI:
-    return openai.OpenAI(api_key="sk-test", base_url=server.openai_url, max_retries=0)
-
-
-def _anthropic(server: FakeLLMServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key="sk-test", base_url=server.anthropic_url, max_retries=0)
 
 
 def _error(exc: openai.BadRequestError) -> dict[str, Any]:
@@ -64,8 +57,8 @@ def test_context_windows_are_refused_with_each_providers_shape() -> None:
     long: Any = [{"role": "user", "content": "word " * 200}]
     with (
         FakeLLMServer(context_windows=windows) as server,
-        _openai(server) as client,
-        _anthropic(server) as claude,
+        openai_client(server) as client,
+        anthropic_client(server) as claude,
     ):
         with pytest.raises(openai.BadRequestError) as chat:
             client.chat.completions.create(model="gpt-4o-2024-08-06", messages=long)
@@ -129,7 +122,7 @@ def test_the_counts_are_read_from_each_wording(
     assert not isinstance(other, ContextLengthError)
 
 
-def test_the_servers_count_is_the_model_layers_count_for_openai() -> None:
+def test_the_servers_count_is_the_model_layers_count_foropenai_client() -> None:
     # a loop that counts its conversation predicts the server's verdict exactly
     call = ToolCall(id="call_1", name="bash", arguments={"cmd": "cat log.txt"})
     history = [
@@ -189,7 +182,7 @@ def _assistant_call(call_id: str) -> dict[str, Any]:
 def test_chat_refuses_unpaired_turns(
     fake_llm: FakeLLMServer, messages: Any, text: str, param: str
 ) -> None:
-    with _openai(fake_llm) as client, pytest.raises(openai.BadRequestError) as info:
+    with openai_client(fake_llm) as client, pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="gpt-4o", messages=messages)
     error = _error(info.value)
     assert (error["message"], error["param"]) == (text, param)
@@ -210,14 +203,14 @@ def test_chat_refuses_unpaired_turns(
     ids=["orphan-output", "unanswered-call"],
 )
 def test_responses_refuses_unpaired_items(fake_llm: FakeLLMServer, items: Any, text: str) -> None:
-    with _openai(fake_llm) as client, pytest.raises(openai.BadRequestError) as info:
+    with openai_client(fake_llm) as client, pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model="o3", input=items)
     assert _error(info.value)["message"] == text
 
 
 def test_responses_refuses_a_dangling_reasoning_item(fake_llm: FakeLLMServer) -> None:
     fake_llm.script(FakeReply(reasoning="thinking...", stop="max_tokens"))
-    with _openai(fake_llm) as client:
+    with openai_client(fake_llm) as client:
         first = client.responses.create(
             model="o3", input=HI, store=False, include=["reasoning.encrypted_content"]
         )
@@ -266,13 +259,13 @@ def test_responses_refuses_a_dangling_reasoning_item(fake_llm: FakeLLMServer) ->
 def test_anthropic_refuses_unpaired_blocks(
     fake_llm: FakeLLMServer, messages: Any, text: str
 ) -> None:
-    with _anthropic(fake_llm) as claude, pytest.raises(anthropic.BadRequestError) as info:
+    with anthropic_client(fake_llm) as claude, pytest.raises(anthropic.BadRequestError) as info:
         claude.messages.create(model="claude-haiku-4-5", max_tokens=10, messages=messages)
     assert _anthropic_message(info.value) == text
 
 
 def test_reasoning_parameters_are_refused_on_plain_models() -> None:
-    with FakeLLMServer(refuse_plain_reasoning=True) as server, _openai(server) as client:
+    with FakeLLMServer(refuse_plain_reasoning=True) as server, openai_client(server) as client:
         with pytest.raises(openai.BadRequestError) as chat:
             client.chat.completions.create(model="gpt-4o", messages=HI, reasoning_effort="low")
         with pytest.raises(openai.BadRequestError) as responses:
@@ -284,14 +277,14 @@ def test_reasoning_parameters_are_refused_on_plain_models() -> None:
 
 
 def test_reasoning_parameters_on_plain_models_pass_on_a_server_that_ignores_them() -> None:
-    with FakeLLMServer(refuse_plain_reasoning=False) as server, _openai(server) as client:
+    with FakeLLMServer(refuse_plain_reasoning=False) as server, openai_client(server) as client:
         assert client.chat.completions.create(model="gpt-4o", messages=HI, reasoning_effort="low")
 
 
 def test_a_fifth_cache_breakpoint_is_refused(fake_llm: FakeLLMServer) -> None:
     marked = {"type": "ephemeral"}
     system: Any = [{"type": "text", "text": f"part {i}", "cache_control": marked} for i in range(5)]
-    with _anthropic(fake_llm) as claude, pytest.raises(anthropic.BadRequestError) as info:
+    with anthropic_client(fake_llm) as claude, pytest.raises(anthropic.BadRequestError) as info:
         claude.messages.create(model="claude-haiku-4-5", max_tokens=10, system=system, messages=HI)
     assert _anthropic_message(info.value) == (
         "A maximum of 4 blocks with cache_control may be provided. Found 5."

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from paperbench.errors import ModelRequestError
 from paperbench.llm import Model, ModelRequest, OutputSchema, ToolDef, ToolMessage, UserMessage
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, Fault
+from tests.fixtures import anthropic_client, openai_client
 from tests.llm.helpers import config_for, run
 
 PROTOCOLS = ["chat", "responses", "messages"]
@@ -34,14 +35,6 @@ def gen(model: Model, *args: Any, **kwargs: Any) -> Any:
 
 
 # -- the server refuses as the real APIs do ----------------------------------------------
-
-
-def _openai(server: FakeLLMServer) -> openai.OpenAI:
-    return openai.OpenAI(api_key="sk-test", base_url=server.openai_url, max_retries=0)
-
-
-def _anthropic(server: FakeLLMServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key="sk-test", base_url=server.anthropic_url, max_retries=0)
 
 
 def _openai_refusal(exc: openai.BadRequestError) -> dict[str, Any]:
@@ -120,7 +113,7 @@ OPEN_OBJECT = {"type": "object", "properties": {"a": {"type": "string"}}, "requi
 def test_chat_refusals(
     fake_llm: FakeLLMServer, params: dict[str, Any], message: str, param: str | None
 ) -> None:
-    with _openai(fake_llm) as client, pytest.raises(openai.BadRequestError) as info:
+    with openai_client(fake_llm) as client, pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(messages=HI, **params)
     error = _openai_refusal(info.value)
     assert message in error["message"]
@@ -137,7 +130,7 @@ def test_responses_refuses_reasoning_without_its_encrypted_content(
         {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "output": "ok"},
     ]
-    with _openai(fake_llm) as client, pytest.raises(openai.BadRequestError) as info:
+    with openai_client(fake_llm) as client, pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model="o3", input=items, store=False)
     assert "not persisted when `store` is set to false" in _openai_refusal(info.value)["message"]
 
@@ -208,7 +201,7 @@ def _anthropic_refusal(exc: anthropic.BadRequestError) -> str:
 def test_messages_refusals(
     fake_llm: FakeLLMServer, messages: Any, extra: dict[str, Any], message: str
 ) -> None:
-    with _anthropic(fake_llm) as client, pytest.raises(anthropic.BadRequestError) as info:
+    with anthropic_client(fake_llm) as client, pytest.raises(anthropic.BadRequestError) as info:
         client.messages.create(model="claude-haiku-4-5", max_tokens=100, messages=messages, **extra)
     assert message in _anthropic_refusal(info.value)
 
@@ -230,7 +223,7 @@ def test_messages_refuses_a_missing_max_tokens(fake_llm: FakeLLMServer) -> None:
 
 
 def test_validation_can_be_turned_off() -> None:
-    with FakeLLMServer(validate=False) as server, _openai(server) as client:
+    with FakeLLMServer(validate=False) as server, openai_client(server) as client:
         out = client.chat.completions.create(model="o3", messages=HI, max_tokens=5)
     assert out.choices[0].message.content == "ok"
 

@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall
+from tests.fixtures import anthropic_client, openai_client
 
 CLAUDE = "claude-haiku-4-5"
 WRITE: Any = {
@@ -58,7 +59,7 @@ def _claude_code_request(**extra: Any) -> dict[str, Any]:
 
 def test_claude_code_request_is_accepted_on_the_beta_api(fake_llm: FakeLLMServer) -> None:
     fake_llm.script(FakeReply(reasoning="plan", tool_calls=(FakeToolCall("Write", {}),)))
-    client = anthropic.Anthropic(api_key="test", base_url=fake_llm.anthropic_url, max_retries=0)
+    client = anthropic_client(fake_llm)
     request = _claude_code_request()
     with client.beta.messages.stream(betas=["context-management-2025-06-27"], **request) as stream:
         first = stream.get_final_message()
@@ -80,7 +81,7 @@ def test_claude_code_request_is_accepted_on_the_beta_api(fake_llm: FakeLLMServer
 
 
 def test_beta_fields_need_the_beta_header(fake_llm: FakeLLMServer) -> None:
-    client = anthropic.Anthropic(api_key="test", base_url=fake_llm.anthropic_url, max_retries=0)
+    client = anthropic_client(fake_llm)
     with pytest.raises(anthropic.BadRequestError, match="context_management"):
         client.messages.create(**_claude_code_request())
 
@@ -90,7 +91,7 @@ def test_beta_fields_need_the_beta_header(fake_llm: FakeLLMServer) -> None:
     [("", "non-empty"), ([{"type": "image", "source": {}}], "non-empty text")],
 )
 def test_a_system_message_is_text(fake_llm: FakeLLMServer, system: Any, problem: str) -> None:
-    client = anthropic.Anthropic(api_key="test", base_url=fake_llm.anthropic_url, max_retries=0)
+    client = anthropic_client(fake_llm)
     request = _claude_code_request()
     request["messages"][1]["content"] = system
     with pytest.raises(anthropic.BadRequestError, match=problem):
@@ -98,7 +99,7 @@ def test_a_system_message_is_text(fake_llm: FakeLLMServer, system: Any, problem:
 
 
 def test_turns_still_alternate_around_system_messages(fake_llm: FakeLLMServer) -> None:
-    client = anthropic.Anthropic(api_key="test", base_url=fake_llm.anthropic_url, max_retries=0)
+    client = anthropic_client(fake_llm)
     request = _claude_code_request()
     request["messages"].append({"role": "user", "content": "again"})
     with pytest.raises(anthropic.BadRequestError, match="alternate"):
@@ -150,7 +151,7 @@ def _codex_request(**extra: Any) -> dict[str, Any]:
 def test_codex_request_is_accepted(fake_llm: FakeLLMServer) -> None:
     call = FakeToolCall("exec_command", {"cmd": "echo hello > hello.txt"})
     fake_llm.script(FakeReply(reasoning="run it", tool_calls=(call,)))
-    client = openai.OpenAI(api_key="test", base_url=fake_llm.openai_url, max_retries=0)
+    client = openai_client(fake_llm)
     request = _codex_request()
     with client.responses.stream(**request) as stream:
         first = stream.get_final_response()
@@ -170,7 +171,7 @@ def test_custom_tool_calls_pair_with_their_outputs(fake_llm: FakeLLMServer) -> N
     fake_llm.script(
         FakeReply(tool_calls=(FakeToolCall("apply_patch", raw_arguments=patch, custom=True),))
     )
-    client = openai.OpenAI(api_key="test", base_url=fake_llm.openai_url, max_retries=0)
+    client = openai_client(fake_llm)
     tool: Any = {"type": "custom", "name": "apply_patch", "description": "Edit files."}
     request = _codex_request(tools=[tool])
     first = client.responses.create(**request)
@@ -187,6 +188,6 @@ def test_custom_tool_calls_pair_with_their_outputs(fake_llm: FakeLLMServer) -> N
 
 
 def test_unknown_fields_are_still_refused(fake_llm: FakeLLMServer) -> None:
-    client = openai.OpenAI(api_key="test", base_url=fake_llm.openai_url, max_retries=0)
+    client = openai_client(fake_llm)
     with pytest.raises(openai.BadRequestError, match="client_meta"):
         client.responses.create(**_codex_request(extra_body={"client_meta": {}}))

@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, FakeUsage, Fault
+from tests.fixtures import anthropic_client, openai_client
 
 HI: Any = [{"role": "user", "content": "hi"}]
 CLAUDE = "claude-haiku-4-5"
@@ -48,14 +49,6 @@ def _stable(value: Any) -> Any:
     return value
 
 
-def _openai(server: FakeLLMServer) -> openai.OpenAI:
-    return openai.OpenAI(api_key="sk-test", base_url=server.openai_url, max_retries=0)
-
-
-def _anthropic(server: FakeLLMServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key="sk-test", base_url=server.anthropic_url, max_retries=0)
-
-
 def _raw_events(server: FakeLLMServer, path: str, body: dict[str, Any]) -> list[str]:
     """The raw ``text/event-stream`` lines of a streamed answer."""
     request = urllib.request.Request(
@@ -73,7 +66,7 @@ def _raw_events(server: FakeLLMServer, path: str, body: dict[str, Any]) -> list[
 def test_chat_stream_assembles_the_non_stream_answer(fake_llm: FakeLLMServer, name: str) -> None:
     reply = REPLIES[name]
     fake_llm.script(reply, reply)
-    client = _openai(fake_llm)
+    client = openai_client(fake_llm)
     whole = client.chat.completions.create(model="gpt-4o", messages=HI)
     with client.chat.completions.stream(
         model="gpt-4o", messages=HI, stream_options={"include_usage": True}
@@ -96,7 +89,7 @@ def test_chat_stream_assembles_the_non_stream_answer(fake_llm: FakeLLMServer, na
 
 def test_chat_chunks_are_the_wire_format(fake_llm: FakeLLMServer) -> None:
     fake_llm.script(FakeReply(text=TEXT, tool_calls=(BASH,), usage=USAGE))
-    client = _openai(fake_llm)
+    client = openai_client(fake_llm)
     chunks = list(client.chat.completions.create(model="gpt-4o", messages=HI, stream=True))
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -130,7 +123,7 @@ def test_chat_usage_chunk_only_with_include_usage(fake_llm: FakeLLMServer) -> No
 
 
 def test_stream_options_without_stream_is_refused(fake_llm: FakeLLMServer) -> None:
-    client = _openai(fake_llm)
+    client = openai_client(fake_llm)
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(
             model="gpt-4o", messages=HI, stream_options={"include_usage": True}
@@ -154,7 +147,7 @@ def test_responses_stream_assembles_the_non_stream_answer(
 ) -> None:
     reply = REPLIES.get(name, CUSTOM)
     fake_llm.script(reply, reply)
-    client = _openai(fake_llm)
+    client = openai_client(fake_llm)
     whole = client.responses.create(model="o3", input="hi")
     with client.responses.stream(model="o3", input="hi") as stream:
         final = stream.get_final_response()
@@ -170,7 +163,7 @@ def test_responses_stream_assembles_the_non_stream_answer(
 
 def test_responses_events_are_numbered_in_order(fake_llm: FakeLLMServer) -> None:
     fake_llm.script(FakeReply(text=TEXT, reasoning="why", tool_calls=(BASH,), usage=USAGE))
-    client = _openai(fake_llm)
+    client = openai_client(fake_llm)
     events = list(client.responses.create(model="o3", input="hi", stream=True))
     assert [e.sequence_number for e in events] == list(range(len(events)))
     kinds = [e.type for e in events]
@@ -192,7 +185,7 @@ def test_responses_events_are_numbered_in_order(fake_llm: FakeLLMServer) -> None
 
 def test_responses_cut_off_ends_incomplete(fake_llm: FakeLLMServer) -> None:
     fake_llm.script(REPLIES["cut off"])
-    client = _openai(fake_llm)
+    client = openai_client(fake_llm)
     events = list(client.responses.create(model="o3", input="hi", stream=True))
     last = events[-1]
     assert last.type == "response.incomplete"
@@ -203,7 +196,7 @@ def test_responses_cut_off_ends_incomplete(fake_llm: FakeLLMServer) -> None:
 
 def test_responses_stream_failed_mid_way(fake_llm: FakeLLMServer) -> None:
     fake_llm.script(Fault.stream_error(after_events=4, reply=FakeReply(text=TEXT)))
-    client = _openai(fake_llm)
+    client = openai_client(fake_llm)
     events = list(client.responses.create(model="o3", input="hi", stream=True))
     assert len(events) == 5 and events[-1].type == "response.failed"
     assert events[-1].response.error is not None
@@ -219,7 +212,7 @@ def test_messages_stream_assembles_the_non_stream_answer(
 ) -> None:
     reply = REPLIES[name]
     fake_llm.script(reply, reply)
-    client = _anthropic(fake_llm)
+    client = anthropic_client(fake_llm)
     whole = client.messages.create(model=CLAUDE, max_tokens=500, messages=HI)
     with client.messages.stream(model=CLAUDE, max_tokens=500, messages=HI) as stream:
         streamed = "".join(stream.text_stream)
@@ -233,7 +226,7 @@ def test_messages_stream_assembles_the_non_stream_answer(
 
 def test_messages_events_are_the_wire_format(fake_llm: FakeLLMServer) -> None:
     fake_llm.script(FakeReply(text=TEXT, reasoning="hmm", tool_calls=(BASH,), usage=USAGE))
-    client = _anthropic(fake_llm)
+    client = anthropic_client(fake_llm)
     events = list(client.messages.create(model=CLAUDE, max_tokens=500, messages=HI, stream=True))
     kinds = [e.type for e in events]
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
@@ -250,7 +243,7 @@ def test_messages_events_are_the_wire_format(fake_llm: FakeLLMServer) -> None:
 def test_messages_thinking_streamed_is_accepted_back(fake_llm: FakeLLMServer) -> None:
     """The signed thinking a stream hands out is sent back in a tool loop and accepted."""
     fake_llm.script(FakeReply(reasoning="plan", tool_calls=(BASH,)), FakeReply(text="done"))
-    client = _anthropic(fake_llm)
+    client = anthropic_client(fake_llm)
     thinking: Any = {"type": "enabled", "budget_tokens": 1024}
     with client.messages.stream(
         model=CLAUDE, max_tokens=2000, messages=HI, thinking=thinking
@@ -273,7 +266,7 @@ def test_messages_thinking_streamed_is_accepted_back(fake_llm: FakeLLMServer) ->
 
 def test_messages_overloaded_mid_stream(fake_llm: FakeLLMServer) -> None:
     fake_llm.script(Fault.stream_error(after_events=3, reply=FakeReply(text=TEXT)))
-    client = _anthropic(fake_llm)
+    client = anthropic_client(fake_llm)
     with (
         pytest.raises(anthropic.APIStatusError) as info,
         client.messages.stream(model=CLAUDE, max_tokens=500, messages=HI) as stream,
@@ -288,14 +281,16 @@ def test_messages_overloaded_mid_stream(fake_llm: FakeLLMServer) -> None:
 def _stream_call(server: FakeLLMServer, protocol: str, **extra: Any) -> Any:
     """Read a whole streamed answer with the SDK of ``protocol``."""
     if protocol == "messages":
-        with _anthropic(server).messages.stream(
+        with anthropic_client(server).messages.stream(
             model=CLAUDE, max_tokens=500, messages=HI, **extra
         ) as stream:
             return stream.get_final_message()
     if protocol == "responses":
-        with _openai(server).responses.stream(model="o3", input="hi", **extra) as stream:
+        with openai_client(server).responses.stream(model="o3", input="hi", **extra) as stream:
             return stream.get_final_response()
-    with _openai(server).chat.completions.stream(model="gpt-4o", messages=HI, **extra) as stream:
+    with openai_client(server).chat.completions.stream(
+        model="gpt-4o", messages=HI, **extra
+    ) as stream:
         return stream.get_final_completion()
 
 
