@@ -11,64 +11,18 @@ from typing import Any
 
 from paperbench.gateway._shapes import Protocol
 from paperbench.llm import StopReason, Usage
+from paperbench.llm._answers import (
+    ANTHROPIC_STOP,
+    CHAT_STOP,
+    anthropic_usage,
+    chat_usage,
+    responses_usage,
+)
 
-_ANTHROPIC_STOP: dict[str, StopReason] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "max_tokens",
-    "model_context_window_exceeded": "max_tokens",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-}
-_CHAT_STOP: dict[str, StopReason] = {
-    "stop": "stop",
-    "length": "max_tokens",
-    "tool_calls": "tool_calls",
-    "function_call": "tool_calls",
-    "content_filter": "content_filter",
-}
+_ANTHROPIC_STOP: dict[str, StopReason] = {**ANTHROPIC_STOP, "pause_turn": "stop"}
+"""A paused turn (a long server tool) is the agent's to continue; it ended this answer."""
 _RESPONSES_END = ("response.completed", "response.incomplete")
 _RESPONSES_FAILED = ("response.failed", "error")
-
-
-def _count(data: Any, *names: str) -> int:
-    value = data
-    for name in names:
-        if not isinstance(value, dict):
-            return 0
-        value = value.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _anthropic_usage(u: dict[str, Any]) -> Usage:
-    read = _count(u, "cache_read_input_tokens")
-    written = _count(u, "cache_creation_input_tokens")
-    return Usage(
-        input_tokens=_count(u, "input_tokens") + read + written,
-        cached_input_tokens=read,
-        cache_write_tokens=written,
-        output_tokens=_count(u, "output_tokens"),
-        reasoning_tokens=_count(u, "output_tokens_details", "thinking_tokens"),
-    )
-
-
-def _chat_usage(u: dict[str, Any]) -> Usage:
-    return Usage(
-        input_tokens=_count(u, "prompt_tokens"),
-        cached_input_tokens=_count(u, "prompt_tokens_details", "cached_tokens"),
-        output_tokens=_count(u, "completion_tokens"),
-        reasoning_tokens=_count(u, "completion_tokens_details", "reasoning_tokens"),
-    )
-
-
-def _responses_usage(u: dict[str, Any]) -> Usage:
-    return Usage(
-        input_tokens=_count(u, "input_tokens"),
-        cached_input_tokens=_count(u, "input_tokens_details", "cached_tokens"),
-        output_tokens=_count(u, "output_tokens"),
-        reasoning_tokens=_count(u, "output_tokens_details", "reasoning_tokens"),
-    )
 
 
 def _responses_stop(response: dict[str, Any]) -> StopReason:
@@ -103,15 +57,15 @@ def read_json_answer(protocol: Protocol, body: bytes) -> AnswerFacts:
     facts = AnswerFacts(complete=True)
     u = data.get("usage")
     if protocol == "messages":
-        facts.usage = _anthropic_usage(u) if isinstance(u, dict) else None
+        facts.usage = anthropic_usage(u) if isinstance(u, dict) else None
         facts.stop_reason = _ANTHROPIC_STOP.get(str(data.get("stop_reason")), "unknown")
     elif protocol == "chat":
-        facts.usage = _chat_usage(u) if isinstance(u, dict) else None
+        facts.usage = chat_usage(u) if isinstance(u, dict) else None
         choices = data.get("choices") or [{}]
         finish = choices[0].get("finish_reason") if isinstance(choices[0], dict) else None
-        facts.stop_reason = _CHAT_STOP.get(str(finish), "unknown")
+        facts.stop_reason = CHAT_STOP.get(str(finish), "unknown")
     else:
-        facts.usage = _responses_usage(u) if isinstance(u, dict) else None
+        facts.usage = responses_usage(u) if isinstance(u, dict) else None
         facts.stop_reason = _responses_stop(data)
     return facts
 
@@ -170,12 +124,12 @@ class StreamTap:
             usage = (event.get("message") or {}).get("usage")
             if isinstance(usage, dict):
                 self._anthropic.update(usage)
-                self.facts.usage = _anthropic_usage(self._anthropic)
+                self.facts.usage = anthropic_usage(self._anthropic)
         elif kind == "message_delta":
             usage = event.get("usage")
             if isinstance(usage, dict):
                 self._anthropic.update({k: v for k, v in usage.items() if v is not None})
-                self.facts.usage = _anthropic_usage(self._anthropic)
+                self.facts.usage = anthropic_usage(self._anthropic)
             stop = (event.get("delta") or {}).get("stop_reason")
             if stop is not None:
                 self.facts.stop_reason = _ANTHROPIC_STOP.get(str(stop), "unknown")
@@ -189,7 +143,7 @@ class StreamTap:
         response = event.get("response")
         if kind in _RESPONSES_END and isinstance(response, dict):
             u = response.get("usage")
-            self.facts.usage = _responses_usage(u) if isinstance(u, dict) else None
+            self.facts.usage = responses_usage(u) if isinstance(u, dict) else None
             self.facts.stop_reason = _responses_stop(response)
             self.facts.complete = True
         elif kind == "response.failed":
@@ -204,13 +158,13 @@ class StreamTap:
             return
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self.facts.usage = _chat_usage(usage)
+            self.facts.usage = chat_usage(usage)
         choices = chunk.get("choices") or []
         finish = (
             choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
         )
         if finish is not None:
-            self.facts.stop_reason = _CHAT_STOP.get(str(finish), "unknown")
+            self.facts.stop_reason = CHAT_STOP.get(str(finish), "unknown")
 
 
 def _message(error: Any) -> str | None:

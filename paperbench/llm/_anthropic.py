@@ -23,7 +23,8 @@ from anthropic.types import Message as AnthropicMessage
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.errors import ModelRequestError
-from paperbench.llm._registry import SDKModelAPI, Target, cut_calls, parse_options, usage_count
+from paperbench.llm._answers import ANTHROPIC_STOP, anthropic_usage
+from paperbench.llm._registry import SDKModelAPI, Target, cut_calls, parse_options
 from paperbench.llm._retry import TransientError, connection_reason, status_error
 from paperbench.llm._schema import anthropic_schema
 from paperbench.llm._types import (
@@ -32,11 +33,9 @@ from paperbench.llm._types import (
     ModelOutput,
     ModelRequest,
     ReasoningItem,
-    StopReason,
     SystemMessage,
     ToolCall,
     ToolMessage,
-    Usage,
     UserMessage,
 )
 
@@ -151,17 +150,8 @@ class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
                 )
             elif block.type == "redacted_thinking":
                 reasoning.append(ReasoningItem(type="redacted_thinking", data=block.data))
-        u = response.usage
-        read = usage_count(u, "cache_read_input_tokens")
-        written = usage_count(u, "cache_creation_input_tokens")
-        usage = Usage(
-            input_tokens=usage_count(u, "input_tokens") + read + written,
-            cached_input_tokens=read,
-            cache_write_tokens=written,
-            output_tokens=usage_count(u, "output_tokens"),
-            reasoning_tokens=usage_count(u, "output_tokens_details", "thinking_tokens"),
-        )
-        stop = _STOP.get(response.stop_reason or "", "unknown")
+        usage = anthropic_usage(response.usage)
+        stop = ANTHROPIC_STOP.get(response.stop_reason or "", "unknown")
         return ModelOutput(
             model=self.target.model,
             text="".join(texts),
@@ -171,16 +161,6 @@ class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
             stop_reason=stop,
             usage=usage,
         )
-
-
-_STOP: dict[str, StopReason] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "max_tokens": "max_tokens",
-    "model_context_window_exceeded": "max_tokens",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-}
 
 
 def _text_block(text: str, cache: bool) -> list[dict[str, Any]]:

@@ -24,7 +24,8 @@ from openai.types.responses import Response
 from pydantic import BaseModel, ConfigDict
 
 from paperbench.errors import ModelRequestError
-from paperbench.llm._registry import SDKModelAPI, Target, cut_calls, parse_options, usage_count
+from paperbench.llm._answers import CHAT_STOP, chat_usage, responses_usage
+from paperbench.llm._registry import SDKModelAPI, Target, cut_calls, parse_options
 from paperbench.llm._retry import TransientError, connection_reason, status_error
 from paperbench.llm._schema import openai_schema
 from paperbench.llm._types import (
@@ -36,7 +37,6 @@ from paperbench.llm._types import (
     SystemMessage,
     ToolCall,
     ToolMessage,
-    Usage,
 )
 
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5", "codex")
@@ -188,14 +188,8 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
         ]
         extra = message.model_extra or {}
         reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-        u = response.usage
-        usage = Usage(
-            input_tokens=usage_count(u, "prompt_tokens"),
-            cached_input_tokens=usage_count(u, "prompt_tokens_details", "cached_tokens"),
-            output_tokens=usage_count(u, "completion_tokens"),
-            reasoning_tokens=usage_count(u, "completion_tokens_details", "reasoning_tokens"),
-        )
-        stop: StopReason = _CHAT_STOP.get(choice.finish_reason or "", "unknown")
+        usage = chat_usage(response.usage)
+        stop: StopReason = CHAT_STOP.get(choice.finish_reason or "", "unknown")
         if message.refusal and not message.content:
             stop = "content_filter"
         return ModelOutput(
@@ -276,13 +270,7 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
                         data=item.encrypted_content,
                     )
                 )
-        u = response.usage
-        usage = Usage(
-            input_tokens=usage_count(u, "input_tokens"),
-            cached_input_tokens=usage_count(u, "input_tokens_details", "cached_tokens"),
-            output_tokens=usage_count(u, "output_tokens"),
-            reasoning_tokens=usage_count(u, "output_tokens_details", "reasoning_tokens"),
-        )
+        usage = responses_usage(response.usage)
         stop: StopReason = "tool_calls" if calls else "stop"
         if response.status == "incomplete":
             reason = response.incomplete_details.reason if response.incomplete_details else None
@@ -298,15 +286,6 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
             stop_reason=stop,
             usage=usage,
         )
-
-
-_CHAT_STOP: dict[str, StopReason] = {
-    "stop": "stop",
-    "length": "max_tokens",
-    "tool_calls": "tool_calls",
-    "function_call": "tool_calls",
-    "content_filter": "content_filter",
-}
 
 
 def _peek(value: Any) -> str:

@@ -155,17 +155,6 @@ def cut_calls(calls: list[ToolCall], stop: StopReason) -> list[ToolCall]:
     ]
 
 
-def usage_count(usage: Any, *names: str) -> int:
-    """A token count from an SDK usage object that may lack any field or hold ``None``
-    (servers that speak a protocol loosely): 0 for whatever is missing."""
-    value = usage
-    for name in names:
-        value = getattr(value, name, None)
-        if value is None:
-            return 0
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 @dataclass(frozen=True)
 class Target:
     """A resolved ``provider/model``: what a :class:`ModelAPI` is built from."""

@@ -344,10 +344,12 @@ def ensure_base(client: Any, opts: ImageOptions, log: Log) -> tuple[str, str]:
 
 
 def _context(name: str, opts: ImageOptions) -> io.BytesIO:
-    files = {
-        "Dockerfile": dockerfile(name, opts.docker_dir).encode(),
-        "extra-ca.crt": _image_ca(name, opts),
-    }
+    return _tar_context(dockerfile(name, opts.docker_dir), _image_ca(name, opts))
+
+
+def _tar_context(dockerfile_text: str, extra_ca: bytes) -> io.BytesIO:
+    """A build context of the Dockerfile and the CA bundle it installs."""
+    files = {"Dockerfile": dockerfile_text.encode(), "extra-ca.crt": extra_ca}
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for fname, data in files.items():
@@ -542,18 +544,7 @@ def ensure_derived_image(
 def _build_derived(
     client: Any, tag: str, base_id: str, commands: Sequence[str], opts: ImageOptions, say: Log
 ) -> None:
-    files = {
-        "Dockerfile": derived_dockerfile(base_id, commands).encode(),
-        "extra-ca.crt": _derived_ca(opts),
-    }
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for fname, data in files.items():
-            info = tarfile.TarInfo(fname)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
+    buf = _tar_context(derived_dockerfile(base_id, commands), _derived_ca(opts))
     first = 2 + len(_DERIVED_PREAMBLE)  # the step of the first command (FROM is step 1)
     step = 0
     lines: list[str] = []

@@ -12,8 +12,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from paperbench.rcb._load import load_problem_set
+
 PSET = Path(__file__).parent / "pset"
 """The fixture problem set: 2 papers, 8 snippets, 19 code lines."""
+
+
+def reference_bodies() -> dict[str, str]:
+    """Each snippet's reference code (tags of nested snippets removed), by name."""
+    problems = load_problem_set(PSET.parent)
+    bodies = {}
+    for s in problems.snippets:
+        lines = (problems.paper(s.paper).folder / s.file).read_text().splitlines()
+        inner = [line for line in lines[s.start + 1 : s.end] if "paper2code" not in line]
+        bodies[s.name] = "\n".join(inner)
+    return bodies
 
 
 def copy_pset(tmp_path: Path) -> Path:

@@ -24,7 +24,7 @@ from paperbench.rcb._agent import agent_masked, begin_marker, end_marker, hidden
 from paperbench.rcb._load import load_problem_set
 from paperbench.rcb._models import RcbSummary, SampleResult
 from paperbench.testing.fake_llm import FakeLLMServer, FakeReply, FakeToolCall, RecordedRequest
-from tests.rcb.broken import PSET, copy_pset
+from tests.rcb.broken import PSET, copy_pset, reference_bodies
 
 pytestmark = pytest.mark.slow
 
@@ -37,15 +37,6 @@ NO_MARKER = "entropy"
 WRONG = "scale logits"
 IDLE = "stable exponent"
 """Only looks around and never submits: --max-steps ends it."""
-
-
-def _reference_bodies() -> dict[str, str]:
-    problems = load_problem_set(PSET.parent)
-    bodies = {}
-    for s in problems.snippets:
-        lines = (problems.paper(s.paper).folder / s.file).read_text().splitlines()
-        bodies[s.name] = "\n".join(x for x in lines[s.start + 1 : s.end] if "paper2code" not in x)
-    return bodies
 
 
 def _write_between(path: str, begin: str, end: str, body: str, wreck: bool = False) -> str:
@@ -111,7 +102,7 @@ def server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeLLMS
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
     with FakeLLMServer() as fake:
-        fake.handler = _agent(_reference_bodies())
+        fake.handler = _agent(reference_bodies())
         yield fake
 
 

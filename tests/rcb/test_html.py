@@ -20,8 +20,8 @@ from paperbench.rcb._load import load_problem_set
 from paperbench.rcb._models import ProblemRecord, RcbSummary
 from paperbench.rcb._published import load_published
 from paperbench.testing.fake_llm import FakeLLMServer, FakeReply, Fault, RecordedRequest
-from tests.rcb.broken import copy_pset
-from tests.rcb.test_run import ASKED, WRONG, _reference_bodies, _user_text
+from tests.rcb.broken import copy_pset, reference_bodies
+from tests.rcb.test_run import ASKED, WRONG, _user_text
 from tests.report.conftest import browser, chromium_path  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -46,7 +46,7 @@ def _handler(request: RecordedRequest) -> FakeReply | Fault:
         return FakeReply(text=f"```python\n{WRONG_CODE}\n```")
     if name.group(1) == NO_CODE.split("/")[1]:
         return FakeReply(text="No code, sorry.")
-    return FakeReply(text=f"```python\n{_reference_bodies()[name.group(1)]}\n```")
+    return FakeReply(text=f"```python\n{reference_bodies()[name.group(1)]}\n```")
 
 
 def _make_run(tmp: Path, *flags: str) -> Path:
@@ -193,7 +193,7 @@ def test_an_agent_run_s_problem_page_shows_its_transcript_and_how_it_ended(
     root = copy_pset(tmp_path)
     out = tmp_path / "out"
     with FakeLLMServer() as server:
-        server.handler = test_agent._agent(test_agent._reference_bodies())
+        server.handler = test_agent._agent(reference_bodies())
         args = test_agent._args(root, server, "--out", str(out), "--max-steps", "5")
         result = runner.invoke(app, args, env={"OPENAI_API_KEY": "sk-test"})
     assert result.exit_code == 0, result.output

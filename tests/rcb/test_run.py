@@ -17,7 +17,7 @@ from paperbench.rcb._load import load_problem_set
 from paperbench.rcb._models import RcbSummary
 from paperbench.rcb._published import load_published
 from paperbench.testing.fake_llm import FakeLLMServer, FakeReply, RecordedRequest
-from tests.rcb.broken import PSET, copy_pset
+from tests.rcb.broken import PSET, copy_pset, reference_bodies
 
 pytestmark = pytest.mark.slow
 
@@ -27,17 +27,6 @@ NO_CODE = "entropy"
 """The problem the fake model answers in prose only."""
 WRONG = "scale logits"
 """The problem it answers with code that runs and is wrong."""
-
-
-def _reference_bodies() -> dict[str, str]:
-    """Each snippet's reference code (tags of nested snippets removed), by name."""
-    problems = load_problem_set(PSET.parent)
-    bodies = {}
-    for s in problems.snippets:
-        lines = (problems.paper(s.paper).folder / s.file).read_text().splitlines()
-        inner = [line for line in lines[s.start + 1 : s.end] if "paper2code" not in line]
-        bodies[s.name] = "\n".join(inner)
-    return bodies
 
 
 def _user_text(request: RecordedRequest) -> str:
@@ -50,7 +39,7 @@ def server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeLLMS
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
     with FakeLLMServer() as fake:
-        fake.handler = _answers(_reference_bodies())
+        fake.handler = _answers(reference_bodies())
         yield fake
 
 
