@@ -89,7 +89,6 @@ class ExternalAgent(Agent):
         self.model = model
         self.name = config.name or config.type
         self.gateway: ModelGateway | None = None
-        self._ctx: RunContext | None = None
         self._setup: AgentSetup | None = None
         self._calls = 0
         self._dir = f"/root/{AGENT_DIR}"
@@ -163,7 +162,6 @@ class ExternalAgent(Agent):
     async def run(self, ctx: RunContext) -> AgentOutcome:
         if self.gateway is None:
             raise SandboxError("the model gateway is not running: prepare() was not called")
-        self._ctx = ctx
         made = await ctx.sandbox.exec(
             f'mkdir -p "$HOME/{AGENT_DIR}" && printf %s "$HOME"', timeout=30
         )
