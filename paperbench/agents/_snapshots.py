@@ -10,11 +10,10 @@ never deleted.
 
 from __future__ import annotations
 
-import os
-import tarfile
 from pathlib import Path
 
-from paperbench.sandbox import LeftOutFile
+from paperbench._io import atomic_open
+from paperbench.sandbox import LeftOutFile, TreeLimits, repack
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 """Files larger than this (10 MB) are not kept in snapshots nor in submission.tar.gz."""
@@ -27,29 +26,10 @@ def without_large_files(
     src: Path, dest: Path, max_file_bytes: int = MAX_FILE_BYTES
 ) -> list[LeftOutFile]:
     """Copy the tar.gz ``src`` into ``dest`` (atomically) without its regular files over
-    ``max_file_bytes``; return those left out (path, size). ``src`` is left in place."""
-    left_out: list[LeftOutFile] = []
-    partial = dest.with_name(dest.name + ".partial")
-    try:
-        with (
-            tarfile.open(src, "r|gz") as inp,
-            tarfile.open(partial, "w:gz", format=tarfile.PAX_FORMAT) as out,
-        ):
-            for member in inp:
-                if member.isfile() and member.size > max_file_bytes:
-                    left_out.append(
-                        LeftOutFile(
-                            path=member.name.removeprefix("./"),
-                            size=member.size,
-                            reason=f"larger than {max_file_bytes} bytes",
-                        )
-                    )
-                    continue
-                out.addfile(member, inp.extractfile(member) if member.isfile() else None)
-        os.replace(partial, dest)
-    finally:
-        partial.unlink(missing_ok=True)
-    return left_out
+    ``max_file_bytes``, by the host's rule for untrusted trees (links checked against the
+    whole tree, special files left out); return what was left out. ``src`` is left in place."""
+    with open(src, "rb") as inp, atomic_open(dest) as out:
+        return repack(inp, out, limits=TreeLimits(max_file_bytes=max_file_bytes))
 
 
 def to_prune(sizes: list[tuple[Path, int]], keep: int, max_total_bytes: int | None) -> list[Path]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import stat
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from paperbench.reproduce._models import ChangedFiles
+from paperbench.sandbox import folder_entries
 
 _HASH_CHUNK = 1 << 20
 
@@ -26,23 +26,22 @@ class FileState(BaseModel):
 
 
 def manifest(root: Path, hash_limit_bytes: int) -> dict[str, FileState]:
-    """path → (size, mtime, sha256) of every file and link under ``root``."""
+    """path → (size, mtime, sha256) of every file and link under ``root``, walked without
+    following links and without recursion (:func:`paperbench.sandbox.folder_entries`)."""
     out: dict[str, FileState] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            st = os.lstat(full)
-            digest: str | None = None
-            if stat.S_ISLNK(st.st_mode):
-                digest = "link:" + hashlib.sha256(os.readlink(full).encode()).hexdigest()
-            elif stat.S_ISREG(st.st_mode) and st.st_size <= hash_limit_bytes:
-                h = hashlib.sha256()
-                with open(full, "rb") as handle:
-                    while chunk := handle.read(_HASH_CHUNK):
-                        h.update(chunk)
-                digest = h.hexdigest()
-            out[rel] = FileState(size=st.st_size, mtime=st.st_mtime, digest=digest)
+    for entry in folder_entries(root):
+        digest: str | None = None
+        if entry.kind == "symlink":
+            digest = "link:" + hashlib.sha256(entry.target.encode()).hexdigest()
+        elif entry.kind == "file" and entry.size <= hash_limit_bytes and entry.open is not None:
+            h = hashlib.sha256()
+            with entry.open() as handle:
+                while chunk := handle.read(_HASH_CHUNK):
+                    h.update(chunk)
+            digest = h.hexdigest()
+        elif entry.kind != "file":
+            continue
+        out[entry.rel] = FileState(size=entry.size, mtime=entry.mtime, digest=digest)
     return out
 
 

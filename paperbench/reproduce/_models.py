@@ -142,6 +142,13 @@ class ReproductionMetadata(BaseModel):
     files_left_out: list[LeftOutFile] = Field(default_factory=list)
     removed_dirs: list[str] = Field(default_factory=list)
     skipped_members: list[SkippedMember] = Field(default_factory=list)
+    """What of the submission was not copied into the sandbox, and why."""
+    output_skipped: list[SkippedMember] = Field(default_factory=list)
+    """What of the sandbox's /submission after the run was not copied back to the host, and
+    why: links leaving the tree or running through another link, special files, what is over
+    the caps (the host's rule for untrusted trees)."""
+    output_skipped_more: int = 0
+    """Further such entries, counted."""
     log_truncated: bool = False
     error: str | None = None
     submission: str

@@ -53,6 +53,7 @@ from paperbench.sandbox import (
     make_tar_gz,
     safe_extract,
     stage_image,
+    write_file_beneath,
 )
 
 _LOG_TAIL_BYTES = 4096
@@ -149,7 +150,9 @@ class _Run:
                 self.log_started = started
                 self.meta.log_truncated = result.stdout_truncated
                 phase = "download"
-                await sb.download(SUBMISSION_PATH, host_out)
+                got = await sb.download(SUBMISSION_PATH, host_out)
+                self.meta.output_skipped = got.skipped
+                self.meta.output_skipped_more = got.skipped_more
             return record, retry
         except SandboxError as exc:
             record.error = str(exc)
@@ -260,9 +263,11 @@ class _Run:
         judge reads them."""
 
         def write() -> None:
-            (folder / LOG_NAME).write_text(self.log_text)
+            # The folder holds what the sandbox left: whatever is at these names (a link, a
+            # file) is removed first, never written through.
+            write_file_beneath(folder, LOG_NAME, self.log_text.encode())
             started = int(self.log_started if self.log_started is not None else time.time())
-            (folder / CREATION_TIME_NAME).write_text(f"{started}\n")
+            write_file_beneath(folder, CREATION_TIME_NAME, f"{started}\n".encode())
 
         await asyncio.to_thread(write)
 

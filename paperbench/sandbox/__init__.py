@@ -9,13 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from paperbench.sandbox._archive import (
-    ExtractReport,
-    LeftOutFile,
-    SkippedMember,
-    make_tar_gz,
-    safe_extract,
-)
 from paperbench.sandbox._base import (
     DEFAULT_OUTPUT_LIMIT,
     DiskCapKind,
@@ -40,6 +33,19 @@ from paperbench.sandbox._select import (
     docker_engine_answers,
     get_backend,
     stage_image,
+)
+from paperbench.sandbox._tree import (
+    ExtractReport,
+    LeftOutFile,
+    SkippedMember,
+    TreeLimits,
+    folder_entries,
+    make_tar_gz,
+    read_file_beneath,
+    remove_tree,
+    repack,
+    safe_extract,
+    write_file_beneath,
 )
 
 _LAZY = {
@@ -86,12 +92,18 @@ __all__ = [
     "SandboxSpec",
     "SandboxUserKind",
     "SkippedMember",
+    "TreeLimits",
     "cap_output",
     "docker_engine_answers",
+    "folder_entries",
     "get_backend",
     "make_tar_gz",
     "read_blacklist",
+    "read_file_beneath",
     "read_network_log",
+    "remove_tree",
+    "repack",
     "safe_extract",
     "stage_image",
+    "write_file_beneath",
 ]

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from paperbench.errors import SandboxError
 from paperbench.sandbox._execd import cap_text
+from paperbench.sandbox._tree import DEFAULT_LIMITS, ExtractReport, TreeLimits
 
 DEFAULT_OUTPUT_LIMIT = 1_000_000
 """Bytes kept of each of stdout and stderr per exec (head and tail)."""
@@ -228,8 +229,12 @@ class Sandbox(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def download(self, src: str, dest: Path) -> None:
-        """Copy sandbox path ``src`` (file or folder) to host path ``dest``.
+    async def download(
+        self, src: str, dest: Path, *, limits: TreeLimits = DEFAULT_LIMITS
+    ) -> ExtractReport:
+        """Copy sandbox path ``src`` (file or folder) to host path ``dest`` by the rule of
+        :mod:`paperbench.sandbox._tree` (no link followed, links checked after the whole tree
+        exists, special files refused, ``limits``); return what was left out.
 
         Raises:
             SandboxError: ``src`` does not exist or the copy failed.
@@ -253,7 +258,9 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     async def snapshot(self, path: str, dest: Path) -> None:
-        """Write sandbox folder ``path`` as a tar.gz archive at host path ``dest`` (atomically).
+        """Write sandbox folder ``path`` as a tar.gz archive at host path ``dest`` (atomically),
+        taken inside the sandbox (never by walking a tree it can still change) and written by
+        the rule of :mod:`paperbench.sandbox._tree`.
 
         Raises:
             SandboxError: ``path`` does not exist or the archive could not be written.

@@ -25,6 +25,13 @@ from paperbench._console import plural
 from paperbench._io import atomic_open
 from paperbench.errors import SandboxError
 from paperbench.sandbox._base import DEFAULT_OUTPUT_LIMIT, read_ca_bundle
+from paperbench.sandbox._tree import (
+    DEFAULT_LIMITS,
+    ExtractReport,
+    TreeLimits,
+    repack,
+    safe_extract,
+)
 
 CA_PATH = "/etc/ssl/certs/ca-certificates.crt"
 
@@ -120,8 +127,12 @@ class DockerFiles:
                     f"{path} in sandbox {self.id} is {plural(int(stat['size']), 'byte')}, over "
                     f"the limit of {max_bytes}"
                 )
-            raw = b"".join(stream)
-            with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+            raw = bytearray()
+            for chunk in stream:  # the file may have grown since its stat: read a capped part
+                raw += chunk
+                if len(raw) > max_bytes + (1 << 20):
+                    break
+            with tarfile.open(fileobj=io.BytesIO(bytes(raw))) as tar:
                 member = tar.next()
                 handle = tar.extractfile(member) if member is not None else None
                 if handle is None:
@@ -187,35 +198,32 @@ class DockerFiles:
         finally:
             res.close()
 
-    async def download(self, src: str, dest: Path) -> None:
+    async def download(
+        self, src: str, dest: Path, *, limits: TreeLimits = DEFAULT_LIMITS
+    ) -> ExtractReport:
         cid = self._cid()
         source = sandbox_path(src)
         dest = Path(dest)
 
-        def fetch() -> None:
-            from paperbench.sandbox._archive import safe_extract
-
+        def fetch() -> ExtractReport:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            with (
-                tempfile.TemporaryFile() as buf,
-                tempfile.TemporaryDirectory(dir=dest.parent, prefix=".pb-download-") as tmp,
-            ):
+            with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".pb-download-") as tmp:
                 with self._archive(cid, source) as (stream, _):
-                    for chunk in stream:
-                        buf.write(chunk)
-                buf.seek(0)
-                safe_extract(buf, tmp, strip_top=False)
+                    reader = io.BufferedReader(StreamReader(stream), 1 << 20)
+                    report = safe_extract(reader, tmp, strip_top=False, limits=limits)
                 got = Path(tmp) / posixpath.basename(source.rstrip("/") or "root")
                 if not got.exists() and not got.is_symlink():
                     raise SandboxError(f"download of {src} from sandbox {self.id} was empty")
                 move_into_place(got, dest)
+            report.dest = dest
+            return report
 
-        await asyncio.to_thread(fetch)
+        return await asyncio.to_thread(fetch)
 
     async def snapshot(self, path: str, dest: Path) -> None:
-        """The archive holds the folder's contents relative to it (no top folder), like
-        :func:`paperbench.sandbox._archive.make_tar_gz`; links pointing outside the folder and
-        special files are left out."""
+        """The archive holds the folder's contents relative to it (no top folder), taken by the
+        engine inside the container and written by the rule of :mod:`paperbench.sandbox._tree`
+        (links checked against the whole tree, special files left out)."""
         cid = self._cid()
         source = sandbox_path(path)
         dest = Path(dest)
@@ -225,7 +233,12 @@ class DockerFiles:
                 if not int(stat.get("mode", 0)) & (1 << 31):
                     raise SandboxError(f"snapshot: {path} in sandbox {self.id} is not a folder")
                 with atomic_open(dest) as raw:
-                    retar(StreamReader(stream), raw)
+                    gz = GzipPipe(raw)
+                    try:
+                        reader = io.BufferedReader(StreamReader(stream), 1 << 20)
+                        repack(reader, gz, drop_top=True, compress=False)  # type: ignore[arg-type]
+                    finally:
+                        gz.close()
 
         await asyncio.to_thread(snap)
 
@@ -332,40 +345,6 @@ class GzipPipe:
         self.thread.join()
         if self.error is not None:
             raise self.error
-
-
-def retar(src: io.RawIOBase, raw: Any) -> None:
-    """Copy Docker's tar (top folder first) to a gzip tar without the top folder."""
-    gz = GzipPipe(raw)
-    try:
-        with (
-            tarfile.open(fileobj=io.BufferedReader(src, 1 << 20), mode="r|") as tin,
-            tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tout,  # type: ignore[call-overload]
-        ):
-            tout.copybufsize = 1 << 20
-            for member in tin:
-                name = member.name.split("/", 1)[1] if "/" in member.name else ""
-                if not name:
-                    continue
-                if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-                    continue
-                if member.issym() and escapes(name, member.linkname):
-                    continue
-                if member.islnk():
-                    if "/" not in member.linkname:
-                        continue
-                    member.linkname = member.linkname.split("/", 1)[1]
-                member.name = name
-                tout.addfile(member, tin.extractfile(member) if member.isfile() else None)
-    finally:
-        gz.close()
-
-
-def escapes(name: str, target: str) -> bool:
-    if target.startswith("/"):
-        return True
-    joined = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
-    return joined == ".." or joined.startswith("../")
 
 
 class Body:

@@ -50,6 +50,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import tarfile
 import tempfile
 import time
 import uuid
@@ -58,8 +59,8 @@ from pathlib import Path
 from typing import Literal
 
 from paperbench._console import plural
+from paperbench._io import atomic_open
 from paperbench.errors import SandboxError, SandboxUnavailableError
-from paperbench.sandbox._archive import make_tar_gz
 from paperbench.sandbox._base import (
     DEFAULT_OUTPUT_LIMIT,
     DiskCapKind,
@@ -85,6 +86,20 @@ from paperbench.sandbox._local_user import (
     check_tools,
 )
 from paperbench.sandbox._seccomp import seccomp_fd, seccomp_program
+from paperbench.sandbox._tree import (
+    DEFAULT_LIMITS,
+    ExtractReport,
+    TreeLimits,
+    copy_file_beneath,
+    copy_out_beneath,
+    folder_entries,
+    ingest,
+    make_dirs_beneath,
+    open_dir_beneath,
+    read_file_beneath,
+    repack,
+    write_file_beneath,
+)
 
 log = logging.getLogger("paperbench.sandbox")
 
@@ -103,6 +118,7 @@ HOME = "/root"
 _HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 _KILL_GRACE_S = 2.0
 _CA_IN_SANDBOX = "/run/paperbench/ca-bundle.pem"
+_SNAPSHOT_TIMEOUT_S = 1800.0
 
 _python_cache: dict[str, tuple[str, list[str]]] = {}
 
@@ -374,17 +390,27 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"{path}: a link leads out of the sandbox workspace")
         return host
 
-    def _make_dirs(self, folder: Path) -> None:
-        """``mkdir -p`` inside the workspace, each new folder the sandbox user's."""
-        missing = []
-        probe = folder
-        while not probe.exists() and probe != self.fs and self.fs in probe.parents:
-            missing.append(probe)
-            probe = probe.parent
-        folder.mkdir(parents=True, exist_ok=True)
-        if self.user is not None:
-            for made in missing:
-                os.lchown(made, self.user.uid, self.user.gid)
+    def _owner(self) -> tuple[int, int] | None:
+        return (self.user.uid, self.user.gid) if self.user is not None else None
+
+    def _rel(self, path: str) -> str:
+        """``path`` relative to the workspace's ``fs`` folder (a workspace path, never a
+        system folder).
+
+        Raises:
+            SandboxError: ``path`` is relative, the root, or a system folder.
+        """
+        top, rest = _split(path)
+        if not top:
+            raise SandboxError("the sandbox root itself cannot be the target")
+        if top in SYSTEM_TOPS or top in _FORBIDDEN_TOPS:
+            raise SandboxError(f"{path}: system folders are read-only in the local sandbox")
+        return f"{top}/{rest}" if rest else top
+
+    def _make_dirs(self, path: str) -> None:
+        """``mkdir -p`` of sandbox path ``path`` inside the workspace, never through a link,
+        each new folder the sandbox user's."""
+        make_dirs_beneath(self.fs, self._rel(path), owner=self._owner())
 
     @property
     def bind_dir(self) -> Path:
@@ -542,6 +568,22 @@ class LocalSandbox(Sandbox):
         env: dict[str, str] | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> ExecResult:
+        return await self._exec(
+            cmd, timeout=timeout, workdir=workdir, env=env, output_limit=output_limit
+        )
+
+    async def _exec(
+        self,
+        cmd: str | list[str],
+        *,
+        timeout: float,
+        workdir: str | None,
+        env: dict[str, str] | None,
+        output_limit: int,
+        stdout_file: int | None = None,
+    ) -> ExecResult:
+        """:meth:`exec`; with ``stdout_file``, the command's stdout goes to that host file
+        descriptor (never read back into memory) instead of the result."""
         if self._stopped:
             raise SandboxError("the sandbox is stopped")
         argv = ["bash", "-lc", cmd] if isinstance(cmd, str) else list(cmd)
@@ -550,7 +592,7 @@ class LocalSandbox(Sandbox):
         wd = posixpath.normpath(workdir or self.spec.workdir)
         top = _split(wd)[0]
         if top and top not in SYSTEM_TOPS and top not in _FORBIDDEN_TOPS:
-            await asyncio.to_thread(self._make_dirs, self.host_path(wd, for_write=True))
+            await asyncio.to_thread(self._make_dirs, wd)
         if self._egress is not None:
             self._egress.check_bridge()
         if self._net is not None:
@@ -570,7 +612,7 @@ class LocalSandbox(Sandbox):
                 lambda: _Protocol(loop),
                 *full_argv,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
+                stdout=subprocess.PIPE if stdout_file is None else stdout_file,
                 stderr=subprocess.PIPE,
                 cwd=cwd,
                 env=self._env(env),
@@ -637,78 +679,121 @@ class LocalSandbox(Sandbox):
             raise SandboxError("the sandbox is stopped")
 
     async def upload(self, src: Path, dest: str) -> None:
+        """Copy a host file or folder into the workspace, never through a link the sandbox
+        left there (one in the way is removed)."""
         self._check_alive()
-        target = self.host_path(dest, for_write=True)
+        rel = self._rel(dest)
+        src = Path(src)
 
         def copy() -> None:
-            self._make_dirs(target.parent)
-            _copy(Path(src), target)
-            if self.user is not None:
-                self.user.give(target)
+            if src.is_dir():
+                report = ExtractReport(dest=src, source_kind="folder")
+                ingest(folder_entries(src), self.fs, report, owner=self._owner(), sub=rel)
+            else:
+                copy_file_beneath(self.fs, rel, src, owner=self._owner())
 
         try:
             await asyncio.to_thread(copy)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise SandboxError(f"upload of {src} to {dest} failed: {exc}") from exc
 
-    async def download(self, src: str, dest: Path) -> None:
+    async def download(
+        self, src: str, dest: Path, *, limits: TreeLimits = DEFAULT_LIMITS
+    ) -> ExtractReport:
+        """Copy a workspace file or folder to the host by the rule of
+        :mod:`paperbench.sandbox._tree` (no link followed, links checked last, caps)."""
         self._check_alive()
-        source = self.host_path(src)
-        if not (source.exists() or source.is_symlink()):
-            raise SandboxError(f"{src}: no such file or folder in the sandbox")
+        rel = self._rel(src)
+        dest = Path(dest)
+
+        def copy() -> ExtractReport:
+            report = ExtractReport(dest=dest, source_kind="folder")
+            try:
+                fd = open_dir_beneath(self.fs, rel)
+            except FileNotFoundError:
+                report.bytes = copy_out_beneath(self.fs, rel, dest, limits.max_file_bytes)
+                report.files = 1
+                return report
+            try:
+                return ingest(
+                    folder_entries(fd, max_depth=limits.max_depth + 1), dest, report, limits=limits
+                )
+            finally:
+                os.close(fd)
+
         try:
-            await asyncio.to_thread(_copy, source, Path(dest))
-        except OSError as exc:
+            return await asyncio.to_thread(copy)
+        except FileNotFoundError:
+            raise SandboxError(f"{src}: no such file or folder in the sandbox") from None
+        except (OSError, ValueError) as exc:
             raise SandboxError(f"download of {src} failed: {exc}") from exc
 
     async def read_file(self, path: str, *, max_bytes: int = DEFAULT_OUTPUT_LIMIT) -> bytes:
+        """Read a file; in the workspace without following any link (a link reads as missing)."""
         self._check_alive()
-        source = self.host_path(path)
-        if source.is_dir():
-            raise SandboxError(f"{path}: is a folder")
+        top = _split(path)[0]
         try:
-            size = source.stat().st_size
-            if size > max_bytes:
-                raise SandboxError(f"{path}: {plural(size, 'byte')}, over the limit of {max_bytes}")
-            with open(source, "rb") as handle:
-                data = handle.read(max_bytes + 1)
+            if top in SYSTEM_TOPS or top in _FORBIDDEN_TOPS:  # the host's own, read-only
+                data = await asyncio.to_thread(_read_host, self.host_path(path), max_bytes)
+            else:
+                data = await asyncio.to_thread(
+                    read_file_beneath, self.fs, self._rel(path), max_bytes
+                )
         except FileNotFoundError:
             raise SandboxError(f"{path}: no such file in the sandbox") from None
-        except OSError as exc:
+        except IsADirectoryError:
+            raise SandboxError(f"{path}: is a folder") from None
+        except (OSError, ValueError) as exc:
             raise SandboxError(f"{path}: cannot read: {exc}") from exc
         if len(data) > max_bytes:
             raise SandboxError(f"{path}: over the limit of {plural(max_bytes, 'byte')}")
         return data
 
     async def write_file(self, path: str, data: bytes) -> None:
+        """Write a file in the workspace, never through a link (one in the way is removed)."""
         self._check_alive()
-        target = self.host_path(path, for_write=True)
-        if target == self.fs or target.parent == self.fs:
+        rel = self._rel(path)
+        if "/" not in rel:
             raise SandboxError(f"{path}: cannot write a file at the top level")
-
-        def write() -> None:
-            self._make_dirs(target.parent)
-            self.host_path(path, for_write=True)  # re-check after creating parents
-            if target.is_symlink():
-                target.unlink()
-            target.write_bytes(data)
-            if self.user is not None:
-                self.user.give(target)
-
         try:
-            await asyncio.to_thread(write)
-        except OSError as exc:
+            await asyncio.to_thread(write_file_beneath, self.fs, rel, data, owner=self._owner())
+        except (OSError, ValueError) as exc:
             raise SandboxError(f"{path}: cannot write: {exc}") from exc
 
     async def snapshot(self, path: str, dest: Path) -> None:
+        """The archive is made INSIDE the sandbox (``tar`` as the sandbox's user, into a host
+        file it cannot reach again), then repacked on the host by the rule of
+        :mod:`paperbench.sandbox._tree`: the host never walks a workspace the sandbox can
+        still change."""
         self._check_alive()
-        source = self.host_path(path)
-        if not source.is_dir():
-            raise SandboxError(f"{path}: no such folder in the sandbox")
+        rel = self._rel(path)
         try:
-            await asyncio.to_thread(make_tar_gz, source, Path(dest))
-        except OSError as exc:
-            raise SandboxError(f"snapshot of {path} failed: {exc}") from exc
+            os.close(await asyncio.to_thread(open_dir_beneath, self.fs, rel))
+        except (FileNotFoundError, ValueError):
+            raise SandboxError(f"{path}: no such folder in the sandbox") from None
+        with tempfile.TemporaryFile(prefix="paperbench-snapshot-") as raw:
+            result = await self._exec(
+                ["tar", "--numeric-owner", "-cf", "-", "."],
+                timeout=_SNAPSHOT_TIMEOUT_S,
+                workdir=path,
+                env=None,
+                output_limit=64 * 1024,
+                stdout_file=raw.fileno(),
+            )
+            # tar exits 1 when a file changed while it read it: the archive is still whole.
+            if result.exit_code not in (0, 1):
+                detail = (result.stderr.strip().splitlines() or ["timed out"])[-1]
+                raise SandboxError(f"snapshot of {path} failed: {detail}")
+            raw.seek(0)
+
+            def pack() -> None:
+                with atomic_open(Path(dest)) as out:
+                    repack(raw, out)
+
+            try:
+                await asyncio.to_thread(pack)
+            except (OSError, tarfile.TarError) as exc:
+                raise SandboxError(f"snapshot of {path} failed: {exc}") from exc
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -747,14 +832,12 @@ def _killpg(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _copy(src: Path, dest: Path) -> None:
-    if src.is_dir() and not src.is_symlink():
-        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-    else:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if dest.is_symlink():
-            dest.unlink()
-        shutil.copy2(src, dest, follow_symlinks=False)
+def _read_host(path: Path, max_bytes: int) -> bytes:
+    """A host system file the sandbox sees read-only (``/etc/...``): the host's own links."""
+    if path.is_dir():
+        raise IsADirectoryError(path)
+    with open(path, "rb") as handle:
+        return handle.read(max_bytes + 1)
 
 
 def _sh_quote(text: str) -> str:

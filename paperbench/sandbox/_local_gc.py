@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from paperbench.sandbox import _tree as tree
 from paperbench.sandbox._disk import unmount_under
 from paperbench.sandbox._docker_labels import owner_alive, owner_id
 from paperbench.sandbox._gc import Orphan
@@ -162,17 +161,9 @@ def _processes_inside(workspace: Path) -> list[int]:
 
 
 def remove_tree(path: Path) -> None:
-    """``rm -rf path``, also through folders a sandbox made unreadable, after unmounting the
-    sandbox's capped disk (anything mounted under ``path``)."""
+    """``rm -rf path`` after unmounting the sandbox's capped disk (anything mounted under
+    ``path``): no link followed, no recursion, folders the sandbox made unreadable opened up
+    (:func:`paperbench.sandbox._tree.remove_tree`)."""
     unmount_under(path)
-
-    def fix(func: Callable[..., object], p: str, _: object) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            func(p)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=fix)
-    else:
-        shutil.rmtree(path, onerror=fix)
+    with contextlib.suppress(FileNotFoundError):
+        tree.remove_tree(path)

@@ -44,14 +44,19 @@ def test_links_planted_in_the_sandbox_never_reach_the_host(tmp_path: Path) -> No
             # The sandbox plants links to host paths it cannot see itself.
             (sb.fs / "home" / "submission" / "leak").symlink_to(secret)
             (sb.fs / "home" / "submission" / "door").symlink_to(outside)
-            for call in (
-                sb.read_file("/home/submission/leak"),
-                sb.download("/home/submission/leak", tmp_path / "got"),
-                sb.write_file("/home/submission/door/planted", b"x"),
-                sb.upload(secret, "/home/submission/door/planted2"),
-            ):
-                with pytest.raises(SandboxError, match="link leads out"):
-                    await call
+            # Reads never follow them: the link reads as missing.
+            with pytest.raises(SandboxError, match="no such file"):
+                await sb.read_file("/home/submission/leak")
+            with pytest.raises(SandboxError, match="no such file"):
+                await sb.download("/home/submission/leak", tmp_path / "got")
+            # Writes remove the link in the way and write inside the workspace.
+            await sb.write_file("/home/submission/door/planted", b"x")
+            await sb.upload(secret, "/home/submission/door/planted2")
+            door = sb.fs / "home" / "submission" / "door"
+            assert door.is_dir() and not door.is_symlink()
+            assert sorted(p.name for p in door.iterdir()) == ["planted", "planted2"]
+            await sb.write_file("/home/submission/leak", b"mine")
+            assert not (sb.fs / "home" / "submission" / "leak").is_symlink()
             with pytest.raises(SandboxError, match="read-only"):
                 await sb.write_file("/etc/paperbench-probe", b"x")
             with pytest.raises(SandboxError, match="absolute"):
@@ -61,6 +66,7 @@ def test_links_planted_in_the_sandbox_never_reach_the_host(tmp_path: Path) -> No
 
     asyncio.run(main())
     assert list(outside.iterdir()) == []
+    assert secret.read_text() == "host only"
     assert not (tmp_path / "got").exists()
 
 

@@ -1,16 +1,30 @@
-"""Archive safety: hostile members are refused or left out, never written outside ``dest``."""
+"""The host's rule for untrusted trees (``paperbench.sandbox._tree``): hostile archives and
+folders are refused or left out with a note, never written or read outside their tree."""
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import io
 import os
+import shutil
+import socket
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from paperbench.errors import InputError, UnsafeArchiveError
-from paperbench.sandbox import make_tar_gz, safe_extract
+from paperbench.sandbox import (
+    TreeLimits,
+    make_tar_gz,
+    read_file_beneath,
+    remove_tree,
+    safe_extract,
+    write_file_beneath,
+)
 
 
 def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]], mode: str = "w:gz"):
@@ -212,8 +226,11 @@ def test_file_object_and_unreadable_archives(tmp_path: Path, dest: Path) -> None
 
 def test_size_cap(tmp_path: Path, dest: Path) -> None:
     arc = _tar(tmp_path / "big.tar", [_file("a", b"x" * 1000), _file("b", b"y" * 1000)], "w")
-    with pytest.raises(UnsafeArchiveError, match="more than 1500 bytes"):
-        safe_extract(arc, dest, max_total_bytes=1500)
+    report = safe_extract(arc, dest, limits=TreeLimits(max_bytes=1500))
+    assert _tree(dest) == {"a"} and report.bytes == 1000
+    assert report.skipped[0].name == "b" and "1500 bytes in all" in report.skipped[0].reason
+    with pytest.raises(UnsafeArchiveError, match="1500 bytes in all"):
+        safe_extract(arc, tmp_path / "strict", limits=TreeLimits(max_bytes=1500), strict=True)
 
 
 def test_folders_pass_through_with_the_same_checks(tmp_path: Path, dest: Path) -> None:
@@ -228,8 +245,8 @@ def test_folders_pass_through_with_the_same_checks(tmp_path: Path, dest: Path) -
     assert report.source_kind == "folder" and report.stripped_prefix == "only-top"
     assert _tree(dest) == {"reproduce.sh", "sub", "sub/x", "link-in"}
     assert {s.name: s.reason for s in report.skipped} == {
-        "fifo": "FIFO",
-        "link-out": "symlink to absolute path '/etc/passwd'",
+        "only-top/fifo": "FIFO",  # named as in the source: it was noted before the strip
+        "link-out": "link to an absolute path ('/etc/passwd')",
     }
 
 
@@ -246,8 +263,8 @@ def test_make_tar_gz_leaves_out_large_files_and_outside_links(tmp_path: Path) ->
     left = make_tar_gz(src, dest, max_file_bytes=1000, exclude_dirs=frozenset({"venv"}))
     assert {(f.path, f.reason.split(" ")[0]) for f in left} == {
         ("big.bin", "over"),
-        ("out", "symlink"),
-        ("fifo", "special"),
+        ("out", "link"),
+        ("fifo", "FIFO"),
         ("venv/", "excluded"),
     }
     assert next(f for f in left if f.path == "big.bin").size == 5000
@@ -257,3 +274,179 @@ def test_make_tar_gz_leaves_out_large_files_and_outside_links(tmp_path: Path) ->
     report = safe_extract(dest, tmp_path / "back")
     assert report.skipped == [] and (tmp_path / "back" / "in").read_text() == "s"
     assert [p.name for p in dest.parent.iterdir()] == ["executed.tar.gz"]
+
+
+# --------------------------------------------------------------------------- attacks
+
+
+def _ladder(prefix: str, levels: int) -> list[tuple[str, str]]:
+    """Links that each stay inside the tree when read alone, but together climb ``levels``
+    folders above it: ``a/b/up -> ../..`` is the root, ``esc1 -> a/b/up/..`` is the root's
+    parent, ``a/b/e2 -> ../../esc1/..`` its parent, and so on."""
+    links = [(f"{prefix}a/b/up", "../.."), (f"{prefix}esc1", "a/b/up/..")]
+    for n in range(2, levels + 1):
+        links.append((f"{prefix}a/b/e{n}", f"../../esc{n - 1}/.."))
+        links.append((f"{prefix}esc{n}", f"a/b/e{n}"))
+    return links
+
+
+def test_a_ladder_of_links_never_leads_a_write_or_read_out(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.pth"
+    victim.write_bytes(b"original")
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"SECRET-BYTES")
+    dest = tmp_path / "deep" / "er" / "executed"
+    depth = len(dest.parts) + 2
+    members: list[tuple[tarfile.TarInfo, bytes | None]] = [_special("a/b", tarfile.DIRTYPE)]
+    members += [_special(n, tarfile.SYMTYPE, t) for n, t in _ladder("", depth)]
+    rel_victim = str(victim).lstrip("/")
+    members.append(_special("reproduce.log", tarfile.SYMTYPE, f"esc{depth}/{rel_victim}"))
+    members.append(_special("notes.md", tarfile.SYMTYPE, f"esc{depth}/{str(secret).lstrip('/')}"))
+    arc = _tar(tmp_path / "ladder.tar", members, mode="w")
+    report = safe_extract(arc, dest, strip_top=False)
+    # Only the first rung stays (it is a real link to the root); every link through a link goes.
+    kept = {str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_symlink()}
+    assert kept == {"a/b/up"}
+    assert {"reproduce.log", "notes.md", "esc1"} <= {s.name for s in report.skipped}
+    # The host writes the log where it belongs, and nowhere else.
+    write_file_beneath(dest, "reproduce.log", b"attacker-controlled log")
+    assert victim.read_bytes() == b"original"
+    assert not (dest / "reproduce.log").is_symlink()
+    # Packing and extracting again keeps the rule.
+    left = make_tar_gz(dest, tmp_path / "again.tar.gz")
+    assert left == []
+    again = safe_extract(tmp_path / "again.tar.gz", tmp_path / "again", strip_top=False)
+    assert again.skipped == []
+    assert b"SECRET" not in (tmp_path / "again.tar.gz").read_bytes()
+
+
+def test_writes_beneath_a_tree_never_follow_links(tmp_path: Path) -> None:
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    tree.mkdir()
+    outside.mkdir()
+    (outside / "victim").write_bytes(b"original")
+    (tree / "reproduce.log").symlink_to(outside / "victim")
+    (tree / "logs").symlink_to(outside)
+    (tree / "rel").symlink_to("../outside/victim")
+    write_file_beneath(tree, "reproduce.log", b"x")
+    write_file_beneath(tree, "logs/victim", b"y")
+    write_file_beneath(tree, "rel", b"z")
+    assert (outside / "victim").read_bytes() == b"original"
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+    assert (tree / "logs").is_dir() and not (tree / "logs").is_symlink()
+    with pytest.raises(FileNotFoundError):
+        read_file_beneath(tree, "link-to-victim-missing", 100)
+    (tree / "peek").symlink_to(outside / "victim")
+    with pytest.raises(FileNotFoundError):
+        read_file_beneath(tree, "peek", 100)
+
+
+@pytest.mark.parametrize("source", ["folder", "archive"])
+def test_a_tree_deeper_than_the_cap_is_cut_without_recursion(tmp_path: Path, source: str) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    fd = os.open(src, os.O_RDONLY)
+    try:  # 1,100 folders deep, made relative to descriptors (the path is too long to name)
+        for _ in range(1100):
+            os.mkdir("d", dir_fd=fd)
+            nxt = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        with open(os.open("leaf.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as f:
+            f.write("deep")
+    finally:
+        os.close(fd)
+    (src / "top.txt").write_text("top")
+    if source == "archive":
+        left = make_tar_gz(src, tmp_path / "deep.tar.gz", limits=TreeLimits(max_depth=2000))
+        assert left == []
+        origin: Path = tmp_path / "deep.tar.gz"
+    else:
+        origin = src
+    report = safe_extract(origin, tmp_path / "out", strip_top=False)
+    assert (tmp_path / "out" / "top.txt").read_text() == "top"
+    assert [s.reason for s in report.skipped] == [
+        "deeper than 128 folders: this and everything as deep left out"
+    ]
+    depth = max(len(p.relative_to(tmp_path / "out").parts) for p in (tmp_path / "out").rglob("*"))
+    assert depth == 128
+    remove_tree(src)  # no recursion either (shutil.rmtree of Python 3.11 would fail here)
+    assert not src.exists()
+
+
+def test_entry_cap_and_per_file_head(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(10):
+        (src / f"f{i}.txt").write_bytes(b"x" * 100)
+    report = safe_extract(
+        src,
+        tmp_path / "out",
+        strip_top=False,
+        limits=TreeLimits(max_entries=4, max_file_bytes=10, keep_head=True),
+    )
+    kept = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert kept == ["f0.txt", "f1.txt", "f2.txt", "f3.txt"]
+    assert all((tmp_path / "out" / k).stat().st_size == 10 for k in kept)
+    assert report.skipped[-1].reason == "over the cap of 4 entries: the rest left out"
+
+
+def test_sockets_and_fifos_in_a_folder_are_notes_not_hangs(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    os.mkfifo(src / "pipe")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(src / "sock"))
+    (src / "ok").write_text("ok")
+    try:
+        report = safe_extract(src, tmp_path / "out", strip_top=False)
+        left = make_tar_gz(src, tmp_path / "out.tar.gz")
+    finally:
+        sock.close()
+    assert {s.name: s.reason for s in report.skipped} == {"pipe": "FIFO", "sock": "socket"}
+    assert {f.path for f in left} == {"pipe", "sock"}
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ok"]
+
+
+def test_a_folder_swapped_for_a_link_while_it_is_read_is_never_followed(tmp_path: Path) -> None:
+    """A race run in a loop: one thread swaps ``d`` between a folder and a link to a secret
+    folder of the host, the host copies and packs the tree meanwhile."""
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "f").write_bytes(b"HOST-SECRET")
+    live = tmp_path / "live"
+    live.mkdir()
+    stop = threading.Event()
+
+    def swap() -> None:
+        d, tmp = live / "d", live / "d.new"
+        while not stop.is_set():
+            tmp.mkdir()
+            (tmp / "f").write_bytes(b"sandbox")
+            os.rename(tmp, d) if not d.exists() and not d.is_symlink() else None
+            if d.is_symlink():
+                d.unlink()
+            else:
+                shutil.rmtree(d, ignore_errors=True)
+            with contextlib.suppress(FileExistsError):
+                os.symlink(secret, d)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    worker = threading.Thread(target=swap)
+    worker.start()
+    rounds = 0
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            out = tmp_path / f"out{rounds}"
+            safe_extract(live, out, strip_top=False)
+            for f in out.rglob("*"):
+                assert not (f.is_file() and f.read_bytes() == b"HOST-SECRET")
+            shutil.rmtree(out)
+            make_tar_gz(live, tmp_path / "snap.tar.gz")
+            assert b"HOST-SECRET" not in gzip.decompress((tmp_path / "snap.tar.gz").read_bytes())
+            rounds += 1
+    finally:
+        stop.set()
+        worker.join()
+    assert rounds > 10
