@@ -127,7 +127,7 @@ class ExternalAgent(Agent):
     def _on_call(self, call: GatewayCall) -> None:
         if self._setup is None or call.protocol is None:
             return  # not a model call (listing models, counting tokens)
-        if call.outcome in ("unauthorized", "passed"):
+        if call.outcome in ("unauthorized", "passed", "refused"):
             return
         self._calls += 1
         tracker = self._setup.limits

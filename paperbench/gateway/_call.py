@@ -17,7 +17,7 @@ from paperbench.llm import CallOutcome, StopReason, Usage
 BODY_CAP = 256 * 1024
 """Bytes of a request or answer body kept in a log line; the rest is cut (and said)."""
 
-GatewayOutcome = CallOutcome | Literal["unauthorized", "passed"]
+GatewayOutcome = CallOutcome | Literal["unauthorized", "passed", "refused"]
 
 
 class GatewayCall(BaseModel):
@@ -25,7 +25,8 @@ class GatewayCall(BaseModel):
 
     ``outcome`` is a cost-ledger outcome (``ok``, ``incomplete`` for a stream cut before
     its end, ``failed``, ``cache_hit`` for an answer replayed from the store,
-    ``budget_exhausted``), ``unauthorized`` for a request without the run's token, or
+    ``budget_exhausted``), ``unauthorized`` for a request without the run's token,
+    ``refused`` for a route or query parameter the gateway does not forward (never sent), or
     ``passed`` for a request that costs nothing (listing models, counting tokens)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -33,7 +34,7 @@ class GatewayCall(BaseModel):
     time: float = Field(default_factory=time.time)
     method: str
     route: str
-    """The path asked of the gateway, with its query string."""
+    """The path asked of the gateway, with its query string, as sent (not decoded)."""
     protocol: Protocol | None = None
     """``messages``, ``responses`` or ``chat`` for a model call."""
     model: str | None = None

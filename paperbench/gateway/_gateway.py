@@ -5,10 +5,14 @@ and answer (cost ledger, gateway.jsonl, a callback). The agent gets only a per-r
 
     /anthropic/v1/messages                 POST  (ANTHROPIC_BASE_URL = gateway.anthropic_base_url)
     /anthropic/v1/messages/count_tokens    POST  passed through, not recorded as a cost
-    /anthropic/v1/models[/...]             GET   passed through
+    /anthropic/v1/models[/{model}]         GET   passed through
     /openai/v1/responses                   POST  (OPENAI_BASE_URL = gateway.openai_base_url)
     /openai/v1/chat/completions            POST
-    /openai/v1/models[/...]                GET   passed through
+    /openai/v1/models[/{model}]            GET   passed through
+
+Nothing else reaches the provider (:mod:`paperbench.gateway._routes`: the table, matched on
+the raw path); the agent gets the answer's content type, request id, retry hints and rate
+limits, never the headers naming the operator's organisation or project.
 """
 
 from __future__ import annotations
@@ -27,20 +31,19 @@ from typing import Any, Self, cast
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
 
 from paperbench.errors import BudgetExhaustedError
 from paperbench.gateway._call import BODY_CAP, CallLog, GatewayCall, kept_body
 from paperbench.gateway._replay import ReplayStore, StoredAnswer, replay_key
+from paperbench.gateway._routes import NoRoute, family_of, match_route
 from paperbench.gateway._shapes import (
     Family,
-    Protocol,
     auth_error,
     budget_error,
     error_body,
     model_error,
 )
-from paperbench.gateway._upstream import DROP_RESPONSE, Upstream, upstream_for
+from paperbench.gateway._upstream import Upstream, passed_headers, upstream_for
 from paperbench.gateway._usage import AnswerFacts, StreamTap, read_json_answer, upstream_message
 from paperbench.llm import CallOutcome, CostLedger, CostRecord, ModelConfig, PriceTable, Usage
 
@@ -48,14 +51,6 @@ log = logging.getLogger("paperbench.gateway")
 
 _NO_RETRY = {"x-should-retry": "false", "content-type": "application/json"}
 """On the gateway's own refusals: the SDKs would otherwise retry a 429 or a 5xx."""
-
-_MODEL_ROUTES: dict[tuple[Family, str], Protocol] = {
-    ("anthropic", "v1/messages"): "messages",
-    ("openai", "responses"): "responses",
-    ("openai", "chat/completions"): "chat",
-}
-_FREE_POST = {("anthropic", "v1/messages/count_tokens")}
-_FREE_GET_PREFIX: dict[Family, str] = {"anthropic": "v1/models", "openai": "models"}
 
 OnCall = Callable[[GatewayCall], None]
 
@@ -153,8 +148,7 @@ class ModelGateway:
             trust_env=False,
         )
         app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_route("*", "/anthropic/{tail:.*}", self._anthropic)
-        app.router.add_route("*", "/openai/v1/{tail:.*}", self._openai)
+        app.router.add_route("*", "/{path:.*}", self._handle)  # routes: _routes.py
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -191,12 +185,6 @@ class ModelGateway:
 
     # -- requests --------------------------------------------------------------------------
 
-    async def _anthropic(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, "anthropic")
-
-    async def _openai(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, "openai")
-
     def _authorized(self, request: web.Request, family: Family) -> bool:
         given = ""
         if family == "anthropic":
@@ -206,19 +194,19 @@ class ModelGateway:
             given = bearer[7:].strip()
         return hmac.compare_digest(given.encode(), self._token)
 
-    async def _handle(self, request: web.Request, family: Family) -> web.StreamResponse:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        tail = request.match_info["tail"]
-        call = GatewayCall(method=request.method, route=request.path_qs, status=0, outcome="ok")
+        target = request.raw_path  # as sent: nothing decoded, nothing normalised
+        family = family_of(target)
+        call = GatewayCall(method=request.method, route=target, status=0, outcome="ok")
         if not self._authorized(request, family):
             status, body = auth_error(family)
             return self._refuse(call, started, status, body, "unauthorized", "wrong or no token")
-        protocol = _MODEL_ROUTES.get((family, tail)) if request.method == "POST" else None
-        free = (family, tail) in _FREE_POST and request.method == "POST"
-        free |= request.method == "GET" and tail.startswith(_FREE_GET_PREFIX[family])
-        if protocol is None and not free:
-            body = error_body(family, 404, f"the gateway does not serve {request.method} /{tail}")
-            return self._refuse(call, started, 404, body, "failed", "no such route")
+        found = match_route(family, request.method, target)
+        if isinstance(found, NoRoute):
+            body = error_body(family, found.status, found.message)
+            return self._refuse(call, started, found.status, body, "refused", found.message)
+        protocol = found.route.protocol
         data = await request.read()
         upstream = self._upstreams.get(family)
         parsed = _parse(data) if protocol is not None else {}
@@ -232,8 +220,9 @@ class ModelGateway:
             why = f"no {family} model is configured for this run"
             status, body = model_error(family, asked or "-", why)
             return self._refuse(call, started, status, body, "failed", why, ledger=bool(protocol))
+        url = upstream.url(found.tail, found.query)
         if protocol is None:
-            return await self._forward(request, call, upstream, data, started, None)
+            return await self._forward(request, call, upstream, url, data, started, None)
         if parsed is None:
             body = error_body(family, 400, "the request body is not a JSON object")
             return self._refuse(call, started, 400, body, "failed", "body not JSON", ledger=True)
@@ -258,7 +247,7 @@ class ModelGateway:
             self.exhausted_event.set()
             status, body = budget_error(family)
             return self._refuse(call, started, status, body, "budget_exhausted", str(exc), True)
-        return await self._forward(request, call, upstream, data, started, parsed)
+        return await self._forward(request, call, upstream, url, data, started, parsed)
 
     def _allowed(self, asked: str, upstream: Upstream) -> bool:
         if self.allowed_models is None:
@@ -288,7 +277,8 @@ class ModelGateway:
     async def _replayed(
         self, request: web.Request, call: GatewayCall, stored: StoredAnswer, started: float
     ) -> web.StreamResponse:
-        response = web.StreamResponse(status=stored.status, headers=CIMultiDict(stored.headers))
+        headers = passed_headers(stored.headers)  # also from a store an older gateway wrote
+        response = web.StreamResponse(status=stored.status, headers=headers)
         await response.prepare(request)
         with contextlib.suppress(ConnectionError):
             await response.write(stored.body)
@@ -307,6 +297,7 @@ class ModelGateway:
         request: web.Request,
         call: GatewayCall,
         upstream: Upstream,
+        url: str,
         data: bytes,
         started: float,
         parsed: dict[str, Any] | None,
@@ -318,7 +309,6 @@ class ModelGateway:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=min(timeout_s, 30.0), sock_read=timeout_s
         )
-        url = upstream.url(request.match_info["tail"], request.query_string)
         model_call = parsed is not None
         try:
             upstream_response = await self._session.request(
@@ -347,10 +337,7 @@ class ModelGateway:
         started: float,
         parsed: dict[str, Any] | None,
     ) -> web.StreamResponse:
-        headers: CIMultiDict[str] = CIMultiDict()
-        for name, value in answer.headers.items():
-            if name.lower() not in DROP_RESPONSE:
-                headers.add(name, value)
+        headers = passed_headers(answer.headers.items())
         response = web.StreamResponse(status=answer.status, reason=answer.reason, headers=headers)
         await response.prepare(request)
         is_stream = answer.content_type == "text/event-stream"

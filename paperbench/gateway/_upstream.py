@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from multidict import CIMultiDict
@@ -33,7 +34,36 @@ _HOP_BY_HOP = frozenset(
 )
 _DROP_REQUEST = _HOP_BY_HOP | {"host", "content-length", "accept-encoding", "x-api-key"}
 _DROP_REQUEST |= {"authorization"}
-DROP_RESPONSE = _HOP_BY_HOP | {"content-length", "content-encoding"}
+# which of the operator's organisations, projects or workspaces the key acts in is the
+# operator's choice, not the agent's
+_DROP_REQUEST |= {"openai-organization", "openai-project", "anthropic-workspace-id"}
+
+_PASS_RESPONSE = frozenset(
+    {
+        "content-type",
+        "request-id",  # Anthropic's, read by its SDKs
+        "x-request-id",  # OpenAI's, read by its SDKs
+        "retry-after",
+        "retry-after-ms",
+        "x-should-retry",
+        "openai-model",  # Codex compares it with the model it asked for
+    }
+)
+_PASS_RESPONSE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+"""The answer headers an agent gets: the SDKs' retry hints, request ids and rate limits.
+Everything else stays on the host, among them the headers that name the operator's account
+(``openai-organization``, ``openai-project``, ``anthropic-organization-id``,
+``anthropic-workspace-id``) and the provider's cookies."""
+
+
+def passed_headers(headers: Iterable[tuple[str, str]]) -> CIMultiDict[str]:
+    """The headers of an upstream answer (or of a stored one) that the agent gets."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers:
+        lower = name.lower()
+        if lower in _PASS_RESPONSE or lower.startswith(_PASS_RESPONSE_PREFIXES):
+            out.add(name, value)
+    return out
 
 
 @dataclass(frozen=True)

@@ -502,6 +502,8 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream; charset=utf-8")
                 self.send_header("cache-control", "no-cache")
+                for name, value in self._api_headers():
+                    self.send_header(name, value)
                 self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
                 for event in events:
@@ -521,6 +523,28 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             except OSError:  # the client went away mid-stream
                 self.close_connection = True
 
+        def _api_headers(self) -> list[tuple[str, str]]:
+            """What each real API sends with every answer: a request id, rate limits and the
+            account the key belongs to (OpenAI's organisation and project, Anthropic's
+            organisation)."""
+            request_id = f"req_{secrets.token_hex(12)}"
+            if "anthropic-version" in self.headers:
+                return [
+                    ("request-id", request_id),
+                    ("anthropic-organization-id", "7f0c2a8e-1d4b-4c7a-9e2f-5b6d8a0c1e3f"),
+                    ("anthropic-ratelimit-requests-limit", "4000"),
+                    ("anthropic-ratelimit-requests-remaining", "3999"),
+                ]
+            return [
+                ("x-request-id", request_id),
+                ("openai-organization", "org-fakeoperator"),
+                ("openai-project", "proj_FakeOperatorProject"),
+                ("openai-version", "2020-10-01"),
+                ("openai-processing-ms", "12"),
+                ("x-ratelimit-limit-requests", "10000"),
+                ("x-ratelimit-remaining-requests", "9999"),
+            ]
+
         def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             self._send_bytes(status, json.dumps(payload).encode(), headers or {})
 
@@ -535,6 +559,8 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 self.send_response(status)
                 self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(data)))
+                for name, value in self._api_headers():
+                    self.send_header(name, value)
                 for name, value in headers.items():
                     self.send_header(name, value)
                 self.end_headers()
