@@ -178,8 +178,9 @@ AllowUncappedDisk = Annotated[
     bool,
     typer.Option(
         "--allow-uncapped-disk",
-        help="Run without a disk cap where it cannot be enforced instead of refusing. Said "
-        "and recorded.",
+        help="Let sandboxes run without a disk cap: agent sandboxes get no default cap "
+        "(50 GiB), and any sandbox whose cap cannot be enforced runs instead of being refused. "
+        "Said and recorded.",
     ),
 ]
 Gpus = Annotated[

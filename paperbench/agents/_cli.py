@@ -23,6 +23,7 @@ from paperbench._console import console, err_console, plural, print_table, print
 from paperbench._options import (
     DEFAULT_SNAPSHOT_EVERY_S,
     AgentEnv,
+    AllowUncappedDisk,
     AllowUnsandboxed,
     BaseUrl,
     CodeDev,
@@ -72,7 +73,13 @@ from paperbench.agents._transcript import ModelCallEvent, StartEvent, ToolEvent,
 from paperbench.errors import InputError, UsageError
 from paperbench.llm import ModelConfig
 from paperbench.papers import PaperSource
-from paperbench.sandbox import Blacklist, NetworkPolicy, SandboxConfig, read_blacklist
+from paperbench.sandbox import (
+    Blacklist,
+    NetworkPolicy,
+    SandboxConfig,
+    SandboxLimits,
+    read_blacklist,
+)
 
 EXIT_ERROR = 3
 """Exit code when the rollout ran but ended in an error (the agent or its sandbox failed)."""
@@ -225,6 +232,7 @@ def rollout_command(
     seed: Annotated[int, typer.Option(min=0, help="The seed, recorded with the run.")] = 0,
     sandbox: Sandbox = "auto",
     allow_unsandboxed: AllowUnsandboxed = False,
+    allow_uncapped_disk: AllowUncappedDisk = False,
     network: Network = None,
     code_dev: CodeDev = False,
     out: Annotated[
@@ -296,6 +304,8 @@ def rollout_command(
         model_config = ModelConfig(model=loaded.config.model)
     if allow_unsandboxed:
         warning("--allow-unsandboxed: without bubblewrap the agent runs on the host itself")
+    if allow_uncapped_disk and disk is None:
+        warning("--allow-uncapped-disk: the agent's sandbox has no disk cap")
     progress = _Progress(f"rollout of {the_paper.id}", err_console.is_terminal, err_console)
     call = rollout(
         the_paper,
@@ -311,6 +321,7 @@ def rollout_command(
         limits=limits,
         max_restarts=max_restarts,
         resources=resources,
+        sandbox_limits=SandboxLimits(allow_uncapped_disk=allow_uncapped_disk),
         on_event=progress.on_event,
     )
     try:

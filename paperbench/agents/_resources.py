@@ -41,6 +41,11 @@ def env_name_problem(name: str) -> str | None:
     return None
 
 
+DEFAULT_AGENT_DISK_MB = 50 * 1024
+"""The disk cap of an agent's sandbox when neither its config nor ``--disk`` says one (50 GiB,
+as a reproduction's); ``--allow-uncapped-disk`` lifts it."""
+
+
 class AgentResources(BaseModel):
     """The ``resources:`` section of an agent config; every field None means "not said"."""
 

@@ -18,6 +18,7 @@ from paperbench.agents._base import Agent, AgentLimits
 from paperbench.agents._config import CommandConfig, command_agent_refusal
 from paperbench.agents._notes import additional_notes
 from paperbench.agents._resources import (
+    DEFAULT_AGENT_DISK_MB,
     AgentResources,
     ResolvedResources,
     refuse_image_without_docker,
@@ -189,6 +190,11 @@ def plan_rollout(
     text, resolved, sandbox_env = _instructions_and_resources(
         who, instructions, code_dev, resources, image, sandbox
     )
+    base = sandbox_limits or SandboxLimits()
+    if resolved.disk_mb is None and base.disk_mb is None and not base.allow_uncapped_disk:
+        # Every agent sandbox has a disk cap unless --allow-uncapped-disk lifts it; the cap
+        # is recorded with the resources, as if it had been asked for.
+        resolved = resolved.model_copy(update={"disk_mb": DEFAULT_AGENT_DISK_MB})
     mc = who.model_config
     command = getattr(who.source, "config", None)
     if isinstance(command, CommandConfig):
@@ -223,6 +229,6 @@ def plan_rollout(
         resolved=resolved,
         sandbox_env=sandbox_env,
         secrets={k: v for k, v in sandbox_env.items() if said.get(k) != v},  # the env file's
-        sandbox_limits=resolved.limits(sandbox_limits or SandboxLimits()),
+        sandbox_limits=resolved.limits(base),
         labels={**(labels or {}), "paperbench.stage": "rollout", "paperbench.paper": paper.id},
     )

@@ -29,10 +29,6 @@ fool.
 from __future__ import annotations
 
 import json
-import os
-import stat
-import tarfile
-import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
@@ -41,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from paperbench._console import plural
 from paperbench.errors import InputError
 from paperbench.judge._log import cut_log, fold_log
-from paperbench.sandbox import safe_extract
+from paperbench.judge._view_read import LOG_NAME, RawFile, RawTree, read_log_file, read_tree
 
 VIEW_SCHEMA_VERSION = 1
 
@@ -206,77 +202,63 @@ def _looks_binary(head: bytes) -> bool:
     return decoded[:-1].count("\ufffd") > max(1, len(decoded) // 100)
 
 
-def _skip_dir(path: Path, name: str) -> bool:
-    return name in SKIPPED_DIRS or name.endswith(".egg-info") or (path / "pyvenv.cfg").is_file()
+def _skipped_dirs(tree: RawTree) -> set[str]:
+    """Folders never listed: by name, ``*.egg-info``, or holding a ``pyvenv.cfg``."""
+    out = {
+        d
+        for d in tree.dirs
+        if (n := d.rsplit("/", 1)[-1]) in SKIPPED_DIRS or n.endswith(".egg-info")
+    }
+    out |= {f.path.rpartition("/")[0] for f in tree.files if f.path.endswith("/pyvenv.cfg")}
+    return out
 
 
-def _read_text(path: Path) -> str:
-    return path.read_bytes().decode("utf-8", errors="replace")
+def _under(path: str, folders: set[str]) -> str | None:
+    """The outermost of ``folders`` that holds ``path``, if any."""
+    parts = path.split("/")
+    for i in range(1, len(parts)):
+        top = "/".join(parts[:i])
+        if top in folders:
+            return top
+    return None
 
 
-def _scan(
-    root: Path, limits: ViewLimits, mtimes: dict[str, float] | None = None
-) -> tuple[list[ViewFile], int, list[str]]:
+def _scan(tree: RawTree, limits: ViewLimits) -> tuple[list[ViewFile], int, list[str]]:
     files: list[ViewFile] = []
     not_listed = 0
-    skipped: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        here = Path(dirpath)
-        keep = []
-        for d in sorted(dirnames):
-            if (here / d).is_symlink():
-                filenames.append(d)
-            elif _skip_dir(here / d, d):
-                skipped.append((here / d).relative_to(root).as_posix())
-            else:
-                keep.append(d)
-        dirnames[:] = keep
-        for name in sorted(filenames):
-            full = here / name
-            rel = full.relative_to(root).as_posix()
-            if len(files) >= limits.max_files:
-                not_listed += 1
-                continue
-            got = _view_file(full, rel, limits)
-            if mtimes is not None:
-                got = got.model_copy(update={"mtime": mtimes.get(rel)})
-            files.append(got)
-    files.sort(key=lambda f: f.path)
+    skip = _skipped_dirs(tree)
+    skipped: set[str] = set()
+    for raw in sorted(tree.files, key=lambda f: f.path):
+        top = _under(raw.path, skip)
+        if top is not None:
+            skipped.add(top)
+            continue
+        if len(files) >= limits.max_files:
+            not_listed += 1
+            continue
+        files.append(_view_file(raw, limits))
+    skipped |= {d for d in skip if _under(d, skip) is None}
     return files, not_listed, sorted(skipped)
 
 
-def _view_file(full: Path, rel: str, limits: ViewLimits) -> ViewFile:
-    st = os.lstat(full)
-    mtime = st.st_mtime
-    if stat.S_ISLNK(st.st_mode):
-        return ViewFile(path=rel, size=st.st_size, kind="other", unread="symlink", mtime=mtime)
-    if not stat.S_ISREG(st.st_mode):
-        return ViewFile(path=rel, size=st.st_size, kind="other", unread="unreadable", mtime=mtime)
-    try:
-        with open(full, "rb") as handle:
-            head = handle.read(_SNIFF_BYTES)
-    except OSError:
-        return ViewFile(
-            path=rel, size=st.st_size, kind=classify(rel, None), unread="unreadable", mtime=mtime
-        )
-    kind = classify(rel, head)
+def _view_file(raw: RawFile, limits: ViewLimits) -> ViewFile:
+    rel, size, mtime = raw.path, raw.size, raw.mtime
+    if raw.kind == "symlink":
+        return ViewFile(path=rel, size=size, kind="other", unread="symlink", mtime=mtime)
+    if raw.data is None:
+        unread = raw.unread or "unreadable"
+        return ViewFile(path=rel, size=size, kind=classify(rel, None), unread=unread, mtime=mtime)
+    kind = classify(rel, raw.data[:_SNIFF_BYTES])
     if kind == "binary":
-        return ViewFile(path=rel, size=st.st_size, kind=kind, unread="binary", mtime=mtime)
-    oversized = st.st_size > limits.max_file_bytes
-    if oversized:
-        with open(full, "rb") as handle:
-            text = handle.read(limits.max_file_bytes).decode("utf-8", errors="replace")
-    else:
-        text = _read_text(full)
+        return ViewFile(path=rel, size=size, kind=kind, unread="binary", mtime=mtime)
+    text = raw.data[: limits.max_file_bytes].decode("utf-8", errors="replace")
     if _looks_binary(text.encode("utf-8", errors="replace")[: 4 * _SNIFF_BYTES]) or (
         text.count("\ufffd") > max(1, len(text) // 100)
     ):
-        return ViewFile(path=rel, size=st.st_size, kind="binary", unread="binary", mtime=mtime)
-    if oversized:
-        return ViewFile(
-            path=rel, size=st.st_size, kind=kind, unread="oversized", mtime=mtime, head=text
-        )
-    return ViewFile(path=rel, size=st.st_size, kind=kind, text=text, mtime=mtime)
+        return ViewFile(path=rel, size=size, kind="binary", unread="binary", mtime=mtime)
+    if size > limits.max_file_bytes:
+        return ViewFile(path=rel, size=size, kind=kind, unread="oversized", mtime=mtime, head=text)
+    return ViewFile(path=rel, size=size, kind=kind, text=text, mtime=mtime)
 
 
 def _read_metadata(executed: Path) -> ReproductionSummary:
@@ -314,39 +296,11 @@ def _read_metadata(executed: Path) -> ReproductionSummary:
         raise InputError(message, file=meta_file, path=where) from exc
 
 
-def _single_top(folder: Path) -> Path:
-    """The folder, or the one real folder it holds when it holds nothing else (as
-    :func:`~paperbench.sandbox.safe_extract` strips a single top folder)."""
-    entries = list(folder.iterdir())
-    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
-        return entries[0]
-    return folder
-
-
-def _member_mtimes(archive: Path, stripped: str | None) -> dict[str, float]:
-    """The mtime of every regular member of a tar archive, by its path in the view (the
-    extracted copies carry the time of extraction, not the archive's)."""
-    out: dict[str, float] = {}
-    prefix = f"{stripped.strip('/')}/" if stripped else ""
-    try:
-        with tarfile.open(archive, mode="r:*") as tar:
-            for member in tar:
-                name = member.name.removeprefix("./")
-                if prefix:
-                    if not name.startswith(prefix):
-                        continue
-                    name = name[len(prefix) :]
-                out[name] = float(member.mtime)
-    except (tarfile.TarError, OSError, EOFError):
-        return {}
-    return out
-
-
 CREATION_TIME_FILE = "reproduce.log.creation_time"
 """PaperBench's record of when reproduce.log was created: an integer, POSIX seconds."""
 
 
-def _log_created(root: Path, files: list[ViewFile], log_source: Path | None) -> float | None:
+def _log_created(files: list[ViewFile], log_mtime: float | None) -> float | None:
     """PaperBench's reading: ``int(reproduce.log.creation_time)``, else the log's mtime."""
     stamp = next((f for f in files if f.path == CREATION_TIME_FILE), None)
     if stamp is not None and stamp.text is not None:
@@ -354,28 +308,19 @@ def _log_created(root: Path, files: list[ViewFile], log_source: Path | None) -> 
             return float(int(stamp.text.strip()))
         except ValueError:
             pass
-    if log_source is None:
-        return None
-    if log_source.is_relative_to(root):
-        logged = next((f for f in files if f.path == log_source.relative_to(root).as_posix()), None)
-        if logged is not None and logged.mtime is not None:
-            return logged.mtime
-    try:
-        return log_source.stat().st_mtime
-    except OSError:
-        return None
+    return log_mtime
 
 
-def _log_view(source: Path, limits: ViewLimits) -> LogView:
-    raw = source.read_bytes()
+def _log_view(source: str, raw: bytes, size: int, limits: ViewLimits) -> LogView:
+    """The log from its bytes as read (at most :data:`LOG_READ_CAP`, head and tail)."""
     text = raw.decode("utf-8", errors="replace")
     folded = fold_log(text)
     excerpt = cut_log(folded, limits.log_max_tokens, limits.token_model)
     return LogView(
-        source=str(source),
+        source=source,
         head=raw[: limits.max_file_bytes].decode("utf-8", errors="replace"),
         text=excerpt.text,
-        raw_bytes=len(raw),
+        raw_bytes=size,
         raw_lines=text.count("\n") + (0 if text.endswith("\n") or not text else 1),
         folded_lines=folded.count("\n") + (1 if folded else 0),
         lines_cut=excerpt.lines_cut,
@@ -404,45 +349,43 @@ def build_view(
     reproduction = _read_metadata(executed) if executed is not None else None
     if executed is None and not submission.exists():
         raise InputError("not found: give a folder or a .tar/.tar.gz/.tgz file", file=submission)
-    with tempfile.TemporaryDirectory(prefix="paperbench-view-") as tmp:
-        source: Path = submission
-        if executed is not None:
-            archive = executed / "executed.tar.gz"
-            if archive.is_file():
-                source = archive
-            else:
-                notes.append(
-                    f"{archive} is missing (reproduction status "
-                    f"{reproduction.status if reproduction else '?'}): "
-                    "the files shown are the submission as submitted"
-                )
-        mtimes: dict[str, float] | None = None
-        if source.is_dir():
-            # read in place (nothing is followed through links); venvs are never copied
-            root = _single_top(source)
+    source: Path = submission
+    if executed is not None:
+        archive = executed / "executed.tar.gz"
+        if archive.is_file():
+            source = archive
         else:
-            root = Path(tmp) / "files"
-            report = safe_extract(source, root)
-            for member in report.skipped:
-                notes.append(f"left out of the view: {member.name}: {member.reason}")
-            mtimes = _member_mtimes(source, report.stripped_prefix)
-        files, not_listed, skipped = _scan(root, limits, mtimes)
-        if not_listed:
             notes.append(
-                f"{plural(not_listed, 'file')} over the limit of {limits.max_files} not listed"
+                f"{archive} is missing (reproduction status "
+                f"{reproduction.status if reproduction else '?'}): "
+                "the files shown are the submission as submitted"
             )
-        log_source = log
-        if log_source is None and executed is not None and (executed / "reproduce.log").is_file():
-            log_source = executed / "reproduce.log"
-        if log_source is None and (root / "reproduce.log").is_file():
-            log_source = root / "reproduce.log"
-            notes.append("reproduce.log read from inside the submission")
-        if log is not None and not log.is_file():
+    # Read entry by entry: nothing is written to disk, no link is followed, what is held is
+    # capped (the files came out of a sandbox).
+    tree = read_tree(source, limits.max_file_bytes)
+    notes.extend(tree.notes)
+    files, not_listed, skipped = _scan(tree, limits)
+    if not_listed:
+        notes.append(
+            f"{plural(not_listed, 'file')} over the limit of {limits.max_files} not listed"
+        )
+    log_view: LogView | None = None
+    log_mtime: float | None = None
+    if log is not None:
+        if not log.is_file():
             raise InputError("no such log file", file=log)
-        log_view = _log_view(log_source, limits) if log_source is not None else None
-        log_created = _log_created(root, files, log_source)
-        if log_view is not None and log_source is not None and log_source.is_relative_to(root):
-            log_view = log_view.model_copy(update={"source": "reproduce.log (in the submission)"})
+        raw, size = read_log_file(log)
+        log_view, log_mtime = _log_view(str(log), raw, size, limits), log.stat().st_mtime
+    elif executed is not None and (executed / "reproduce.log").is_file():
+        path = executed / "reproduce.log"
+        raw, size = read_log_file(path)
+        log_view, log_mtime = _log_view(str(path), raw, size, limits), path.stat().st_mtime
+    elif tree.log is not None:
+        notes.append("reproduce.log read from inside the submission")
+        log_view = _log_view("reproduce.log (in the submission)", tree.log, tree.log_size, limits)
+        inner = next((f for f in files if f.path == LOG_NAME), None)
+        log_mtime = inner.mtime if inner is not None else None
+    log_created = _log_created(files, log_mtime)
     if reproduction is not None:
         created, modified = set(reproduction.created), set(reproduction.modified)
         files = [

@@ -35,6 +35,7 @@ from paperbench.sandbox._select import (
     stage_image,
 )
 from paperbench.sandbox._tree import (
+    Entry,
     ExtractReport,
     LeftOutFile,
     SkippedMember,
@@ -45,6 +46,7 @@ from paperbench.sandbox._tree import (
     remove_tree,
     repack,
     safe_extract,
+    tar_entries,
     write_file_beneath,
 )
 
@@ -75,6 +77,7 @@ __all__ = [
     "DockerBackend",
     "DockerEgressGateway",
     "EgressProxy",
+    "Entry",
     "ExecResult",
     "ExtractReport",
     "GpuRequest",
@@ -105,5 +108,6 @@ __all__ = [
     "repack",
     "safe_extract",
     "stage_image",
+    "tar_entries",
     "write_file_beneath",
 ]
