@@ -200,3 +200,39 @@ def test_resume_takes_the_run_folder_and_refuses_what_is_not_a_run(tmp_path: Pat
     (tmp_path / "x").write_text("")
     taken = CliRunner().invoke(app, [*args, "--out", str(tmp_path)])
     assert taken.exit_code == 2 and f"--resume {tmp_path} (instead of --out)" in taken.output
+
+
+@pytest.mark.parametrize(
+    "backend", ["local", pytest.param("docker", marks=pytest.mark.docker)], ids=str
+)
+def test_an_agent_sandbox_has_a_disk_cap_unless_lifted(
+    tmp_path: Path, fake_llm: FakeLLMServer, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Without --disk, the agent's sandbox still has a disk of its own of the default size
+    (what the agent sees with df), recorded in config.json; a small --disk stops a writer at
+    the cap; --allow-uncapped-disk lifts the default, said and recorded."""
+    if backend == "docker":
+        request.getfixturevalue("docker_images")
+    probe = "df -Pk /home/submission | tail -1 | awk '{print $2}' > size.txt"
+    writer = "dd if=/dev/zero of=big bs=1M count=200 2> dd.txt; ls -s big > written.txt; rm big"
+    submit = FakeReply(tool_calls=(FakeToolCall(name="submit", arguments={"summary": "done"}),))
+    base = ["rollout", "--paper", "calibration-binning", "--agent", "basic"]
+    base += ["--sandbox", backend, "--network", "none", "--model", "openai/gpt-4o"]
+    base += ["--base-url", fake_llm.openai_url]
+    env = {"OPENAI_API_KEY": "sk-test-fake-server"}
+    runs = {"default": [], "small": ["--disk", "64"], "lifted": ["--allow-uncapped-disk"]}
+    for name, extra in runs.items():
+        fake_llm.script(_bash(probe), _bash(writer), submit)
+        out = tmp_path / name
+        result = CliRunner().invoke(app, [*base, *extra, "--out", str(out), "--json"], env=env)
+        assert result.exit_code == 0, result.output
+        with tarfile.open(out / "submission.tar.gz") as tar:
+            size_kb = int(tar.extractfile("size.txt").read())  # type: ignore[union-attr]
+            written_kb = int(tar.extractfile("written.txt").read().split()[0])  # type: ignore[union-attr]
+        disk_mb = json.loads((out / "config.json").read_text())["resources"]["disk_mb"]
+        if name == "default":
+            assert disk_mb == 50 * 1024 and 45 * 1024**2 < size_kb <= 51 * 1024**2
+        elif name == "small":
+            assert disk_mb == 64 and size_kb <= 64 * 1024 and written_kb < 64 * 1024
+        else:
+            assert disk_mb is None and "no disk cap" in result.stderr
