@@ -41,13 +41,17 @@ from paperbench.sandbox._tree import (
     SkippedMember,
     TreeLimits,
     folder_entries,
-    make_tar_gz,
-    read_file_beneath,
-    remove_tree,
-    repack,
     safe_extract,
     tar_entries,
+)
+from paperbench.sandbox._tree_files import (
+    read_file_beneath,
+    remove_tree,
     write_file_beneath,
+)
+from paperbench.sandbox._tree_tar import (
+    make_tar_gz,
+    repack,
 )
 
 _LAZY = {

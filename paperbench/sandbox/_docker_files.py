@@ -29,8 +29,10 @@ from paperbench.sandbox._tree import (
     DEFAULT_LIMITS,
     ExtractReport,
     TreeLimits,
-    repack,
     safe_extract,
+)
+from paperbench.sandbox._tree_tar import (
+    repack,
 )
 
 CA_PATH = "/etc/ssl/certs/ca-certificates.crt"

@@ -90,15 +90,19 @@ from paperbench.sandbox._tree import (
     DEFAULT_LIMITS,
     ExtractReport,
     TreeLimits,
-    copy_file_beneath,
-    copy_out_beneath,
     folder_entries,
     ingest,
+)
+from paperbench.sandbox._tree_files import (
+    copy_file_beneath,
+    copy_out_beneath,
     make_dirs_beneath,
     open_dir_beneath,
     read_file_beneath,
-    repack,
     write_file_beneath,
+)
+from paperbench.sandbox._tree_tar import (
+    repack,
 )
 
 log = logging.getLogger("paperbench.sandbox")

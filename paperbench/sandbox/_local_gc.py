@@ -24,10 +24,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from paperbench.sandbox import _tree as tree
 from paperbench.sandbox._disk import unmount_under
 from paperbench.sandbox._docker_labels import owner_alive, owner_id
 from paperbench.sandbox._gc import Orphan
+from paperbench.sandbox._tree_files import remove_tree as _remove_tree
 
 WORKSPACE_PREFIX = "paperbench-sbx-"
 OWNER_FILE = ".paperbench-owner.json"
@@ -166,4 +166,4 @@ def remove_tree(path: Path) -> None:
     (:func:`paperbench.sandbox._tree.remove_tree`)."""
     unmount_under(path)
     with contextlib.suppress(FileNotFoundError):
-        tree.remove_tree(path)
+        _remove_tree(path)
