@@ -15,11 +15,23 @@ disk (:data:`CHECK_LIMITS`):
    is missing or unreadable makes that leaf's grade ``check_error`` (below);
 3. ``command`` runs under ``bash -lc`` in ``/submission`` with the check's timeout, as
    :data:`CHECK_USER` (``SandboxSpec.user``: an unprivileged user who owns ``/submission`` and
-   the check's files, where the backend maps one; the Docker backend does).
+   the check's files, where the backend maps one; the Docker backend does), with
+   :data:`CHECK_FILES_ENV` naming the check's files.
 
 Exit 0 scores 1; any other exit code of the command itself scores 0 (a failing assertion,
 a crash, a missing import): a valid grade with ``source: "check"`` whose explanation gives the
 command, the exit code, the time taken and a capped tail of its stdout and stderr.
+
+The exit code is a verdict only because the command's own process runs none of the
+submission's code: code that runs in that process can end it with exit code 0 whatever it
+computed. A check that calls the submission's code does it in a child process through the
+checks' helper (``rubrics/checks/_child.py``, copied in as one of the check's ``files``), which
+brings back plain values for the check to judge; the check's process makes itself undumpable
+(the child cannot ptrace it or read its memory), deletes the check's files before the child
+starts, and refuses to judge (exit 126) when its exit code would pass through a shell the child
+could take over. A child that kills the check ends it with a signal's exit code: ``check_error``
+or 0, never 1. No verdict line or nonce is asked of the command: code in the check's process
+could read one as easily as exit 0, and code outside it cannot change that process's exit code.
 
 A check that did not get to judge the submission is no verdict: the grade is invalid with
 reason ``check_error`` (it counts 0 in the score and against coverage, as every invalid leaf),
@@ -81,6 +93,9 @@ CHECK_ERROR_EXITS: Final[Mapping[int, str]] = {
     137: "the command was killed (exit 137: SIGKILL, e.g. out of memory)",
 }
 """Exit codes that say the check could not judge the submission: ``check_error``, not 0."""
+CHECK_FILES_ENV: Final = "PAPERBENCH_CHECK_FILES"
+"""Given to every check's command: a JSON list of the check's files in the sandbox, which the
+checks' helper (``rubrics/checks/_child.py``) deletes before the submission's code runs."""
 
 CheckRunner = Callable[[TaskNode, NodePath], Awaitable[LeafGrade]]
 """What the grading engine calls for a leaf with ``check``: ``(leaf, path) -> LeafGrade``,
@@ -271,6 +286,7 @@ async def _run_one(
                     item.check.command,
                     timeout=float(item.check.timeout_s),
                     workdir=SUBMISSION_PATH,
+                    env={CHECK_FILES_ENV: json.dumps(sorted(item.files))},
                     output_limit=OUTPUT_LIMIT_BYTES,
                 )
         except SandboxError as exc:

@@ -2,20 +2,26 @@
 
 Bias-corrected Adam with m_0 = v_0 = 0, t = k + 1, x_{k+1} = x_k - lr * m_hat / (sqrt(v_hat) + eps),
 on a hidden quadratic with non-default beta1, beta2; run(...) returns x_0..x_n, shape (n + 1, dim).
-Exit 0 = pass; otherwise one line why.
+Exit 0 = pass; otherwise one line why. The submission's run() is called in a child process
+(_child.observe) with a gradient built there from the same A and b; only its values come back.
 """
 
-import os
-import sys
-
 import numpy as np
+from _child import fail, observe
 
-SUB = os.environ.get("SUBMISSION_DIR", "/submission")
+CHILD = """
+import numpy as np
+from optim.optimizers import run
+A, b, x0 = inputs["A"], inputs["b"], inputs["x0"]
 
 
-def fail(msg):
-    print(f"FAIL: {msg}")
-    sys.exit(1)
+def grad(x):
+    return A @ x - b
+
+
+for name, c in inputs["cases"].items():
+    report(name, lambda c: np.asarray(run("adam", grad, x0.copy(), c["n"], **c["kw"]), dtype=float), c)
+"""
 
 
 def reference(grad, x0, n, lr, b1, b2, eps, bias_correction=True):
@@ -36,12 +42,6 @@ def reference(grad, x0, n, lr, b1, b2, eps, bias_correction=True):
 
 
 def main():
-    sys.path.insert(0, SUB)
-    os.chdir(SUB)
-    try:
-        from optim.optimizers import run
-    except Exception as e:
-        fail(f"cannot import optim.optimizers.run: {type(e).__name__}: {e}")
     rng = np.random.default_rng(777)
     dim = 7
     Q, _ = np.linalg.qr(rng.standard_normal((dim, dim)))
@@ -53,15 +53,17 @@ def main():
     def grad(x):
         return A @ x - b
 
-    for lr, b1, b2, eps, n in [(0.05, 0.8, 0.99, 1e-8, 25), (0.02, 0.9, 0.999, 1e-6, 30)]:
-        try:
-            traj = np.asarray(
-                run("adam", grad, x0.copy(), n, lr=lr, beta1=b1, beta2=b2, eps=eps), dtype=float
-            )
-        except Exception as e:
-            fail(
-                f"run('adam', grad, x0, {n}, lr={lr}, beta1={b1}, beta2={b2}, eps={eps}) raised {type(e).__name__}: {e}"
-            )
+    settings = [(0.05, 0.8, 0.99, 1e-8, 25), (0.02, 0.9, 0.999, 1e-6, 30)]
+    cases = {
+        f"run('adam', grad, x0, {n}, lr={lr}, beta1={b1}, beta2={b2}, eps={eps})": {
+            "n": n,
+            "kw": {"lr": lr, "beta1": b1, "beta2": b2, "eps": eps},
+        }
+        for lr, b1, b2, eps, n in settings
+    }
+    seen = observe(CHILD, {"A": A, "b": b, "x0": x0, "cases": cases}, timeout=60)
+    for name, (lr, b1, b2, eps, n) in zip(cases, settings, strict=True):
+        traj = seen.array(name)
         if traj.shape != (n + 1, dim):
             fail(f"run returned shape {traj.shape}, expected {(n + 1, dim)} (iterates x_0..x_n)")
         want = reference(grad, x0, n, lr, b1, b2, eps)

@@ -3,38 +3,48 @@
 Tests on inputs the paper never uses: A is symmetric with eigenvalues exactly
 kappa ** (-i / (dim - 1)), i = 0..dim-1 (lambda_max = 1, condition number kappa), b has shape
 (dim,), and the output is deterministic in the seed. Exit 0 = pass; otherwise one line why.
+The submission's function runs in a child process (_child.observe); only its values come back.
 """
 
-import os
-import sys
-
 import numpy as np
+from _child import as_array, fail, observe
 
-SUB = os.environ.get("SUBMISSION_DIR", "/submission")
+CHILD = """
+import numpy as np
+from optim.quadratics import make_quadratic
 
 
-def fail(msg):
-    print(f"FAIL: {msg}")
-    sys.exit(1)
+def call(dim, kappa, seed):
+    A, b = make_quadratic(dim, kappa, seed)
+    return [np.asarray(A, dtype=float), np.asarray(b, dtype=float)]
+
+
+for name, c in inputs.items():
+    report(name, call, c["dim"], c["kappa"], c["seed"])
+"""
+CASES = [(13, 250.0, 7), (40, 1000, 3), (5, 10, 11), (21, 37.5, 0)]
+
+
+def label(dim, kappa, seed):
+    return f"make_quadratic({dim}, {kappa}, {seed})"
 
 
 def main():
-    sys.path.insert(0, SUB)
-    os.chdir(SUB)
-    try:
-        from optim.quadratics import make_quadratic
-    except Exception as e:
-        fail(f"cannot import optim.quadratics.make_quadratic: {type(e).__name__}: {e}")
-    for dim, kappa, seed in [(13, 250.0, 7), (40, 1000, 3), (5, 10, 11), (21, 37.5, 0)]:
-        try:
-            out = make_quadratic(dim, kappa, seed)
-            A, b = out
-            A = np.asarray(A, dtype=float)
-            b = np.asarray(b, dtype=float)
-        except Exception as e:
-            fail(
-                f"make_quadratic({dim}, {kappa}, {seed}) raised or did not return (A, b): {type(e).__name__}: {e}"
-            )
+    calls = {}
+    for dim, kappa, seed in CASES:
+        for s in (seed, seed + 1):
+            calls[label(dim, kappa, s)] = {"dim": dim, "kappa": kappa, "seed": s}
+        calls[label(dim, kappa, seed) + " again"] = {"dim": dim, "kappa": kappa, "seed": seed}
+    seen = observe(CHILD, calls, timeout=60)
+
+    def pair(name):
+        out = seen.value(name)
+        if not (isinstance(out, list) and len(out) == 2):
+            fail(f"{name} did not return (A, b)")
+        return as_array(out[0], f"{name}: A"), as_array(out[1], f"{name}: b")
+
+    for dim, kappa, seed in CASES:
+        A, b = pair(label(dim, kappa, seed))
         if A.shape != (dim, dim):
             fail(f"A has shape {A.shape}, expected {(dim, dim)} for dim={dim}")
         if b.reshape(-1).shape != (dim,):
@@ -51,16 +61,11 @@ def main():
                 f"eigenvalues are not kappa^(-i/(dim-1)) for dim={dim}, kappa={kappa}: "
                 f"max={eig[0]:.6g}, min={eig[-1]:.6g}, condition number={cond:.6g}"
             )
-        A2, b2 = make_quadratic(dim, kappa, seed)
-        if not (
-            np.array_equal(np.asarray(A2), A)
-            and np.array_equal(np.asarray(b2).reshape(-1), b.reshape(-1))
-        ):
+        A2, b2 = pair(label(dim, kappa, seed) + " again")
+        if not (np.array_equal(A2, A) and np.array_equal(b2.reshape(-1), b.reshape(-1))):
             fail(f"make_quadratic is not deterministic for seed={seed}")
-        A3, b3 = make_quadratic(dim, kappa, seed + 1)
-        if np.allclose(np.asarray(A3), A) and np.allclose(
-            np.asarray(b3).reshape(-1), b.reshape(-1)
-        ):
+        A3, b3 = pair(label(dim, kappa, seed + 1))
+        if np.allclose(A3, A) and np.allclose(b3.reshape(-1), b.reshape(-1)):
             fail(
                 f"make_quadratic ignores the seed (seed {seed} and {seed + 1} give the same problem)"
             )
