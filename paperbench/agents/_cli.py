@@ -23,6 +23,7 @@ from paperbench._console import console, err_console, plural, print_table, print
 from paperbench._options import (
     DEFAULT_SNAPSHOT_EVERY_S,
     AgentEnv,
+    AllowNetwork,
     AllowUnsandboxed,
     BaseUrl,
     CodeDev,
@@ -47,6 +48,7 @@ from paperbench._options import (
     Resume,
     Sandbox,
     SnapshotEvery,
+    parse_networks,
 )
 from paperbench.agents._base import AgentLimits, read_transcript
 from paperbench.agents._monitor import (
@@ -73,6 +75,7 @@ from paperbench.errors import InputError, UsageError
 from paperbench.llm import ModelConfig
 from paperbench.papers import PaperSource
 from paperbench.sandbox import Blacklist, NetworkPolicy, SandboxConfig, read_blacklist
+from paperbench.sandbox._internal_nets import describe
 
 EXIT_ERROR = 3
 """Exit code when the rollout ran but ended in an error (the agent or its sandbox failed)."""
@@ -226,6 +229,7 @@ def rollout_command(
     sandbox: Sandbox = "auto",
     allow_unsandboxed: AllowUnsandboxed = False,
     network: Network = None,
+    allow_network: AllowNetwork = None,
     code_dev: CodeDev = False,
     out: Annotated[
         Path | None,
@@ -270,6 +274,10 @@ def rollout_command(
     from paperbench.agents._config import load_agent
 
     _log_to_stderr()
+    allow_networks = parse_networks(allow_network)
+    chosen = NetworkPolicy(network) if network is not None else NetworkPolicy.FILTERED
+    if allow_networks and chosen is NetworkPolicy.NONE:
+        raise UsageError("--allow-network: the sandbox has no network (--network none)")
     model_config = _model_config(model, base_url)
     the_paper = PaperSource.resolve(data_dir).load(paper)
     out_dir = _run_folder(out, resume, the_paper.id, agent, seed)
@@ -296,6 +304,8 @@ def rollout_command(
         model_config = ModelConfig(model=loaded.config.model)
     if allow_unsandboxed:
         warning("--allow-unsandboxed: without bubblewrap the agent runs on the host itself")
+    if allow_networks:
+        warning(describe(allow_networks))
     progress = _Progress(f"rollout of {the_paper.id}", err_console.is_terminal, err_console)
     call = rollout(
         the_paper,
@@ -304,7 +314,8 @@ def rollout_command(
         model_config=model_config,
         seed=seed,
         sandbox=SandboxConfig(backend=sandbox, allow_unsandboxed=allow_unsandboxed),
-        network=NetworkPolicy(network) if network is not None else NetworkPolicy.FILTERED,
+        network=chosen,
+        allow_networks=allow_networks,
         code_dev=code_dev,
         snapshot_every_s=snapshot_every,
         resume=resume is not None,
