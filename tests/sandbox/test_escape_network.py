@@ -450,3 +450,59 @@ def test_gc_removes_the_chain_of_a_killed_run(backend: str, request: pytest.Fixt
             run.stdout.close()
         if backend == "docker":
             sweep(request.getfixturevalue("docker_client"))
+
+
+# --------------------------------------------------------------------------- the flag
+
+
+def test_rollout_records_the_opened_ranges(tmp_path: Path) -> None:
+    """``paperbench rollout --allow-network``: said on the console, in config.json."""
+    _skip_without_local_tools("local")
+    out = tmp_path / "run"
+    args = ["rollout", "--paper", "calibration-binning", "--agent", "dummy", "--sandbox", "local"]
+    args += ["--network", "full", "--allow-network", OPENED[0], "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"--allow-network: the sandbox may reach {OPENED[0]}" in " ".join(result.output.split())
+    config = json.loads((out / "config.json").read_text())
+    assert (config["network"], config["allow_networks"]) == ("full", [OPENED[0]])
+
+
+def test_run_records_the_opened_ranges_for_both_stages(tmp_path: Path) -> None:
+    """``paperbench run --allow-network``: in group.json, given to the reproduction."""
+    from paperbench.runs._config import EvalConfig, SandboxSettings
+    from paperbench.runs._group import plan_group
+    from paperbench.runs._pipeline import RunSpec, reproduce_config
+    from paperbench.runs._store import run_keys
+    from paperbench.sandbox import SandboxConfig
+    from paperbench.sandbox._internal_nets import parse_allowed
+
+    allow = (parse_allowed(OPENED[0]),)
+    options = EvalConfig(
+        group="g",
+        papers="calibration-binning",
+        agents=["dummy"],
+        sandbox=SandboxSettings(allow_networks=allow),
+    )
+    config = plan_group(options, SandboxConfig(backend="local"))
+    assert config.model_dump(mode="json")["allow_networks"] == [OPENED[0]]
+    (key,) = run_keys(config)
+    spec = RunSpec(group_dir=str(tmp_path), key=key, config=config)
+    assert reproduce_config(spec).allow_networks == allow
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["reproduce", ".", "--allow-network", "10.1.2.3/24"], "10.1.2.3/24 has host bits set"),
+        (["reproduce", ".", "--allow-network", "intranet"], "'intranet' is not an IP range"),
+        (["rollout", "--paper", "x", "--allow-network", "8.8.8.0/24"], "nothing to open"),
+        (["run", "--allow-network", "169.254.169.254"], "cloud metadata address"),
+        (["reproduce", ".", "--network", "none", "--allow-network", "10.0.0.0/8"], "no network"),
+    ],
+)
+def test_a_bad_range_is_one_line_naming_the_flag(args: list[str], says: str) -> None:
+    result = runner.invoke(app, args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: --allow-network: ") and says in lines[0], lines
