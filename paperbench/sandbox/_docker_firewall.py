@@ -14,10 +14,11 @@ of INPUT, scoped to that bridge, close the host to it:
 
 - ``full`` (a routed network): ``-A INPUT -i <bridge> -j DROP``, and at the top of FORWARD
   ``-i <bridge> -j paperbench-<bridge>``, a chain of the network's own
-  (``_iptables.internet_only_chain``) that refuses the cloud metadata addresses, returns the
-  ranges opened with ``--allow-network``, and refuses every other private, link-local, ULA or
-  otherwise internal range (``_internal_nets``). The host's own addresses never reach FORWARD:
-  the INPUT rule refuses them whatever is opened.
+  (``_iptables.internet_only_chain``) that lets DNS to the host's resolvers through (Docker's
+  embedded DNS queries them from the container's side), refuses the cloud metadata addresses,
+  returns the ranges opened with ``--allow-network``, and refuses every other private,
+  link-local, ULA or otherwise internal range (``_internal_nets``). The host's own addresses
+  never reach FORWARD: the INPUT rule refuses them whatever is opened.
 
 When the bridge has IPv6 (an address of global scope), the same rules go into ip6tables.
 
@@ -136,7 +137,8 @@ class HostFirewall:
 
     def _install(self, family: Family) -> None:
         if self.mode == "full":
-            done = ipt.restore(family, ipt.internet_only_chain(self.chain, self.allow, family))
+            lines = ipt.internet_only_chain(self.chain, self.allow, family, ipt.dns_rules(family))
+            done = ipt.restore(family, lines)
             if done.returncode != 0:
                 raise FirewallError(
                     f"network=full: {ipt.binary(family)}-restore could not make the chain "

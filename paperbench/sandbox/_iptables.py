@@ -11,18 +11,27 @@ local sandbox's slirp4netns uid's from OUTPUT)::
 
 RETURN, not ACCEPT: an opened range is only no longer refused by paperbench; the operator's
 rules and Docker's own (network isolation) still apply after the chain.
+
+The host's resolvers are often on a private address (a cloud's or an office's), and both
+slirp4netns and Docker's embedded DNS send their queries from the sandbox's side: port 53 of
+each resolver the host names (:func:`host_resolvers`) is let through first (:func:`dns_rules`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
+import json
 import shutil
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal
 
 from paperbench.sandbox._internal_nets import (
     CLOUD_METADATA,
     INTERNAL_NETWORKS,
+    IPAddress,
     IPNetwork,
     of_version,
 )
@@ -30,6 +39,10 @@ from paperbench.sandbox._internal_nets import (
 Family = Literal[4, 6]
 _TIMEOUT_S = 30.0
 _WAIT_S = "10"
+RESOLV_FILES = (Path("/etc/resolv.conf"), Path("/run/systemd/resolve/resolv.conf"))
+"""The host's resolver, and the upstream servers of systemd-resolved's stub (Docker's
+embedded DNS uses those when the host's resolver is a loopback stub)."""
+DOCKER_DAEMON_JSON = Path("/etc/docker/daemon.json")
 
 
 def binary(family: Family) -> str:
@@ -58,6 +71,42 @@ def restore(family: Family, lines: Sequence[str]) -> subprocess.CompletedProcess
         text=True,
         timeout=_TIMEOUT_S,
     )
+
+
+def host_resolvers(
+    files: Sequence[Path] = RESOLV_FILES, daemon_json: Path | None = DOCKER_DAEMON_JSON
+) -> list[IPAddress]:
+    """The name servers the host names: ``nameserver`` lines of ``files``, and the ``dns``
+    list of the Docker daemon's configuration."""
+    names: list[str] = []
+    for path in files:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            for line in path.read_text().splitlines():
+                words = line.split()
+                if len(words) >= 2 and words[0] == "nameserver":
+                    names.append(words[1])
+    if daemon_json is not None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            names += [str(n) for n in json.loads(daemon_json.read_text()).get("dns") or []]
+    found: list[IPAddress] = []
+    for name in names:
+        with contextlib.suppress(ValueError):
+            address = ipaddress.ip_address(name.split("%", 1)[0])
+            if address not in found:
+                found.append(address)
+    return found
+
+
+def dns_rules(family: Family, resolvers: Sequence[IPAddress] | None = None) -> list[str]:
+    """Chain rule bodies that let DNS (port 53, UDP and TCP) to the host's resolvers through."""
+    servers = host_resolvers() if resolvers is None else resolvers
+    bits = 32 if family == 4 else 128
+    return [
+        f"-d {server}/{bits} -p {proto} --dport 53 -j RETURN"
+        for server in servers
+        if server.version == family
+        for proto in ("udp", "tcp")
+    ]
 
 
 def internet_only_chain(

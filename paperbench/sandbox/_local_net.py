@@ -100,20 +100,6 @@ def _owner_rules() -> list[list[str]]:
     ]  # fmt: skip
 
 
-def host_resolvers(path: Path = Path("/etc/resolv.conf")) -> list[str]:
-    """The IPv4 name servers of the host's resolver (where slirp4netns sends DNS)."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    found = []
-    for line in lines:
-        words = line.split()
-        if len(words) >= 2 and words[0] == "nameserver" and words[1].count(".") == 3:
-            found.append(words[1])
-    return found
-
-
 def _free_uid() -> int:
     """A network uid of the range that has no chain (none of a live sandbox's)."""
     taken = set(ipt.chains(4, CHAIN_PREFIX))
@@ -131,8 +117,7 @@ def _uid_rules(uid: int, allow: Sequence[IPNetwork]) -> list[str]:
     """iptables-restore lines: the chain of one sandbox's network uid and the jump to it."""
     chain = _uid_chain(uid)
     head = ["-m addrtype --dst-type LOCAL -j RETURN"]  # the host: the shared rules decide
-    for server in host_resolvers():
-        head += [f"-d {server}/32 -p {proto} --dport 53 -j RETURN" for proto in ("udp", "tcp")]
+    head += ipt.dns_rules(4)
     lines = ipt.internet_only_chain(chain, allow, 4, head)
     jump = f"-m owner --uid-owner {uid} -m comment --comment {COMMENT}:{uid} -j {chain}"
     return [*lines, f"-I OUTPUT 1 {jump}"]

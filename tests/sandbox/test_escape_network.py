@@ -47,7 +47,6 @@ from paperbench.cli import app
 from paperbench.reproduce import ReproductionMetadata
 from paperbench.sandbox import EgressProxy
 from paperbench.sandbox._egress import ensure_egress_python, read_network_log
-from paperbench.sandbox._local_net import stale_chains
 
 from .docker_fixtures import reproducer_image  # noqa: F401  (the fixture)
 
@@ -209,10 +208,40 @@ def host_listener() -> Iterator[HostListener]:
 # --------------------------------------------------------------------------- the probe
 
 # reproduce.sh runs this: a GET to each target at once (plain TCP, 3 s each; a refusal through
-# slirp4netns is a timeout), then one JSON line of results.
-_PROBE = r"""
-import json, socket, sys, threading
+# slirp4netns is a timeout), a DNS query to the sandbox's resolver, then one JSON line.
+_DNS = r"""
+import socket, struct
+def dns_answer(server):
+    # The root's name servers, asked of a resolver: the answer's code (any code: whether the
+    # query went through, not what the resolver knows), or why none came.
+    query = struct.pack(">HHHHHH", 0x5042, 0x0100, 1, 0, 0, 0) + b"\x00" + struct.pack(">HH", 2, 1)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(5)
+    try:
+        u.sendto(query, (server, 53))
+        data = u.recv(4096)
+        return f"rcode {data[3] & 15}" if data[:2] == query[:2] else "a wrong answer"
+    except OSError as exc:
+        return f"failed: {type(exc).__name__}"
+    finally:
+        u.close()
+def first_resolver():
+    with open("/etc/resolv.conf") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[0] == "nameserver":
+            return words[1]
+    return None
+"""
+_PROBE = (
+    _DNS
+    + r"""
+import json, sys, threading
 out = {}
+def dns():
+    server = first_resolver()
+    out["dns"] = dns_answer(server) if server else "no resolver"
 def probe(target):
     host, port = target.rsplit(":", 1)
     s = socket.socket()
@@ -226,12 +255,14 @@ def probe(target):
     finally:
         s.close()
 threads = [threading.Thread(target=probe, args=(t,)) for t in sys.argv[1:]]
+threads.append(threading.Thread(target=dns))
 for t in threads:
     t.start()
 for t in threads:
     t.join()
 print("PROBE " + json.dumps(out))
 """
+)
 
 
 def _targets(host_port: int) -> list[str]:
@@ -291,6 +322,12 @@ def test_full_reaches_the_internet_but_no_private_range(
         assert seen[f"{address}:{PORT}"].startswith("refused"), seen
     assert host_listener.seen == [], seen
     assert meta.config.allow_networks == ()
+    # DNS still works, also where the host's resolver is on a private address
+    host_dns: dict[str, Any] = {}
+    exec(_DNS, host_dns)
+    server = host_dns["first_resolver"]()
+    if server is not None and host_dns["dns_answer"](server).startswith("rcode"):
+        assert seen["dns"] == host_dns["dns_answer"](server), (server, seen)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -420,6 +457,8 @@ def _chains() -> set[str]:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gc_removes_the_chain_of_a_killed_run(backend: str, request: pytest.FixtureRequest) -> None:
     """kill -9 while a full sandbox runs: its chain stays until ``sandbox gc`` removes it."""
+    from paperbench.sandbox._local_net import stale_chains
+
     from .docker_fixtures import TEST_LABELS, sweep
 
     _skip_without_local_tools(backend)
