@@ -39,6 +39,7 @@ from paperbench.runs._group import (
 from paperbench.runs._pipeline import RunSpec
 from paperbench.runs._progress import GroupProgress
 from paperbench.runs._store import GROUP_FILE, GroupConfig, RunOutcome, run_keys
+from paperbench.sandbox._internal_nets import describe
 
 
 class Evaluation(BaseModel):
@@ -182,6 +183,8 @@ def _say_what_is_less(config: GroupConfig) -> None:
         )
     if config.sandbox.allow_unsandboxed:
         warning("--allow-unsandboxed: agents and reproductions may run without isolation")
+    if config.allow_networks:
+        warning(describe(config.allow_networks))
 
 
 def _finish(group_dir: Path, config: GroupConfig, executor: Executor, report: bool) -> Evaluation:

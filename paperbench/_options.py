@@ -27,6 +27,7 @@ from paperbench.agents._rollout_files import DEFAULT_SNAPSHOT_EVERY_S as DEFAULT
 from paperbench.errors import UsageError
 from paperbench.judge._job import DEFAULT_LEAVES_AT_ONCE as DEFAULT_LEAVES_AT_ONCE
 from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
+from paperbench.sandbox._internal_nets import IPNetwork, parse_allowed
 
 DATA_DIR_ENV = "PAPERBENCH_DATA_DIR"
 
@@ -246,6 +247,35 @@ Network = Annotated[
         "reproduction).",
     ),
 ]
+AllowNetwork = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-network",
+        metavar="CIDR",
+        help="Let the sandbox reach this private, link-local or other internal range, which "
+        "full and filtered refuse otherwise (repeat for several; said and recorded). The "
+        "host's own addresses and the cloud metadata addresses stay refused even inside it.",
+    ),
+]
+
+
+def parse_networks(values: list[str] | None) -> tuple[IPNetwork, ...]:
+    """``--allow-network`` values: the ranges, each once.
+
+    Raises:
+        UsageError: a value that is not a CIDR, has host bits set, or opens nothing,
+            naming the flag.
+    """
+    found: list[IPNetwork] = []
+    for value in values or []:
+        try:
+            network = parse_allowed(value)
+        except ValueError as exc:
+            raise UsageError(f"--allow-network: {exc}") from None
+        if network not in found:
+            found.append(network)
+    return tuple(found)
+
 
 # --- limits ----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from paperbench._console import console, err_console, plural, print_table, print
 from paperbench._options import (
     DEFAULT_SNAPSHOT_EVERY_S,
     AgentEnv,
+    AllowNetwork,
     AllowUncappedDisk,
     AllowUnsandboxed,
     BaseUrl,
@@ -48,6 +49,7 @@ from paperbench._options import (
     Resume,
     Sandbox,
     SnapshotEvery,
+    parse_networks,
 )
 from paperbench.agents._base import AgentLimits, read_transcript
 from paperbench.agents._monitor import (
@@ -80,6 +82,7 @@ from paperbench.sandbox import (
     SandboxLimits,
     read_blacklist,
 )
+from paperbench.sandbox._internal_nets import describe
 
 EXIT_ERROR = 3
 """Exit code when the rollout ran but ended in an error (the agent or its sandbox failed)."""
@@ -234,6 +237,7 @@ def rollout_command(
     allow_unsandboxed: AllowUnsandboxed = False,
     allow_uncapped_disk: AllowUncappedDisk = False,
     network: Network = None,
+    allow_network: AllowNetwork = None,
     code_dev: CodeDev = False,
     out: Annotated[
         Path | None,
@@ -278,6 +282,10 @@ def rollout_command(
     from paperbench.agents._config import load_agent
 
     _log_to_stderr()
+    allow_networks = parse_networks(allow_network)
+    chosen = NetworkPolicy(network) if network is not None else NetworkPolicy.FILTERED
+    if allow_networks and chosen is NetworkPolicy.NONE:
+        raise UsageError("--allow-network: the sandbox has no network (--network none)")
     model_config = _model_config(model, base_url)
     the_paper = PaperSource.resolve(data_dir).load(paper)
     out_dir = _run_folder(out, resume, the_paper.id, agent, seed)
@@ -306,6 +314,8 @@ def rollout_command(
         warning("--allow-unsandboxed: without bubblewrap the agent runs on the host itself")
     if allow_uncapped_disk and disk is None:
         warning("--allow-uncapped-disk: the agent's sandbox has no disk cap")
+    if allow_networks:
+        warning(describe(allow_networks))
     progress = _Progress(f"rollout of {the_paper.id}", err_console.is_terminal, err_console)
     call = rollout(
         the_paper,
@@ -314,7 +324,8 @@ def rollout_command(
         model_config=model_config,
         seed=seed,
         sandbox=SandboxConfig(backend=sandbox, allow_unsandboxed=allow_unsandboxed),
-        network=NetworkPolicy(network) if network is not None else NetworkPolicy.FILTERED,
+        network=chosen,
+        allow_networks=allow_networks,
         code_dev=code_dev,
         snapshot_every_s=snapshot_every,
         resume=resume is not None,

@@ -123,6 +123,7 @@ from paperbench.sandbox import (
     safe_extract,
     stage_image,
 )
+from paperbench.sandbox._internal_nets import IPNetwork
 
 log = logging.getLogger("paperbench.sandbox")
 AGENT_IMAGE = "paperbench-agent"
@@ -373,6 +374,7 @@ async def rollout(
     seed: int = 0,
     sandbox: SandboxConfig | None = None,
     network: NetworkPolicy = NetworkPolicy.FILTERED,
+    allow_networks: tuple[IPNetwork, ...] = (),
     code_dev: bool = False,
     snapshot_every_s: float | None = DEFAULT_SNAPSHOT_EVERY_S,
     resume: bool = False,
@@ -396,6 +398,8 @@ async def rollout(
     it is (``already_finished``), never run again. ``labels`` go on the sandbox (e.g. the run
     it belongs to) and are not part of the configuration a resume compares. ``others`` names
     files another writer keeps in ``out_dir`` (the pipeline's run.json and run.log).
+    ``allow_networks``: internal ranges the sandbox may reach after all (recorded in
+    config.json).
     ``on_event`` is told of each transcript event once it is written (e.g. to show progress).
     A replay whose recording names ``{paper}`` replays ``paper``'s recording.
 
@@ -432,6 +436,7 @@ async def rollout(
         seed=seed,
         sandbox=sandbox,
         network=network,
+        allow_networks=allow_networks,
         code_dev=code_dev,
         snapshot_every_s=snapshot_every_s,
         limits=limits,
@@ -588,6 +593,7 @@ async def _start_sandbox(session: _Session) -> SandboxSpec:
         gpu=plan.resolved.gpu_request(),
         env=plan.sandbox_env,
         network=plan.config.network,
+        allow_networks=plan.config.allow_networks,
         blacklist=[*plan.config.blacklist, *session.agent.blacklist()],
         host_services=session.services,
         network_log=(out / "network.jsonl")

@@ -26,6 +26,7 @@ from paperbench.agents._transcript import NoteEvent, StartEvent, TranscriptEvent
 from paperbench.errors import ConfigError, InputError, PaperbenchError, UsageError
 from paperbench.llm import BudgetCaps, CostJournal, CostRecord, CostTotal
 from paperbench.sandbox import IsolationKind, LeftOutFile, NetworkPolicy, SandboxConfig
+from paperbench.sandbox._internal_nets import IPNetwork
 
 DEFAULT_SNAPSHOT_EVERY_S = 600.0
 """Seconds between snapshots of a rollout's /home/submission."""
@@ -48,6 +49,8 @@ class RolloutConfig(BaseModel):
     seed: int = 0
     code_dev: bool = False
     network: NetworkPolicy = NetworkPolicy.FILTERED
+    allow_networks: tuple[IPNetwork, ...] = ()
+    """Internal ranges the agent's sandbox may reach after all (``--allow-network``)."""
     blacklist: list[str] = Field(default_factory=list)
     limits: AgentLimits = Field(default_factory=AgentLimits)
     snapshot_every_s: float | None = DEFAULT_SNAPSHOT_EVERY_S

@@ -30,6 +30,7 @@ from paperbench.errors import UsageError
 from paperbench.llm import Model, ModelConfig
 from paperbench.papers import Paper
 from paperbench.sandbox import NetworkPolicy, SandboxConfig, SandboxLimits, SandboxUserKind
+from paperbench.sandbox._internal_nets import IPNetwork
 
 
 class LoadedAgentLike(Protocol):
@@ -169,6 +170,7 @@ def plan_rollout(
     seed: int,
     sandbox: SandboxConfig | None,
     network: NetworkPolicy,
+    allow_networks: tuple[IPNetwork, ...],
     code_dev: bool,
     snapshot_every_s: float | None,
     limits: AgentLimits | None,
@@ -210,6 +212,7 @@ def plan_rollout(
         seed=seed,
         code_dev=code_dev,
         network=network,
+        allow_networks=allow_networks,
         blacklist=paper.blacklist() if network == NetworkPolicy.FILTERED else [],
         limits=who.limits,
         snapshot_every_s=snapshot_every_s,

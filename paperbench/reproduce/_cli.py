@@ -12,8 +12,9 @@ import typer
 from rich.logging import RichHandler
 from rich.markup import escape
 
-from paperbench._console import console, err_console
+from paperbench._console import console, err_console, warning
 from paperbench._options import (
+    AllowNetwork,
     AllowUncappedDisk,
     AllowUnsandboxed,
     Cpus,
@@ -26,6 +27,7 @@ from paperbench._options import (
     Out,
     ReproduceTimeout,
     Sandbox,
+    parse_networks,
 )
 from paperbench.errors import UsageError
 from paperbench.reproduce import (
@@ -36,6 +38,7 @@ from paperbench.reproduce import (
     reproduce_submission,
 )
 from paperbench.sandbox import GpuRequest, NetworkPolicy, SandboxConfig, SandboxUserKind
+from paperbench.sandbox._internal_nets import describe
 
 _DEFAULTS = ReproduceConfig()
 EXIT_NOT_SUCCESS = 3
@@ -87,6 +90,7 @@ def reproduce(
     allow_uncapped_disk: AllowUncappedDisk = False,
     gpus: Gpus = None,
     network: Network = None,
+    allow_network: AllowNetwork = None,
     sandbox_user: Annotated[
         SandboxUserKind,
         typer.Option(
@@ -104,8 +108,14 @@ def reproduce(
     e.g. sub.tar.gz.reproduction); it is refused when it exists and is not empty, unless
     --force."""
     _log_to_stderr()
+    allow_networks = parse_networks(allow_network)
+    chosen = NetworkPolicy(network) if network is not None else _DEFAULTS.network
+    if allow_networks and chosen is NetworkPolicy.NONE:
+        raise UsageError("--allow-network: the sandbox has no network (--network none)")
     out_dir = out or default_out_dir(submission)
     _check_out_dir(out_dir, force)
+    if allow_networks:
+        warning(describe(allow_networks))
     limits = _DEFAULTS.limits
     config = ReproduceConfig(
         timeout_s=reproduce_timeout or _DEFAULTS.timeout_s,
@@ -121,7 +131,8 @@ def reproduce(
             }
         ),
         gpu=GpuRequest(count=gpus) if gpus else None,
-        network=NetworkPolicy(network) if network is not None else _DEFAULTS.network,
+        network=chosen,
+        allow_networks=allow_networks,
         user=sandbox_user,
     )
     # on a terminal a spinner; piped, the result line at the end is the one line of it

@@ -18,6 +18,7 @@ from paperbench.sandbox import (
     SandboxUserKind,
     SkippedMember,
 )
+from paperbench.sandbox._internal_nets import IPNetwork
 
 SCHEMA_VERSION = 1
 """The version of metadata.json's layout."""
@@ -80,6 +81,9 @@ class ReproduceConfig(BaseModel):
     limits: SandboxLimits = Field(default_factory=lambda: SandboxLimits(disk_mb=DEFAULT_DISK_MB))
     """Resources of the reproducer sandbox; the disk is capped by default."""
     network: NetworkPolicy = NetworkPolicy.FULL
+    allow_networks: tuple[IPNetwork, ...] = ()
+    """Internal ranges the reproduction may reach after all (``--allow-network``; see
+    ``SandboxSpec.allow_networks``)."""
     gpu: GpuRequest | None = None
     user: SandboxUserKind = "root"
     """Who runs reproduce.sh: ``root`` (the sandbox's own superuser, as PaperBench runs it, so

@@ -205,6 +205,7 @@ class _Run:
                 image=image,
                 limits=self.config.limits,
                 network=self.config.network,
+                allow_networks=self.config.allow_networks,
                 gpu=self.config.gpu,
                 user=self.config.user,
                 env=self.config.env,

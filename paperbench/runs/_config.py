@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench import _options as opt
 from paperbench._model_options import Flag
+from paperbench.sandbox._internal_nets import IPNetwork
 
 DEFAULT_RUNS_DIR = Path("runs")
 DEFAULT_AGENT = "replay"
@@ -115,6 +116,13 @@ class SandboxSettings(_Section):
     )
     allow_uncapped_disk: Annotated[bool, Flag("--allow-uncapped-disk", opt.AllowUncappedDisk)] = (
         Field(default=False, description="Allow sandboxes without a disk cap.")
+    )
+    allow_networks: Annotated[
+        tuple[IPNetwork, ...],
+        Flag("--allow-network", opt.AllowNetwork, convert=opt.parse_networks),
+    ] = Field(
+        default=(),
+        description="Internal ranges the agents' and reproductions' sandboxes may reach.",
     )
 
 

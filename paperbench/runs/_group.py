@@ -169,6 +169,7 @@ def plan_group(config: EvalConfig, sandbox: SandboxConfig | None = None) -> Grou
         or SandboxConfig(
             backend=config.sandbox.backend, allow_unsandboxed=config.sandbox.allow_unsandboxed
         ),
+        allow_networks=config.sandbox.allow_networks,
         agent_limits=LimitOverrides(
             steps=agent.max_steps,
             wall_time_s=agent.max_time_s,

@@ -218,7 +218,11 @@ def reproduce_config(spec: RunSpec) -> ReproduceConfig:
     GPUs, CPUs, memory, disk and image of the run's agent (PaperBench reproduces in the same
     kind of machine the agent had)."""
     group = spec.config.reproduction
-    config = ReproduceConfig(sandbox=_sandbox(spec.config), labels=_labels(spec))
+    config = ReproduceConfig(
+        sandbox=_sandbox(spec.config),
+        labels=_labels(spec),
+        allow_networks=spec.config.allow_networks,
+    )
     update: dict[str, Any] = {}
     if group.timeout_s is not None:
         update["timeout_s"] = group.timeout_s
@@ -284,6 +288,7 @@ async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
                 model_config=model_config,
                 seed=spec.key.seed,
                 sandbox=_sandbox(config),
+                allow_networks=config.allow_networks,
                 code_dev=config.mode == "code-dev",
                 resume=resume,
                 limits=limits,

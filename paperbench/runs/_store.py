@@ -40,6 +40,7 @@ from paperbench.agents._resources import AgentResources, ResolvedResources
 from paperbench.agents._rollout_files import DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS
 from paperbench.sandbox import SandboxConfig
+from paperbench.sandbox._internal_nets import IPNetwork
 
 GROUP_FILE = "group.json"
 GROUP_LOG = "group.log"
@@ -254,6 +255,9 @@ class GroupConfig(BaseModel):
     """The backend resolved when the group was planned (never ``auto``) and its settings."""
     sandbox_reason: str | None = None
     """Why that backend: ``auto: a Docker engine answers at ...``, or the one asked for."""
+    allow_networks: tuple[IPNetwork, ...] = ()
+    """Internal ranges the rollouts' and reproductions' sandboxes may reach after all
+    (``--allow-network``)."""
     agent_limits: LimitOverrides = Field(default_factory=LimitOverrides)
     """Limits over each agent config's own."""
     agent_model: str | None = None

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from paperbench.errors import SandboxError
 from paperbench.sandbox._execd import cap_text
+from paperbench.sandbox._internal_nets import IPNetwork
 from paperbench.sandbox._tree import DEFAULT_LIMITS, ExtractReport, TreeLimits
 
 DEFAULT_OUTPUT_LIMIT = 1_000_000
@@ -125,6 +126,11 @@ class SandboxSpec(BaseModel):
     host_services: tuple[HostService, ...] = ()
     """Host services reachable by name through the egress proxy (``network=filtered``
     only: the one way a sandbox reaches the host)."""
+    allow_networks: tuple[IPNetwork, ...] = ()
+    """Internal ranges (private, link-local, ULA, ...: ``_internal_nets``) the sandbox may
+    reach after all (``--allow-network``): directly under ``full``, through the egress proxy
+    under ``filtered``. The host's own addresses and the cloud metadata addresses stay
+    refused even inside them."""
     user: SandboxUserKind = "root"
     """Who runs the commands (``exec``): ``root``, the sandbox's own superuser, or
     ``sandbox``, an unprivileged user who owns ``/submission``, ``/home/submission``, its home
@@ -140,6 +146,12 @@ class SandboxSpec(BaseModel):
                 f"host services ({names}) are reached through the egress proxy: they need "
                 f"network=filtered, not {self.network.value}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _opened_ranges_need_a_network(self) -> Self:
+        if self.allow_networks and self.network is NetworkPolicy.NONE:
+            raise ValueError("allow_networks opens ranges of a network: not with network=none")
         return self
 
 

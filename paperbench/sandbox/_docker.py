@@ -332,7 +332,7 @@ class DockerBackend(SandboxBackend):
                 port = urlparse(sb.egress.proxy_url).port
                 if port is None:
                     raise SandboxError(f"egress proxy URL without a port: {sb.egress.proxy_url}")
-            sb.firewall = HostFirewall(network_mode, net["Id"], port)
+            sb.firewall = HostFirewall(network_mode, net["Id"], port, spec.allow_networks)
             await sb.firewall.ainstall()
 
         env = sandbox_env(spec)

@@ -3,9 +3,10 @@
 A sandbox under ``filtered`` has no route out except this proxy: mitmproxy with a small addon
 (``_egress_addon.py``) that intercepts TLS with a per-proxy CA, refuses blacklisted URLs with
 403 before any upstream connection, refuses every address of the host's own interfaces
-(asked of the kernel at each connection) and the loopback, private and link-local ranges, and
-appends every request with its verdict to the network log (JSON lines, read back with
-``read_network_log``) for the monitor.
+(asked of the kernel at each connection) and the loopback, private, link-local and other
+internal ranges (``_internal_nets``, the list ``full`` refuses too; those opened with
+``--allow-network`` excepted, cloud metadata never), and appends every request with its
+verdict to the network log (JSON lines, read back with ``read_network_log``) for the monitor.
 
 The proxy runs in its own process, started with an interpreter that has mitmproxy. mitmproxy
 pins its dependencies tightly (11.x wants ``h11<=0.14``, which conflicts with httpx's), so
@@ -49,6 +50,7 @@ from pydantic import BaseModel, ConfigDict
 from paperbench.errors import EgressProxyError
 from paperbench.sandbox._base import HostService, SandboxSpec
 from paperbench.sandbox._blacklist import Blacklist
+from paperbench.sandbox._internal_nets import IPNetwork
 
 __all__ = [
     "BRIDGE_SCRIPT",
@@ -229,7 +231,8 @@ class EgressProxy:
     addresses like curl's ``--resolve`` (tests point ``github.com`` at local servers); mapped
     addresses are exempt from the private-address refusal. ``services`` are the host services
     a sandbox may reach by name (:class:`~paperbench.sandbox._base.HostService`): only their
-    port, plain HTTP, responses streamed. ``upstream_ca_bundle`` adds CA
+    port, plain HTTP, responses streamed. ``allow`` are internal ranges the proxy connects to
+    after all (``SandboxSpec.allow_networks``). ``upstream_ca_bundle`` adds CA
     certificates to trust upstream besides ``host_ca_bundle``. ``unix_socket`` makes the proxy
     process also accept connections on that unix socket, for sandboxes in a network namespace
     of their own (see ``_egress_bridge`` and ``bridge_command``).
@@ -254,6 +257,7 @@ class EgressProxy:
         progress: Progress | None = None,
         unix_socket: Path | None = None,
         services: Iterable[HostService] = (),
+        allow: Iterable[IPNetwork] = (),
     ) -> None:
         self.blacklist = (
             blacklist if isinstance(blacklist, Blacklist) else Blacklist.from_urls(blacklist)
@@ -279,6 +283,7 @@ class EgressProxy:
             f"{s.name}:{s.port}": f"{_ip_literal(s.target_host, 'target_host')}:{s.target_port}"
             for s in services
         }
+        self.allow = tuple(allow)
         self._proc: asyncio.subprocess.Process | None = None
         self._stderr: IO[bytes] | None = None
         self._drain: asyncio.Task[None] | None = None
@@ -317,6 +322,7 @@ class EgressProxy:
             "resolve": self.resolve,
             "services": self.services,
             "block_private": self.block_private,
+            "allow_networks": [str(n) for n in self.allow],
             "max_log_bytes": self.max_log_bytes,
             "unix_socket": str(self.unix_socket) if self.unix_socket else None,
             "remove_confdir": self._confdir_given is None,

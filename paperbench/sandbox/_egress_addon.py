@@ -3,7 +3,8 @@
 Started by ``paperbench.sandbox._egress.EgressProxy`` as ``PYTHON _egress_addon.py CONFIG.json``
 with an interpreter that has mitmproxy (often a separate environment, since mitmproxy pins its
 dependencies tightly). It therefore imports only the standard library, mitmproxy, and
-``_blacklist.py`` loaded by path from beside this file; never ``paperbench`` itself.
+``_blacklist.py`` and ``_internal_nets.py`` (the ranges it refuses, the same list as the host
+firewall rules of ``full``) loaded by path from beside this file; never ``paperbench`` itself.
 
 Protocol with the parent: one JSON line on stdout once the proxy listens,
 ``{"event": "ready", "host": ..., "port": ...}``; the process exits when its stdin closes
@@ -34,6 +35,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -44,25 +46,6 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData  # type: ignor
 from mitmproxy.tools.dump import DumpMaster  # type: ignore[import-not-found,unused-ignore]
 
 _URL_LOG_LIMIT = 4096
-_PRIVATE_NETS = [
-    ipaddress.ip_network(n)
-    for n in (
-        "0.0.0.0/8",
-        "10.0.0.0/8",
-        "100.64.0.0/10",
-        "127.0.0.0/8",
-        "169.254.0.0/16",
-        "172.16.0.0/12",
-        "192.168.0.0/16",
-        "224.0.0.0/4",
-        "240.0.0.0/4",
-        "::/128",
-        "::1/128",
-        "fc00::/7",
-        "fe80::/10",
-        "ff00::/8",
-    )
-]
 
 
 def _load_sibling(name: str) -> ModuleType:
@@ -88,12 +71,20 @@ def _parse_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | N
     return ip
 
 
-def is_private_address(address: str) -> bool:
-    """Loopback, private, link-local, multicast or unspecified: the host's own networks."""
+def _internal_nets() -> ModuleType:
+    name = "_paperbench_internal_nets"
+    return sys.modules.get(name) or _load_sibling("_internal_nets")
+
+
+def range_refusal(address: str, allowed: Sequence[Any] = ()) -> str | None:
+    """Why ``address`` is refused by its range: ``cloud metadata address`` or ``private
+    address`` (loopback, private, link-local, ULA, multicast, ...: ``_internal_nets``), unless
+    a range of ``allowed`` (``ipaddress`` networks) holds it; None: it may be reached."""
     ip = _parse_ip(address)
     if ip is None:
-        return False
-    return any(ip in net for net in _PRIVATE_NETS if net.version == ip.version)
+        return None
+    reason: str | None = _internal_nets().refusal(ip, allowed)
+    return reason
 
 
 def is_host_address(address: str) -> bool:
@@ -117,13 +108,12 @@ def is_host_address(address: str) -> bool:
     return True
 
 
-def refused_address(address: str) -> str | None:
-    """Why the proxy never connects to ``address`` (None: it may)."""
+def refused_address(address: str, allowed: Sequence[Any] = ()) -> str | None:
+    """Why the proxy never connects to ``address`` (None: it may). The host's own addresses
+    stay refused whatever ``allowed`` opens."""
     if is_host_address(address):
         return "host address"
-    if is_private_address(address):
-        return "private address"
-    return None
+    return range_refusal(address, allowed)
 
 
 class NetworkLog:
@@ -173,8 +163,11 @@ class EgressAddon:
         via_upstream_proxy: bool = False,
         unix_socket: str | None = None,
         services: dict[str, str] | None = None,
+        allow_networks: Sequence[str] = (),
     ) -> None:
         self.blacklist = blacklist
+        self.allowed = [ipaddress.ip_network(n) for n in allow_networks]
+        """Internal ranges this sandbox may reach after all (``--allow-network``)."""
         self.services: dict[str, tuple[str, int]] = {}
         for key, target in (services or {}).items():
             address, _, port = target.rpartition(":")
@@ -239,10 +232,10 @@ class EgressAddon:
             return None
         if host.lower().rstrip(".") == "localhost":
             return "host address"
-        return refused_address(host)
+        return refused_address(host, self.allowed)
 
     def _refuse_address(self, flow: http.HTTPFlow, host: str, reason: str) -> None:
-        what = "an address of this machine" if reason == "host address" else "a private address"
+        what = {"host address": "an address of this machine"}.get(reason, f"a {reason}")
         self._blocked(flow, reason, None, f"{host} is {what}")
 
     def _service(self, host: str, port: int) -> tuple[str, int] | None:
@@ -358,7 +351,7 @@ class EgressAddon:
             data.server.error = f"cannot resolve {host}: {exc}"
             return
         addresses = [str(info[4][0]) for info in infos]
-        refused = next(filter(None, map(refused_address, addresses)), None)
+        refused = next(filter(None, (refused_address(a, self.allowed) for a in addresses)), None)
         if not addresses or refused is not None:
             data.server.error = f"paperbench egress proxy: {host} resolves to a {refused}"
             return
@@ -373,7 +366,8 @@ class EgressAddon:
             )
         except OSError:
             return None  # reported as an upstream error instead
-        return next(filter(None, (refused_address(str(info[4][0])) for info in infos)), None)
+        found = (refused_address(str(info[4][0]), self.allowed) for info in infos)
+        return next(filter(None, found), None)
 
 
 def _watch_stdin(master: DumpMaster) -> None:
@@ -416,6 +410,7 @@ async def _main(config: dict[str, Any]) -> None:
             via_upstream_proxy=bool(config.get("upstream_proxy")),
             unix_socket=config.get("unix_socket"),
             services=dict(config.get("services") or {}),
+            allow_networks=list(config.get("allow_networks") or []),
         )
     )
     loop = asyncio.get_running_loop()

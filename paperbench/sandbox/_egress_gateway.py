@@ -123,6 +123,7 @@ class DockerEgressGateway:
             resolve=self.resolve,
             python=self.python,
             services=spec.host_services,
+            allow=spec.allow_networks,
         )
         endpoint = await proxy.start()
         return DockerEgressAttachment(proxy, endpoint)

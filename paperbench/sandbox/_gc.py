@@ -119,7 +119,8 @@ def reap(client: Any, orphans: list[Orphan]) -> list[Orphan]:
 def reap_all(*, dry_run: bool = False, everything: bool = False) -> tuple[list[Orphan], str | None]:
     """Everything crashed runs left behind: Docker objects whose creator is gone, then local
     workspaces, cgroups and capped disks whose owner is gone, then the firewall rules of
-    networks that are gone or removed here. Returns the orphans and, when no Docker engine
+    networks that are gone or removed here (Docker's, and the chains of local sandboxes whose
+    network uid runs nothing). Returns the orphans and, when no Docker engine
     answers, why only local sandboxes were checked.
 
     A dry run takes the same path and lists exactly what a real one would remove: the rules
@@ -134,6 +135,7 @@ def reap_all(*, dry_run: bool = False, everything: bool = False) -> tuple[list[O
         stale_rules,
     )
     from paperbench.sandbox._local_gc import reap_local_orphans
+    from paperbench.sandbox._local_net import remove_stale_chain, stale_chains
 
     # Containers first: their capped disks (loop-mounted images) are reaped with the local
     # workspaces, once nothing uses them.
@@ -162,6 +164,19 @@ def reap_all(*, dry_run: bool = False, everything: bool = False) -> tuple[list[O
         )
         if not dry_run:
             error = remove_rule(rule)
+            item = item.model_copy(update={"removed": error is None, "error": error})
+        orphans.append(item)
+    for chain in stale_chains():  # of local full sandboxes whose network is gone
+        item = Orphan(
+            kind="firewall-rule",
+            id=chain,
+            name=chain,
+            owner="?",
+            created="?",
+            reason="its sandbox's network is gone",
+        )
+        if not dry_run:
+            error = remove_stale_chain(chain)
             item = item.model_copy(update={"removed": error is None, "error": error})
         orphans.append(item)
     return orphans, unavailable

@@ -290,6 +290,7 @@ class LocalBackend(SandboxBackend):
                     workspace / "net",
                     keeper_argv=sb._bwrap_base(unshare_net=False),
                     bind_dir=sb.bind_dir,
+                    allow=spec.allow_networks,
                 )
             except BaseException:
                 await sb.stop()

@@ -216,6 +216,7 @@ class LocalEgressGateway:
             resolve=self.resolve,
             python=self.python,
             services=spec.host_services,
+            allow=spec.allow_networks,
             unix_socket=sock_dir / "egress.sock" if isolation == "bwrap" else None,
             startup_timeout=self.startup_timeout,
         )

@@ -107,13 +107,14 @@ class InternetHost:
 def internet_host() -> Iterator[InternetHost]:
     """A veth pair to a network namespace holding a one-answer-per-connection TCP server.
 
-    What a ``full`` sandbox must still reach: an address that is not the host's.
+    What a ``full`` sandbox must still reach: an address that is not the host's, nor of an
+    internal range (TEST-NET-2: ``full`` refuses private ranges).
     """
     if shutil.which("ip") is None:
         raise AssertionError("the ip command (iproute2) is needed for the test host")
     tag = f"{os.getpid() % 100000}"
     ns, host_if, peer_if = f"pbtest-{tag}", f"pbh{tag}", f"pbt{tag}"
-    host_ip, peer_ip = "10.213.77.1", "10.213.77.2"
+    host_ip, peer_ip = "198.51.100.1", "198.51.100.2"
 
     def ip(*args: str) -> None:
         subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
@@ -373,7 +374,8 @@ def test_no_service_of_the_host_is_reachable_through_the_proxy(
     assert all(v == "403" for v in out.values()), out
     assert len(host_service.seen) == before
     reasons = {e.url: e.reason for e in read_network_log(log)}
-    assert all(reasons.get(u) in {"host address", "private address"} for u in urls), reasons
+    refused = {"host address", "private address", "cloud metadata address"}
+    assert all(reasons.get(u) in refused for u in urls), reasons
 
 
 @pytest.mark.parametrize("network", ["full"])
