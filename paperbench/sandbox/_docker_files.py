@@ -218,6 +218,9 @@ class DockerFiles:
                     raise SandboxError(f"download of {src} from sandbox {self.id} was empty")
                 move_into_place(got, dest)
             report.dest = dest
+            top = got.name + "/"  # notes named relative to the folder, as on every backend
+            for note in report.skipped:
+                note.name = note.name.removeprefix(top)
             return report
 
         return await asyncio.to_thread(fetch)
