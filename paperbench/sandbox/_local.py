@@ -778,7 +778,7 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"{path}: no such folder in the sandbox") from None
         with tempfile.TemporaryFile(prefix="paperbench-snapshot-") as raw:
             result = await self._exec(
-                ["tar", "--numeric-owner", "-cf", "-", "."],
+                ["tar", "--numeric-owner", "--ignore-failed-read", "-cf", "-", "."],
                 timeout=_SNAPSHOT_TIMEOUT_S,
                 workdir=path,
                 env=None,

@@ -211,11 +211,13 @@ def folder_entries(
     *,
     exclude_dirs: frozenset[str] = frozenset(),
     on_excluded: Callable[[str], None] | None = None,
-    max_depth: int | None = None,
+    max_depth: int | None = DEFAULT_LIMITS.max_depth + 1,
 ) -> Iterator[Entry]:
     """Every entry under ``root`` (a path, or an open folder descriptor the caller keeps), in
     sorted order, parents before children, without following any link. Safe on a tree that
-    untrusted code is still changing: a folder that becomes a link is not entered.
+    untrusted code is still changing: a folder that becomes a link is not entered. Folders at
+    ``max_depth`` are listed but not entered (one descriptor is held per level; the default
+    is one level past :class:`TreeLimits`' depth, so that the cut can be noted).
 
     Raises:
         OSError: ``root`` cannot be opened as a folder.
@@ -551,7 +553,8 @@ def _fill_folder(
         if not gate.admit(entry):
             continue
         if entry.kind == "dir":
-            if gate.kinds.get(entry.rel) == "file":
+            parent = entry.rel.rpartition("/")[0]
+            if gate.kinds.get(entry.rel) == "file" or gate.kinds.get(parent, "dir") != "dir":
                 gate.note(entry.rel, "a file already exists at this path")
                 continue
             out.mkdir(entry.rel)
