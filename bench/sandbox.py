@@ -1,7 +1,8 @@
 """Sandbox speed: paperbench's Docker backend vs the docker CLI, and its local backend vs a
 plain subprocess, measured in the same run.
 
-    .venv/bin/python bench/sandbox.py [--quick] [--local-only] [--disk-only]
+    .venv/bin/python bench/sandbox.py [--quick] [--local-only] [--disk-only] [--step-only]
+        [--docker-only]
 
 Rows: container start → first exec (ours on both paths, ours on the fast path with commands run
 as the unprivileged user, and the CLI's ``docker run -d`` + ``docker exec``, interleaved round
@@ -16,6 +17,11 @@ host by firewall rules) against the CLI on Docker's default bridge.
 Second table, the local backend (bubblewrap): start → first exec and the exec round trip with
 network ``none`` and ``full``, against a plain ``subprocess`` running the same command (no
 sandbox: the floor). Run it at two commits to see what a change to the isolation costs.
+
+Agent step table: what one agent step costs on top of the model call, on each exec path of the
+Docker backend: a trivial tool command run as an agent's tools run it (a string, so ``bash
+-lc``; as the unprivileged user; the tools' output limit), median and p90 over many steps,
+against ``docker exec`` of the same command by the CLI.
 
 Third table, the Docker backend's disk caps (the reproduction's default cap, 50 GB): start →
 first exec and stop, per sandbox, uncapped against each way of capping (``storage_opt``, where
@@ -206,14 +212,88 @@ async def disk_table(quick: bool) -> None:
     Console(width=max(Console().width, 120)).print(table)
 
 
-async def main(quick: bool, local_only: bool, disk_only: bool = False) -> None:
+AGENT_STEP = "cd /home/submission && ls -la && echo done"
+"""A trivial agent step: what the tools send for a look at the submission folder."""
+
+
+def p90_ms(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=10, method="inclusive")[-1] * 1000
+
+
+def exec_paths(client: object) -> list[tuple[str, DockerBackend]]:
+    """The Docker backend's exec paths, by name."""
+    return [
+        ("fast path", DockerBackend(client=client, fast_exec=True)),
+        ("per-exec", DockerBackend(client=client, fast_exec=False)),
+    ]
+
+
+async def step_table(quick: bool) -> None:
+    """The overhead of one agent step on each exec path: median and p90."""
+    from paperbench.agents._config import ToolSettings
+
+    tool_limit = ToolSettings().output_chars * 4  # as the tools ask
+    n = 30 if quick else 100
+    image = ensure_images(("paperbench-agent",))["paperbench-agent"]
+    client = connect()
+    spec = SandboxSpec(image=image, labels=LABELS, limits=SandboxLimits(), user="sandbox")
+    rows: list[tuple[str, list[float]]] = []
+    boxes = [(name, await b.start(spec)) for name, b in exec_paths(client)]
+    cid = cli(
+        "run", "-d", *CLI_LABEL, "--network", "none", "--entrypoint", "sleep", image, "infinity"
+    ).strip()
+    try:
+        samples: dict[str, list[float]] = {name: [] for name, _ in boxes}
+        samples["docker CLI"] = []
+        for _, sb in boxes:  # warm-up
+            r = await sb.exec(AGENT_STEP, timeout=60, output_limit=tool_limit)
+            assert r.exit_code == 0 and r.stdout.endswith("done\n"), r
+        for _ in range(n):  # interleaved: load from elsewhere weighs on all alike
+            for name, sb in boxes:
+                t = time.perf_counter()
+                await sb.exec(AGENT_STEP, timeout=60, output_limit=tool_limit)
+                samples[name].append(time.perf_counter() - t)
+            samples["docker CLI"] += timed_sync(
+                lambda: cli("exec", "-u", "1000:1000", cid, "bash", "-lc", AGENT_STEP), 1
+            )
+        rows = list(samples.items())
+    finally:
+        for _, sb in boxes:
+            await sb.stop()
+        cli("rm", "-f", cid)
+    table = Table(title=f"Docker agent step overhead: bash -lc {AGENT_STEP!r} as uid 1000, n={n}")
+    for col in ("exec path", "median (ms)", "p90 (ms)", "min (ms)", "max (ms)"):
+        table.add_column(col, justify="left" if col == "exec path" else "right")
+    for name, s in rows:
+        table.add_row(
+            name,
+            f"{median_ms(s):.1f}",
+            f"{p90_ms(s):.1f}",
+            f"{min(s) * 1000:.1f}",
+            f"{max(s) * 1000:.1f}",
+        )
+    Console(width=max(Console().width, 120)).print(table)
+
+
+async def main(
+    quick: bool,
+    local_only: bool,
+    disk_only: bool = False,
+    step_only: bool = False,
+    docker_only: bool = False,
+) -> None:
     if disk_only:
         await disk_table(quick)
         return
-    await local_table(quick)
-    if local_only:
+    if step_only:
+        await step_table(quick)
         return
-    await disk_table(quick)
+    if not docker_only:
+        await local_table(quick)
+        if local_only:
+            return
+        await disk_table(quick)
+        await step_table(quick)
     n_start, n_exec, n_snap = (3, 20, 1) if quick else (7, 50, 3)
     image = ensure_images(("paperbench-reproducer",))["paperbench-reproducer"]
     client = connect()
@@ -431,5 +511,7 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--local-only", action="store_true", help="only the local backend")
     parser.add_argument("--disk-only", action="store_true", help="only the disk caps table")
+    parser.add_argument("--step-only", action="store_true", help="only the agent step table")
+    parser.add_argument("--docker-only", action="store_true", help="only the docker CLI table")
     args = parser.parse_args()
-    asyncio.run(main(args.quick, args.local_only, args.disk_only))
+    asyncio.run(main(args.quick, args.local_only, args.disk_only, args.step_only, args.docker_only))
