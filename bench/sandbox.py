@@ -4,24 +4,22 @@ plain subprocess, measured in the same run.
     .venv/bin/python bench/sandbox.py [--quick] [--local-only] [--disk-only] [--step-only]
         [--docker-only]
 
-Rows: container start → first exec (ours on both paths, ours on the fast path with commands run
-as the unprivileged user, and the CLI's ``docker run -d`` + ``docker exec``, interleaved round
-by round after one warm-up round); exec round trip
-(``true``) on the fast path (the in-container exec server, the default) and on the per-exec
-path (one ``docker exec`` per command, the fallback); snapshot of a 500 MB folder (ours:
-``Sandbox.snapshot`` → tar.gz; CLI: ``docker cp ... - | gzip -1``). Medians. The CLI is used
-only as the comparison. Needs a Docker engine and the images (built if missing). One more
-row: start → first exec with ``network=full`` (a bridge network of its own, closed to the
-host by firewall rules) against the CLI on Docker's default bridge.
+Rows: container start → first exec (ours as root and with commands run as the unprivileged
+user, and the CLI's ``docker run -d`` + ``docker exec``, interleaved round by round after one
+warm-up round); exec round trip (``true``; one ``docker exec`` per command); snapshot of a
+500 MB folder (ours: ``Sandbox.snapshot`` → tar.gz; CLI: ``docker cp ... - | gzip -1``).
+Medians. The CLI is used only as the comparison. Needs a Docker engine and the images (built
+if missing). One more row: start → first exec with ``network=full`` (a bridge network of its
+own, closed to the host by firewall rules) against the CLI on Docker's default bridge.
 
 Second table, the local backend (bubblewrap): start → first exec and the exec round trip with
 network ``none`` and ``full``, against a plain ``subprocess`` running the same command (no
 sandbox: the floor). Run it at two commits to see what a change to the isolation costs.
 
-Agent step table: what one agent step costs on top of the model call, on each exec path of the
-Docker backend: a trivial tool command run as an agent's tools run it (a string, so ``bash
--lc``; as the unprivileged user; the tools' output limit), median and p90 over many steps,
-against ``docker exec`` of the same command by the CLI.
+Agent step table: what one agent step costs on top of the model call in a Docker sandbox: a
+trivial tool command run as an agent's tools run it (a string, so ``bash -lc``; as the
+unprivileged user; the tools' output limit), median and p90 over many steps, against ``docker
+exec`` of the same command by the CLI.
 
 Third table, the Docker backend's disk caps (the reproduction's default cap, 50 GB): start →
 first exec and stop, per sandbox, uncapped against each way of capping (``storage_opt``, where
@@ -222,10 +220,7 @@ def p90_ms(samples: list[float]) -> float:
 
 def exec_paths(client: object) -> list[tuple[str, DockerBackend]]:
     """The Docker backend's exec paths, by name."""
-    return [
-        ("fast path", DockerBackend(client=client, fast_exec=True)),
-        ("per-exec", DockerBackend(client=client, fast_exec=False)),
-    ]
+    return [("paperbench", DockerBackend(client=client))]
 
 
 async def step_table(quick: bool) -> None:
@@ -297,13 +292,12 @@ async def main(
     n_start, n_exec, n_snap = (3, 20, 1) if quick else (7, 50, 3)
     image = ensure_images(("paperbench-reproducer",))["paperbench-reproducer"]
     client = connect()
-    backend = DockerBackend(client=client, fast_exec=True)
-    per_exec = DockerBackend(client=client, fast_exec=False)
+    backend = DockerBackend(client=client)
     spec = SandboxSpec(image=image, labels=LABELS, limits=SandboxLimits())
     rows: list[tuple[str, float, float, str]] = []
 
-    # start → first exec: ours (fast path, per-exec path) and the CLI's, interleaved so that
-    # load from elsewhere on the machine weighs on all three alike
+    # start → first exec: ours (as root, as the user) and the CLI's, interleaved so that load
+    # from elsewhere on the machine weighs on all three alike
     def cli_start() -> None:
         cid = cli(
             "run",
@@ -327,20 +321,16 @@ async def main(
         sb = await b.start(s)
         await sb.exec(["true"], timeout=30)
         pending_stop.append(sb)
-        if b is backend and not sb.fast_exec_active:
-            raise SystemExit(f"the fast exec path is off: {sb.fast_exec_error}")
 
     as_user = spec.model_copy(update={"user": "sandbox"})
-    fast_ms: list[float] = []
+    root_ms: list[float] = []
     user_ms: list[float] = []
-    slow_ms: list[float] = []
     cli_start_ms: list[float] = []
     pending_rm: list[str] = []
     pending_stop: list[DockerSandbox] = []
     for _ in range(n_start + 1):  # the first round warms up and is not counted
-        fast_ms += await timed(lambda: ours_start(backend), 1)
+        root_ms += await timed(lambda: ours_start(backend), 1)
         cli_start_ms += timed_sync(cli_start, 1)
-        slow_ms += await timed(lambda: ours_start(per_exec), 1)
         user_ms += await timed(lambda: ours_start(backend, as_user), 1)
         for sb in pending_stop:
             await sb.stop()
@@ -351,16 +341,15 @@ async def main(
     start_cli = median_ms(cli_start_ms[1:])
     rows.append(
         (
-            "start → first exec, fast path",
-            median_ms(fast_ms[1:]),
+            "start → first exec",
+            median_ms(root_ms[1:]),
             start_cli,
             f"n={n_start}; CLI: docker run -d + docker exec",
         )
     )
-    rows.append(("start → first exec, per-exec", median_ms(slow_ms[1:]), start_cli, ""))
     rows.append(
         (
-            "start → first exec, fast path, user: sandbox",
+            "start → first exec, user: sandbox",
             median_ms(user_ms[1:]),
             start_cli,
             "uid 1000 set up after the start",
@@ -399,21 +388,14 @@ async def main(
 
     # exec round trip
     sb = await backend.start(spec)
-    if not sb.fast_exec_active:
-        raise SystemExit(f"the fast exec path is off: {sb.fast_exec_error}")
-    slow = await per_exec.start(spec)
     cid = cli(
         "run", "-d", *CLI_LABEL, "--network", "none", "--entrypoint", "sleep", image, "infinity"
     ).strip()
     try:
         await sb.exec(["true"], timeout=30)
-        await slow.exec(["true"], timeout=30)
         ours = await timed(lambda: sb.exec(["true"], timeout=30), n_exec)
-        ours_slow = await timed(lambda: slow.exec(["true"], timeout=30), n_exec)
         theirs = timed_sync(lambda: cli("exec", cid, "true"), n_exec)
-        cli_ms = median_ms(theirs)
-        rows.append(("exec round trip (true), fast path", median_ms(ours), cli_ms, f"n={n_exec}"))
-        rows.append(("exec round trip (true), per-exec", median_ms(ours_slow), cli_ms, ""))
+        rows.append(("exec round trip (true)", median_ms(ours), median_ms(theirs), f"n={n_exec}"))
 
         # snapshot of a 500 MB folder (25 × 20 MB of random bytes)
         make = (
@@ -444,7 +426,6 @@ async def main(
         )
     finally:
         await sb.stop()
-        await slow.stop()
         cli("rm", "-f", cid)
 
     # reproduction overhead: a trivial reproduce.sh, end to end

@@ -18,7 +18,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from paperbench.errors import SandboxError
-from paperbench.sandbox._execd import cap_text
+from paperbench.sandbox._capture import cap_text
 
 DEFAULT_OUTPUT_LIMIT = 1_000_000
 """Bytes kept of each of stdout and stderr per exec (head and tail)."""

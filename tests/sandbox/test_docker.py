@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,14 @@ import pytest
 
 from paperbench.errors import SandboxError, SandboxUnavailableError
 from paperbench.sandbox import _docker_labels as L
-from paperbench.sandbox._base import GpuRequest, NetworkPolicy, SandboxLimits, SandboxSpec
+from paperbench.sandbox._base import (
+    GpuRequest,
+    NetworkPolicy,
+    SandboxLimits,
+    SandboxSpec,
+    cap_output,
+)
+from paperbench.sandbox._capture import HeadTail
 from paperbench.sandbox._docker import (
     CAPABILITIES,
     DockerBackend,
@@ -113,6 +121,33 @@ cd / && python3 -c 'import pbw; print(pbw.X)'
 """
 
 # --------------------------------------------------------------------------- no engine needed
+
+
+def test_the_cap_counts_bytes_in_the_singular_and_plural() -> None:
+    assert cap_output(b"abc", 2) == ("a\n[... 1 byte truncated by paperbench ...]\nc", True)
+    assert cap_output(b"abcd", 2) == ("a\n[... 2 bytes truncated by paperbench ...]\nd", True)
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2, 3, 7, 10, 100, 1001, 4096])
+def test_streamed_cap_is_cap_output(limit: int) -> None:
+    """What a command's output streamed in chunks of any size keeps is ``cap_output`` of it."""
+    rng = random.Random(limit)
+    samples = [
+        b"",
+        b"short",
+        "héllo wörld ✓ 日本語 ".encode() * 300,
+        bytes(rng.randrange(256) for _ in range(5000)),
+        b"x" * limit,
+        b"y" * (limit + 1),
+    ]
+    for data in samples:
+        cap = HeadTail(limit)
+        i = 0
+        while i < len(data):
+            n = rng.randint(1, 700)
+            cap.feed(data[i : i + n])
+            i += n
+        assert cap.text() == cap_output(data, limit), (limit, len(data))
 
 
 def test_no_engine_is_one_line_with_the_fix() -> None:
@@ -422,8 +457,7 @@ def test_ca_bundle_is_added_when_asked(start_sandbox: Any, run: Any, tmp_path: P
 
 @pytest.mark.docker
 def test_capabilities_are_dropped(start_sandbox: Any, run: Any) -> None:
-    """Commands and the exec server hold exactly the kept capabilities; what needs another is
-    refused."""
+    """Commands and PID 1 hold exactly the kept capabilities; what needs another is refused."""
     sb = start_sandbox(limits=HOSTILE)
     want = sum(1 << bit for bit in CAP_BITS.values())
     r = run(sb.exec("grep -H '^Cap' /proc/self/status /proc/1/status", timeout=10))
