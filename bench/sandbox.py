@@ -14,12 +14,15 @@ own, closed to the host by firewall rules) against the CLI on Docker's default b
 
 Second table, the local backend (bubblewrap): start → first exec and the exec round trip with
 network ``none`` and ``full``, against a plain ``subprocess`` running the same command (no
-sandbox: the floor). Run it at two commits to see what a change to the isolation costs.
+sandbox: the floor). Run it at two commits to see what a change to the isolation costs: with
+``PYTHONPATH`` set, the code measured is the one it names (e.g. a worktree of another commit),
+else this checkout's.
 
 Agent step table: what one agent step costs on top of the model call in a Docker sandbox: a
 trivial tool command run as an agent's tools run it (a string, so ``bash -lc``; as the
 unprivileged user; the tools' output limit), median and p90 over many steps, against ``docker
-exec`` of the same command by the CLI.
+exec`` of the same command by the CLI (at a commit that still has the in-container exec
+server, its row too).
 
 Third table, the Docker backend's disk caps (the reproduction's default cap, 50 GB): start →
 first exec and stop, per sandbox, uncapped against each way of capping (``storage_opt``, where
@@ -32,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -44,7 +49,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not os.environ.get("PYTHONPATH"):  # else the code PYTHONPATH names (another commit's)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paperbench.sandbox._base import SandboxLimits, SandboxSpec
 from paperbench.sandbox._docker import DockerBackend, DockerSandbox, connect
@@ -219,8 +225,15 @@ def p90_ms(samples: list[float]) -> float:
 
 
 def exec_paths(client: object) -> list[tuple[str, DockerBackend]]:
-    """The Docker backend's exec paths, by name."""
-    return [("paperbench", DockerBackend(client=client))]
+    """The Docker backend's exec paths, by name: one ``docker exec`` per command, and the
+    in-container exec server at the commits that still have it."""
+    if "fast_exec" in inspect.signature(DockerBackend).parameters:
+        make: Callable[..., DockerBackend] = DockerBackend
+        return [
+            ("exec server", make(client=client, fast_exec=True)),
+            ("docker exec", make(client=client, fast_exec=False)),
+        ]
+    return [("docker exec", DockerBackend(client=client))]
 
 
 async def step_table(quick: bool) -> None:
