@@ -4,13 +4,15 @@ The SDK is synchronous; every call runs in a worker thread so the API stays asyn
 
 Isolation and limits:
 
-- the container's init is a bash loop (PID 1 cannot be killed from inside, and it reaps
-  orphans); commands run through ``docker exec``;
+- the container's init is a watchdog bound to the owner's life (``_docker_init``): the owner
+  holds an attach to its stdin, and when the owner process dies, however it dies, PID 1 exits
+  and the container stops with everything in it. Code inside can neither trace it, open its
+  stdin nor signal it; it reaps orphans. Commands run through ``docker exec``;
 - privileges: ``no-new-privileges`` (no setuid binary, no file capability raises them) and
   only the capabilities in ``CAPABILITIES`` (every other one dropped: no ``SYS_PTRACE``, no
   ``NET_RAW``, ``MKNOD``, ``AUDIT_WRITE``, ``SETFCAP``, ``SETPCAP``, ``SYS_CHROOT`` or
   ``NET_BIND_SERVICE``); with ``spec.user == "sandbox"`` commands run as uid 1000, set up
-  right after the start (``_docker_user``), while PID 1 and the backend's own work stay root;
+  right after the start (``_docker_user``), while the backend's own work stays root;
 - ``cpus`` → ``nano_cpus``; ``memory_mb`` → ``mem_limit`` = ``memswap_limit`` (no swap);
   ``pids`` → ``pids_limit``; ``gpu`` → ``device_requests``;
 - ``disk_mb``: overlay2 ``storage_opt`` size where the engine supports it (its data root on
@@ -74,6 +76,7 @@ from paperbench.sandbox._docker_files import (
     docker_error,
 )
 from paperbench.sandbox._docker_firewall import HostFirewall
+from paperbench.sandbox._docker_init import NO_SETPRIV_HINT, Lifeline, init_argv
 from paperbench.sandbox._docker_run import DockerRun
 from paperbench.sandbox._docker_user import SandboxUser
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
@@ -84,9 +87,6 @@ WRITABLE_DIRS = ("/submission", "/home", "/root", "/tmp", "/var", "/etc", "/usr/
 RUN_TMPFS = {"/run": "rw,nosuid,nodev,size=16m,mode=755"}
 
 log = logging.getLogger("paperbench.sandbox")
-
-INIT_SCRIPT = 'trap "exit 0" TERM; while :; do sleep 2147483647 & wait $!; done'
-"""PID 1: survives ``kill -9 -1`` from inside (the kernel protects a namespace's init)."""
 
 CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
 """All a sandbox's root keeps: what package managers need as root (apt and dpkg chown files and
@@ -336,18 +336,20 @@ class DockerBackend(SandboxBackend):
                     read_only=sb.disk is not None,
                 )
             )
-            created = api.create_container(
+            config = api.create_container_config(
                 spec.image,
-                entrypoint=["bash", "-c", INIT_SCRIPT],
                 command=[],
-                environment=env,
+                entrypoint=init_argv(),
+                environment=[f"{k}={v}" for k, v in env.items()],
                 working_dir=spec.workdir,
                 labels=L.labels("sandbox", base_labels),
                 host_config=hc,
-                name=sb.id,
                 detach=True,
+                stdin_open=True,
                 stop_signal="SIGKILL",
             )
+            config["StdinOnce"] = True  # the owner's attach ends → PID 1's stdin ends
+            created = api.create_container_from_config(config, name=sb.id)
             return str(created["Id"])
 
         try:
@@ -365,13 +367,24 @@ class DockerBackend(SandboxBackend):
             except Exception as exc2:
                 raise self._create_error(exc2, spec) from exc2
         cid = sb.container_id
+        try:
+            sb.lifeline = await asyncio.to_thread(Lifeline.attach, api, cid)
+        except Exception as exc:
+            raise docker_error(exc, f"cannot attach to sandbox {sb.id}'s init") from exc
         if spec.ca_bundle is not None:
             await sb.install_ca_bundle(spec.ca_bundle)
         try:
             await asyncio.to_thread(api.start, cid)
             info = await asyncio.to_thread(api.inspect_container, cid)
         except Exception as exc:
+            if "setpriv" in str(exc):
+                raise SandboxError(
+                    f"cannot start sandbox from image {spec.image}: {NO_SETPRIV_HINT}"
+                ) from exc
             raise docker_error(exc, f"cannot start sandbox from image {spec.image}") from exc
+        if not info["State"].get("Running"):  # its init failed (what it said is in the log)
+            said = await asyncio.to_thread(_log_tail, api, cid)
+            raise SandboxError(f"sandbox from image {spec.image} stopped as it started: {said}")
         init_pid = int(info["State"].get("Pid") or 0)
         if init_pid > 0:
             sb.init_pid = init_pid
@@ -492,6 +505,8 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
         self._stopped = False
         self._dead: str | None = None
         self.user: SandboxUser | None = None
+        self.lifeline: Lifeline | None = None
+        """The owner's hold on PID 1 (``_docker_init``): cut, the container stops."""
         self.firewall: HostFirewall | None = None
         """INPUT rules leaving a filtered sandbox only the proxy port on the host."""
         self.disk: DiskCap | None = None
@@ -528,6 +543,9 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
         if self._stopped:
             return
         self._stopped = True
+        lifeline, self.lifeline = self.lifeline, None
+        if lifeline is not None:  # PID 1 exits: nothing in the container runs on
+            await asyncio.to_thread(lifeline.cut)
         await asyncio.to_thread(self._remove_all)
         if self.egress is not None:
             with contextlib.suppress(Exception):
@@ -566,6 +584,16 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
                 self.networks.remove(net)
             except Exception:  # still in use by the proxy: removed after it closes
                 pass
+
+
+def _log_tail(api: Any, cid: str) -> str:
+    """The last lines a stopped container wrote, for an error message."""
+    try:
+        raw = api.logs(cid, tail=5)
+    except Exception as exc:
+        return f"(no log: {exc})"
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+    return text.strip()[-500:] or "(nothing)"
 
 
 NOT_BOUND = frozenset({"dev", "proc", "sys", "run"})

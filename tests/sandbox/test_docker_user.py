@@ -35,8 +35,8 @@ def test_commands_run_as_the_unprivileged_user(
     start_sandbox: Any, run: Any, tmp_path: Path
 ) -> None:
     """uid 1000 with no capability, its own home; it can write the submission folders, its
-    home, /tmp, a writable_dir and what the host put in, and nothing of root's; PID 1 is
-    still root."""
+    home, /tmp, a writable_dir and what the host put in, and nothing of root's; PID 1 is the
+    watchdog (its real uid nobody's)."""
     sb = start_sandbox(
         limits=HOSTILE, user="sandbox", workdir="/submission", writable_dirs=("/opt/check",)
     )
@@ -55,7 +55,7 @@ def test_commands_run_as_the_unprivileged_user(
         "/home/sandbox sandbox sandbox",
         "/submission",
     ]
-    assert lines[6:9] == ["CapPrm:0000000000000000", "CapEff:0000000000000000", "pid1 uid 0"]
+    assert lines[6:9] == ["CapPrm:0000000000000000", "CapEff:0000000000000000", "pid1 uid 65534"]
     wrote = [line.split()[1] for line in lines if line.startswith("write ")]
     refused = [line.split()[1] for line in lines if line.startswith("refused ")]
     assert wrote == [
