@@ -259,6 +259,7 @@ def test_root_inside_cannot_keep_its_sandbox_running_past_its_owner(
         cid = proc.stdout.readline().strip()
         assert cid, "the owner did not start its sandbox"
         said = json.loads(proc.stdout.readline() or '""')
+        print(said.strip())
         assert "worked: []" in said, said
         assert _running(docker_client, cid)
         os.kill(proc.pid, signal.SIGKILL)
