@@ -8,6 +8,8 @@ Isolation and limits:
   holds an attach to its stdin, and when the owner process dies, however it dies, PID 1 exits
   and the container stops with everything in it. Code inside can neither trace it, open its
   stdin nor signal it; it reaps orphans. Commands run through ``docker exec``;
+- system calls: our seccomp profile, Docker's default minus what the local backend refuses
+  (io_uring among them; ``_seccomp``), never the engine's own default;
 - privileges: ``no-new-privileges`` (no setuid binary, no file capability raises them) and
   only the capabilities in ``CAPABILITIES`` (every other one dropped: no ``SYS_PTRACE``, no
   ``NET_RAW``, ``MKNOD``, ``AUDIT_WRITE``, ``SETFCAP``, ``SETPCAP``, ``SYS_CHROOT`` or
@@ -80,6 +82,7 @@ from paperbench.sandbox._docker_init import NO_SETPRIV_HINT, Lifeline, init_argv
 from paperbench.sandbox._docker_run import DockerRun
 from paperbench.sandbox._docker_user import SandboxUser
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
+from paperbench.sandbox._seccomp import docker_profile
 
 WRITABLE_DIRS = ("/submission", "/home", "/root", "/tmp", "/var", "/etc", "/usr/local")
 """Folders kept writable (on the capped disk) when the root filesystem is read-only
@@ -171,7 +174,7 @@ def host_config_args(
     lim = spec.limits
     args: dict[str, Any] = {
         "network_mode": network_mode,
-        "security_opt": ["no-new-privileges"],
+        "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
         "privileged": False,
         "mounts": disk_mounts,
         "tmpfs": tmpfs,
