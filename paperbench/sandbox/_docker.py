@@ -392,6 +392,7 @@ class DockerBackend(SandboxBackend):
         if init_pid > 0:
             sb.init_pid = init_pid
             sb.procs = cgroup_procs_path(init_pid, cid)
+            sb.init_ticks = L.start_ticks(init_pid) if sb.procs is not None else None
         install = getattr(sb.egress, "install", None)
         if install is not None:
             await install(sb)
@@ -504,6 +505,7 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
         self.volumes: list[str] = []
         self.egress: EgressAttachment | None = None
         self.init_pid: int | None = None
+        self.init_ticks: str | None = None
         self.procs: Path | None = None
         self._stopped = False
         self._dead: str | None = None

@@ -43,6 +43,8 @@ class DockerRun:
     owner: tuple[int, int]
     container_id: str | None
     init_pid: int | None
+    init_ticks: str | None
+    """PID 1's start time on the host (``/proc/<init_pid>/stat``), when the engine runs here."""
     procs: Path | None
     _stopped: bool
     _dead: str | None
@@ -114,6 +116,8 @@ class DockerRun:
             state.stop.set()
             state.close_stream()
             raise await self._exec_error(exc) from exc
+        if not timed_out and await self._stopped_under(state.exit_code):
+            raise SandboxError(f"sandbox {self.id} is gone (its container stopped)")
         stdout, out_cut = state.out.text()
         stderr, err_cut = state.err.text()
         if timed_out:
@@ -133,6 +137,38 @@ class DockerRun:
         if not alive:
             return SandboxError(f"sandbox {self.id} is gone (its container stopped)")
         return docker_error(exc, f"cannot run a command in sandbox {self.id}")
+
+    async def _stopped_under(self, exit_code: int | None) -> bool:
+        """Whether a command that ended by a signal (or without an exit code) ended because
+        its container stopped (killed, or its owner's lifeline cut): then the sandbox failed,
+        not the command. (A command killed by the OOM killer or by another one is not.)"""
+        if exit_code is not None and exit_code < 128:
+            return False
+        return not await asyncio.to_thread(self._init_alive)
+
+    def _init_alive(self) -> bool:
+        """PID 1 still runs: asked of this host's kernel when the engine runs here, else of the
+        engine, which may say "running" for a moment after PID 1 died (polled for a second)."""
+        if self.procs is not None and self.init_pid and self.init_ticks:
+            try:
+                stat = Path(f"/proc/{self.init_pid}/stat").read_text(errors="replace")
+            except OSError:
+                return False
+            fields = stat.rsplit(")", 1)[-1].split()  # state is fields[0], start time [19]
+            if len(fields) <= 19 or fields[0] in ("Z", "X"):
+                return False
+            return fields[19] == self.init_ticks
+        deadline = time.monotonic() + 1.0
+        while True:
+            try:
+                info = self.api.inspect_container(self.container_id)
+            except Exception:
+                return False
+            if not info["State"].get("Running"):
+                return False
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.05)
 
     async def _alive(self) -> bool:
         try:

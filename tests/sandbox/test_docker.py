@@ -653,6 +653,33 @@ def test_memory_hog_is_killed(start_sandbox: Any, run: Any) -> None:
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("view", ["host", "engine"])
+def test_a_container_killed_under_a_command_is_a_sandbox_error(
+    view: str, start_sandbox: Any, run: Any
+) -> None:
+    """The command's SIGKILL (137) is the sandbox's failure when its container died, whether
+    PID 1's end is seen on this host or only by the engine (which says "running" a moment
+    longer); a command killed inside stays a result (the next test)."""
+    sb = start_sandbox(limits=HOSTILE)
+    if view == "engine":
+        sb.procs = None  # as with a remote engine
+
+    async def killed_under() -> Any:
+        async def kill() -> None:
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(sb.api.kill, sb.container_id)
+
+        killer = asyncio.ensure_future(kill())
+        try:
+            return await sb.exec("sleep 30", timeout=60)
+        finally:
+            await killer
+
+    with pytest.raises(SandboxError, match="is gone"):
+        run(killed_under())
+
+
+@pytest.mark.docker
 def test_kills_its_own_shell_and_everything(start_sandbox: Any, run: Any) -> None:
     sb = start_sandbox(limits=HOSTILE)
     r = run(sb.exec("kill -9 $$", timeout=10))
