@@ -1,21 +1,28 @@
 """Sandbox speed: paperbench's Docker backend vs the docker CLI, and its local backend vs a
 plain subprocess, measured in the same run.
 
-    .venv/bin/python bench/sandbox.py [--quick] [--local-only] [--disk-only]
+    .venv/bin/python bench/sandbox.py [--quick] [--local-only] [--disk-only] [--step-only]
+        [--docker-only]
 
-Rows: container start → first exec (ours on both paths, ours on the fast path with commands run
-as the unprivileged user, and the CLI's ``docker run -d`` + ``docker exec``, interleaved round
-by round after one warm-up round); exec round trip
-(``true``) on the fast path (the in-container exec server, the default) and on the per-exec
-path (one ``docker exec`` per command, the fallback); snapshot of a 500 MB folder (ours:
-``Sandbox.snapshot`` → tar.gz; CLI: ``docker cp ... - | gzip -1``). Medians. The CLI is used
-only as the comparison. Needs a Docker engine and the images (built if missing). One more
-row: start → first exec with ``network=full`` (a bridge network of its own, closed to the
-host by firewall rules) against the CLI on Docker's default bridge.
+Rows: container start → first exec (ours as root and with commands run as the unprivileged
+user, and the CLI's ``docker run -d`` + ``docker exec``, interleaved round by round after one
+warm-up round); exec round trip (``true``; one ``docker exec`` per command); snapshot of a
+500 MB folder (ours: ``Sandbox.snapshot`` → tar.gz; CLI: ``docker cp ... - | gzip -1``).
+Medians. The CLI is used only as the comparison. Needs a Docker engine and the images (built
+if missing). One more row: start → first exec with ``network=full`` (a bridge network of its
+own, closed to the host by firewall rules) against the CLI on Docker's default bridge.
 
 Second table, the local backend (bubblewrap): start → first exec and the exec round trip with
 network ``none`` and ``full``, against a plain ``subprocess`` running the same command (no
-sandbox: the floor). Run it at two commits to see what a change to the isolation costs.
+sandbox: the floor). Run it at two commits to see what a change to the isolation costs: with
+``PYTHONPATH`` set, the code measured is the one it names (e.g. a worktree of another commit),
+else this checkout's.
+
+Agent step table: what one agent step costs on top of the model call in a Docker sandbox: a
+trivial tool command run as an agent's tools run it (a string, so ``bash -lc``; as the
+unprivileged user; the tools' output limit), median and p90 over many steps, against ``docker
+exec`` of the same command by the CLI (at a commit that still has the in-container exec
+server, its row too).
 
 Third table, the Docker backend's disk caps (the reproduction's default cap, 50 GB): start →
 first exec and stop, per sandbox, uncapped against each way of capping (``storage_opt``, where
@@ -28,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -40,7 +49,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not os.environ.get("PYTHONPATH"):  # else the code PYTHONPATH names (another commit's)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paperbench.sandbox._base import SandboxLimits, SandboxSpec
 from paperbench.sandbox._docker import DockerBackend, DockerSandbox, connect
@@ -206,24 +216,101 @@ async def disk_table(quick: bool) -> None:
     Console(width=max(Console().width, 120)).print(table)
 
 
-async def main(quick: bool, local_only: bool, disk_only: bool = False) -> None:
+AGENT_STEP = "cd /home/submission && ls -la && echo done"
+"""A trivial agent step: what the tools send for a look at the submission folder."""
+
+
+def p90_ms(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=10, method="inclusive")[-1] * 1000
+
+
+def exec_paths(client: object) -> list[tuple[str, DockerBackend]]:
+    """The Docker backend's exec paths, by name: one ``docker exec`` per command, and the
+    in-container exec server at the commits that still have it."""
+    if "fast_exec" in inspect.signature(DockerBackend).parameters:
+        make: Callable[..., DockerBackend] = DockerBackend
+        return [
+            ("exec server", make(client=client, fast_exec=True)),
+            ("docker exec", make(client=client, fast_exec=False)),
+        ]
+    return [("docker exec", DockerBackend(client=client))]
+
+
+async def step_table(quick: bool) -> None:
+    """The overhead of one agent step on each exec path: median and p90."""
+    from paperbench.agents._config import ToolSettings
+
+    tool_limit = ToolSettings().output_chars * 4  # as the tools ask
+    n = 30 if quick else 100
+    image = ensure_images(("paperbench-agent",))["paperbench-agent"]
+    client = connect()
+    spec = SandboxSpec(image=image, labels=LABELS, limits=SandboxLimits(), user="sandbox")
+    rows: list[tuple[str, list[float]]] = []
+    boxes = [(name, await b.start(spec)) for name, b in exec_paths(client)]
+    cid = cli(
+        "run", "-d", *CLI_LABEL, "--network", "none", "--entrypoint", "sleep", image, "infinity"
+    ).strip()
+    try:
+        samples: dict[str, list[float]] = {name: [] for name, _ in boxes}
+        samples["docker CLI"] = []
+        for _, sb in boxes:  # warm-up
+            r = await sb.exec(AGENT_STEP, timeout=60, output_limit=tool_limit)
+            assert r.exit_code == 0 and r.stdout.endswith("done\n"), r
+        for _ in range(n):  # interleaved: load from elsewhere weighs on all alike
+            for name, sb in boxes:
+                t = time.perf_counter()
+                await sb.exec(AGENT_STEP, timeout=60, output_limit=tool_limit)
+                samples[name].append(time.perf_counter() - t)
+            samples["docker CLI"] += timed_sync(
+                lambda: cli("exec", "-u", "1000:1000", cid, "bash", "-lc", AGENT_STEP), 1
+            )
+        rows = list(samples.items())
+    finally:
+        for _, sb in boxes:
+            await sb.stop()
+        cli("rm", "-f", cid)
+    table = Table(title=f"Docker agent step overhead: bash -lc {AGENT_STEP!r} as uid 1000, n={n}")
+    for col in ("exec path", "median (ms)", "p90 (ms)", "min (ms)", "max (ms)"):
+        table.add_column(col, justify="left" if col == "exec path" else "right")
+    for name, s in rows:
+        table.add_row(
+            name,
+            f"{median_ms(s):.1f}",
+            f"{p90_ms(s):.1f}",
+            f"{min(s) * 1000:.1f}",
+            f"{max(s) * 1000:.1f}",
+        )
+    Console(width=max(Console().width, 120)).print(table)
+
+
+async def main(
+    quick: bool,
+    local_only: bool,
+    disk_only: bool = False,
+    step_only: bool = False,
+    docker_only: bool = False,
+) -> None:
     if disk_only:
         await disk_table(quick)
         return
-    await local_table(quick)
-    if local_only:
+    if step_only:
+        await step_table(quick)
         return
-    await disk_table(quick)
+    if not docker_only:
+        await local_table(quick)
+        if local_only:
+            return
+        await disk_table(quick)
+        await step_table(quick)
     n_start, n_exec, n_snap = (3, 20, 1) if quick else (7, 50, 3)
     image = ensure_images(("paperbench-reproducer",))["paperbench-reproducer"]
     client = connect()
-    backend = DockerBackend(client=client, fast_exec=True)
-    per_exec = DockerBackend(client=client, fast_exec=False)
+    backend = DockerBackend(client=client)
     spec = SandboxSpec(image=image, labels=LABELS, limits=SandboxLimits())
     rows: list[tuple[str, float, float, str]] = []
 
-    # start → first exec: ours (fast path, per-exec path) and the CLI's, interleaved so that
-    # load from elsewhere on the machine weighs on all three alike
+    # start → first exec: ours (as root, as the user) and the CLI's, interleaved so that load
+    # from elsewhere on the machine weighs on all three alike
     def cli_start() -> None:
         cid = cli(
             "run",
@@ -247,20 +334,16 @@ async def main(quick: bool, local_only: bool, disk_only: bool = False) -> None:
         sb = await b.start(s)
         await sb.exec(["true"], timeout=30)
         pending_stop.append(sb)
-        if b is backend and not sb.fast_exec_active:
-            raise SystemExit(f"the fast exec path is off: {sb.fast_exec_error}")
 
     as_user = spec.model_copy(update={"user": "sandbox"})
-    fast_ms: list[float] = []
+    root_ms: list[float] = []
     user_ms: list[float] = []
-    slow_ms: list[float] = []
     cli_start_ms: list[float] = []
     pending_rm: list[str] = []
     pending_stop: list[DockerSandbox] = []
     for _ in range(n_start + 1):  # the first round warms up and is not counted
-        fast_ms += await timed(lambda: ours_start(backend), 1)
+        root_ms += await timed(lambda: ours_start(backend), 1)
         cli_start_ms += timed_sync(cli_start, 1)
-        slow_ms += await timed(lambda: ours_start(per_exec), 1)
         user_ms += await timed(lambda: ours_start(backend, as_user), 1)
         for sb in pending_stop:
             await sb.stop()
@@ -271,16 +354,15 @@ async def main(quick: bool, local_only: bool, disk_only: bool = False) -> None:
     start_cli = median_ms(cli_start_ms[1:])
     rows.append(
         (
-            "start → first exec, fast path",
-            median_ms(fast_ms[1:]),
+            "start → first exec",
+            median_ms(root_ms[1:]),
             start_cli,
             f"n={n_start}; CLI: docker run -d + docker exec",
         )
     )
-    rows.append(("start → first exec, per-exec", median_ms(slow_ms[1:]), start_cli, ""))
     rows.append(
         (
-            "start → first exec, fast path, user: sandbox",
+            "start → first exec, user: sandbox",
             median_ms(user_ms[1:]),
             start_cli,
             "uid 1000 set up after the start",
@@ -319,21 +401,14 @@ async def main(quick: bool, local_only: bool, disk_only: bool = False) -> None:
 
     # exec round trip
     sb = await backend.start(spec)
-    if not sb.fast_exec_active:
-        raise SystemExit(f"the fast exec path is off: {sb.fast_exec_error}")
-    slow = await per_exec.start(spec)
     cid = cli(
         "run", "-d", *CLI_LABEL, "--network", "none", "--entrypoint", "sleep", image, "infinity"
     ).strip()
     try:
         await sb.exec(["true"], timeout=30)
-        await slow.exec(["true"], timeout=30)
         ours = await timed(lambda: sb.exec(["true"], timeout=30), n_exec)
-        ours_slow = await timed(lambda: slow.exec(["true"], timeout=30), n_exec)
         theirs = timed_sync(lambda: cli("exec", cid, "true"), n_exec)
-        cli_ms = median_ms(theirs)
-        rows.append(("exec round trip (true), fast path", median_ms(ours), cli_ms, f"n={n_exec}"))
-        rows.append(("exec round trip (true), per-exec", median_ms(ours_slow), cli_ms, ""))
+        rows.append(("exec round trip (true)", median_ms(ours), median_ms(theirs), f"n={n_exec}"))
 
         # snapshot of a 500 MB folder (25 × 20 MB of random bytes)
         make = (
@@ -364,7 +439,6 @@ async def main(quick: bool, local_only: bool, disk_only: bool = False) -> None:
         )
     finally:
         await sb.stop()
-        await slow.stop()
         cli("rm", "-f", cid)
 
     # reproduction overhead: a trivial reproduce.sh, end to end
@@ -431,5 +505,7 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--local-only", action="store_true", help="only the local backend")
     parser.add_argument("--disk-only", action="store_true", help="only the disk caps table")
+    parser.add_argument("--step-only", action="store_true", help="only the agent step table")
+    parser.add_argument("--docker-only", action="store_true", help="only the docker CLI table")
     args = parser.parse_args()
-    asyncio.run(main(args.quick, args.local_only, args.disk_only))
+    asyncio.run(main(args.quick, args.local_only, args.disk_only, args.step_only, args.docker_only))

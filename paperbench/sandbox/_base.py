@@ -18,7 +18,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from paperbench.errors import SandboxError
-from paperbench.sandbox._execd import cap_text
+from paperbench.sandbox._capture import cap_text
 from paperbench.sandbox._internal_nets import IPNetwork
 from paperbench.sandbox._tree import DEFAULT_LIMITS, ExtractReport, TreeLimits
 

@@ -1,13 +1,22 @@
-"""Incremental capture of a command's output: never more than the cap in memory."""
+"""The output cap of every backend, and incremental capture: never more than the cap in memory."""
 
 from __future__ import annotations
 
 import asyncio
 
-from paperbench.sandbox._base import DEFAULT_OUTPUT_LIMIT
-from paperbench.sandbox._execd import cap_text
-
 _READ_CHUNK = 64 * 1024
+
+
+def cap_text(head: bytes, tail: bytes, total: int, limit: int) -> tuple[str, bool]:
+    """The output cap of every backend: a stream's ``head`` and ``tail`` as kept, its
+    ``total`` size and the ``limit`` → its text, with the cut said, and whether it was cut."""
+    if total <= limit:
+        return (head + tail).decode("utf-8", errors="replace"), False
+    cut = total - len(head) - len(tail)
+    h = head.decode("utf-8", errors="replace")
+    t = tail.decode("utf-8", errors="replace")
+    unit = "byte" if cut == 1 else "bytes"
+    return f"{h}\n[... {cut} {unit} truncated by paperbench ...]\n{t}", True
 
 
 class HeadTail:
@@ -16,7 +25,7 @@ class HeadTail:
     ``text()`` gives exactly what :func:`cap_output` would give for the whole stream.
     """
 
-    def __init__(self, limit: int = DEFAULT_OUTPUT_LIMIT) -> None:
+    def __init__(self, limit: int) -> None:
         self.limit = max(int(limit), 0)
         self.half = self.limit // 2
         self.head = bytearray()

@@ -4,13 +4,17 @@ The SDK is synchronous; every call runs in a worker thread so the API stays asyn
 
 Isolation and limits:
 
-- the container's init is a bash loop (PID 1 cannot be killed from inside, and it reaps
-  orphans); commands run through ``docker exec``;
+- the container's init is a watchdog bound to the owner's life (``_docker_init``): the owner
+  holds an attach to its stdin, and when the owner process dies, however it dies, PID 1 exits
+  and the container stops with everything in it. Code inside can neither trace it, open its
+  stdin nor signal it; it reaps orphans. Commands run through ``docker exec``;
+- system calls: our seccomp profile, Docker's default minus what the local backend refuses
+  (io_uring among them; ``_seccomp``), never the engine's own default;
 - privileges: ``no-new-privileges`` (no setuid binary, no file capability raises them) and
   only the capabilities in ``CAPABILITIES`` (every other one dropped: no ``SYS_PTRACE``, no
   ``NET_RAW``, ``MKNOD``, ``AUDIT_WRITE``, ``SETFCAP``, ``SETPCAP``, ``SYS_CHROOT`` or
   ``NET_BIND_SERVICE``); with ``spec.user == "sandbox"`` commands run as uid 1000, set up
-  right after the start (``_docker_user``), while PID 1 and the backend's own work stay root;
+  right after the start (``_docker_user``), while the backend's own work stays root;
 - ``cpus`` → ``nano_cpus``; ``memory_mb`` → ``mem_limit`` = ``memswap_limit`` (no swap);
   ``pids`` → ``pids_limit``; ``gpu`` → ``device_requests``;
 - ``disk_mb``: overlay2 ``storage_opt`` size where the engine supports it (its data root on
@@ -33,20 +37,8 @@ Isolation and limits:
   interface; ``filtered`` → an internal network (no route out) whose only way to the host is
   the egress proxy's port: the same rules drop the rest (``_docker_firewall``).
 
-Fast exec path (on by default; ``DockerBackend(fast_exec=False)`` or
-``PAPERBENCH_DOCKER_FAST_EXEC=0`` turns it off): a small stdlib exec server (``_execd.py``) is
-bind-mounted read-only from the installed package at ``/opt/paperbench/execd.py`` (put into the
-container before it starts when the engine cannot bind it; images stay as built) and runs as
-its PID 1 when the image has a Python 3.8+. The container is created with stdin open and its
-log driver off, and attached before it starts; commands then travel as frames over that attach
-(``_docker_fastexec``), or over one long-lived ``docker exec`` of a relay when attaching fails,
-instead of one ``docker exec`` each: a few milliseconds per command instead of ~60 ms of runc,
-and no exec at all to set up. Semantics are the same: a session per command carrying the
-marker, output capped like ``cap_output``, the tree killed on timeout (by the server, with the
-host-side cgroup kill as the backstop). Per-exec ``docker exec`` remains the fallback: without
-python3, when the server does not answer at start, for a command the server could not start,
-after the connection broke and could not be restored, with an engine that is not on a local
-unix socket, and from an event loop other than the one that started the sandbox.
+Commands run one ``docker exec`` each (``_docker_run``): output streamed and capped head and
+tail, the whole process tree killed on timeout, the exit code from the engine.
 """
 
 from __future__ import annotations
@@ -58,7 +50,6 @@ import os
 import posixpath
 import secrets
 import tempfile
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -81,21 +72,17 @@ from paperbench.sandbox._disk import (
     DiskCapUnavailableError,
 )
 from paperbench.sandbox._docker_exec import cgroup_procs_path
-from paperbench.sandbox._docker_fastexec import (
-    ExecServerClient,
-    execd_archive,
-    execd_mount,
-    launch_script,
-)
 from paperbench.sandbox._docker_files import (
     CA_PATH,
     DockerFiles,
     docker_error,
 )
 from paperbench.sandbox._docker_firewall import HostFirewall
+from paperbench.sandbox._docker_init import NO_SETPRIV_HINT, Lifeline, init_argv
 from paperbench.sandbox._docker_run import DockerRun
 from paperbench.sandbox._docker_user import SandboxUser
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, remove_tree, write_owner
+from paperbench.sandbox._seccomp import docker_profile
 
 WRITABLE_DIRS = ("/submission", "/home", "/root", "/tmp", "/var", "/etc", "/usr/local")
 """Folders kept writable (on the capped disk) when the root filesystem is read-only
@@ -104,17 +91,13 @@ RUN_TMPFS = {"/run": "rw,nosuid,nodev,size=16m,mode=755"}
 
 log = logging.getLogger("paperbench.sandbox")
 
-INIT_SCRIPT = 'trap "exit 0" TERM; while :; do sleep 2147483647 & wait $!; done'
-"""PID 1: survives ``kill -9 -1`` from inside (the kernel protects a namespace's init)."""
-
 CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
 """All a sandbox's root keeps: what package managers need as root (apt and dpkg chown files and
-drop to ``_apt`` with setuid/setgid; pip writes where root's files are) and what the exec
-server needs (starting commands as another user, killing their processes). A test installs
-with apt and pip under exactly this set."""
+drop to ``_apt`` with setuid/setgid; pip writes where root's files are) and what root's
+commands use to signal processes of another user. A test installs with apt and pip under
+exactly this set."""
 
 CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")
-FAST_EXEC_ENV = "PAPERBENCH_DOCKER_FAST_EXEC"
 API_VERSION = "1.41"
 _IMAGE_HINT = "build it with `paperbench images build`"
 
@@ -191,7 +174,7 @@ def host_config_args(
     lim = spec.limits
     args: dict[str, Any] = {
         "network_mode": network_mode,
-        "security_opt": ["no-new-privileges"],
+        "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
         "privileged": False,
         "mounts": disk_mounts,
         "tmpfs": tmpfs,
@@ -257,8 +240,6 @@ class DockerBackend(SandboxBackend):
     engine has no ``storage_opt`` support: under ``loop-overlay`` their top folders are made when
     the image lacks them; under ``loop-ext4`` they are the only writable ones.
     ``egress`` provides the proxy for ``network=filtered``.
-    ``fast_exec`` (default: on unless ``PAPERBENCH_DOCKER_FAST_EXEC=0``) runs commands through
-    the in-container exec server (see the module docstring).
     """
 
     name = "docker"
@@ -272,12 +253,8 @@ class DockerBackend(SandboxBackend):
         work_dirs: tuple[str, ...] = WRITABLE_DIRS,
         egress: EgressGateway | None = None,
         client: Any = None,
-        fast_exec: bool | None = None,
         disk_root: Path | None = None,
     ) -> None:
-        if fast_exec is None:
-            fast_exec = os.environ.get(FAST_EXEC_ENV, "1").strip().lower() not in {"0", "false"}
-        self.fast_exec = fast_exec
         self.base_url = base_url
         self.work_dirs = work_dirs
         self.disk_root = disk_root
@@ -285,8 +262,6 @@ class DockerBackend(SandboxBackend):
         self.egress = egress
         self._client = client
         self._storage_opt_ok: bool | None = None
-        self._bind_execd_ok: bool | None = None
-        """Whether the engine binds the exec server file (None: not tried yet)."""
 
     async def client(self) -> Any:
         if self._client is None:
@@ -353,123 +328,74 @@ class DockerBackend(SandboxBackend):
             else:
                 mounts, tmpfs = await self._disk_volumes(sb, disk, base_labels)
 
-        fast = self.fast_exec
-        bind = execd_mount() if fast and self._bind_execd_ok is not False else None
-
         def create(storage: int | None, mnts: list[Any], tmp: dict[str, str]) -> str:
             hc = api.create_host_config(
                 **host_config_args(
                     spec,
                     network_mode=network_mode,
-                    disk_mounts=mnts + ([bind] if bind is not None else []),
+                    disk_mounts=mnts,
                     tmpfs=tmp,
                     storage_size_mb=storage,
                     read_only=sb.disk is not None,
                 )
             )
-            if fast:  # the frames on stdout are no log; the server is reached by attaching
-                hc["LogConfig"] = {"Type": "none", "Config": {}}
-            created = api.create_container(
+            config = api.create_container_config(
                 spec.image,
-                entrypoint=["bash", "-c", launch_script(INIT_SCRIPT) if fast else INIT_SCRIPT],
                 command=[],
-                environment=env,
+                entrypoint=init_argv(),
+                environment=[f"{k}={v}" for k, v in env.items()],
                 working_dir=spec.workdir,
                 labels=L.labels("sandbox", base_labels),
                 host_config=hc,
-                name=sb.id,
                 detach=True,
-                stdin_open=fast,
+                stdin_open=True,
                 stop_signal="SIGKILL",
             )
+            config["StdinOnce"] = True  # the owner's attach ends → PID 1's stdin ends
+            created = api.create_container_from_config(config, name=sb.id)
             return str(created["Id"])
 
-        async def create_with_fallbacks() -> None:
-            nonlocal storage_mb, mounts, tmpfs
-            try:
-                sb.container_id = await asyncio.to_thread(create, storage_mb, mounts, tmpfs)
-                if storage_mb is not None:
-                    self._storage_opt_ok = True
-                    sb.disk_cap = "storage_opt"
-            except Exception as exc:
-                if storage_mb is not None and "storage-opt" in str(exc):
-                    self._storage_opt_ok = False
-                    storage_mb = None
-                    mounts, tmpfs = await self._disk_volumes(sb, disk or 0, base_labels)
-                    try:
-                        sb.container_id = await asyncio.to_thread(create, None, mounts, tmpfs)
-                    except Exception as exc2:
-                        raise self._create_error(exc2, spec) from exc2
-                else:
-                    raise self._create_error(exc, spec) from exc
-
         try:
-            info = await self._launch(sb, create_with_fallbacks, bind is not None)
-        except SandboxError as exc:
-            if bind is None or "mount" not in str(exc).lower():
-                raise
-            # The engine cannot bind the file (e.g. it runs in a VM that does not share the
-            # host's folders): the server is put into the container instead, from now on.
-            self._bind_execd_ok = False
-            bind = None
-            failed, sb.container_id = sb.container_id, None
-            if failed is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.to_thread(api.remove_container, failed, force=True, v=True)
-            info = await self._launch(sb, create_with_fallbacks, False)
-        if bind is not None:
-            self._bind_execd_ok = True
+            sb.container_id = await asyncio.to_thread(create, storage_mb, mounts, tmpfs)
+            if storage_mb is not None:
+                self._storage_opt_ok = True
+                sb.disk_cap = "storage_opt"
+        except Exception as exc:
+            if storage_mb is None or "storage-opt" not in str(exc):
+                raise self._create_error(exc, spec) from exc
+            self._storage_opt_ok = False
+            mounts, tmpfs = await self._disk_volumes(sb, disk or 0, base_labels)
+            try:
+                sb.container_id = await asyncio.to_thread(create, None, mounts, tmpfs)
+            except Exception as exc2:
+                raise self._create_error(exc2, spec) from exc2
         cid = sb.container_id
-        assert cid is not None
+        try:
+            sb.lifeline = await asyncio.to_thread(Lifeline.attach, api, cid)
+        except Exception as exc:
+            raise docker_error(exc, f"cannot attach to sandbox {sb.id}'s init") from exc
+        if spec.ca_bundle is not None:
+            await sb.install_ca_bundle(spec.ca_bundle)
+        try:
+            await asyncio.to_thread(api.start, cid)
+            info = await asyncio.to_thread(api.inspect_container, cid)
+        except Exception as exc:
+            if "setpriv" in str(exc):
+                raise SandboxError(
+                    f"cannot start sandbox from image {spec.image}: {NO_SETPRIV_HINT}"
+                ) from exc
+            raise docker_error(exc, f"cannot start sandbox from image {spec.image}") from exc
+        if not info["State"].get("Running"):  # its init failed (what it said is in the log)
+            said = await asyncio.to_thread(_log_tail, api, cid)
+            raise SandboxError(f"sandbox from image {spec.image} stopped as it started: {said}")
         init_pid = int(info["State"].get("Pid") or 0)
         if init_pid > 0:
             sb.init_pid = init_pid
             sb.procs = cgroup_procs_path(init_pid, cid)
+            sb.init_ticks = L.start_ticks(init_pid) if sb.procs is not None else None
         install = getattr(sb.egress, "install", None)
         if install is not None:
             await install(sb)
-
-    async def _launch(
-        self, sb: DockerSandbox, create: Callable[[], Awaitable[None]], bound: bool
-    ) -> Any:
-        """Create and start the container (the exec server is bound in when ``bound``, else
-        put in), connect to the exec server; the container's inspect."""
-        spec = sb.spec
-        api = sb.api
-        await create()
-        cid = sb.container_id
-        assert cid is not None
-        if spec.ca_bundle is not None:
-            await sb.install_ca_bundle(spec.ca_bundle)
-        sb.fast_exec_error = None
-        execd: ExecServerClient | None = None
-        if self.fast_exec and not bound:
-            try:
-                await asyncio.to_thread(api.put_archive, cid, "/", execd_archive())
-            except Exception as exc:  # the bash init takes over: per-exec path
-                sb.fast_exec_error = f"cannot put the exec server in the container: {exc}"
-
-        async def inspect() -> Any:
-            try:
-                return await asyncio.to_thread(api.inspect_container, cid)
-            except Exception as exc:
-                raise docker_error(exc, f"cannot start sandbox from image {spec.image}") from exc
-
-        if self.fast_exec and sb.fast_exec_error is None:
-            execd = ExecServerClient(api, cid, sb.id)
-            await execd.attach()  # before the start: nothing the server says is missed
-        try:
-            try:
-                await asyncio.to_thread(api.start, cid)
-            except Exception as exc:
-                raise docker_error(exc, f"cannot start sandbox from image {spec.image}") from exc
-            if execd is None:
-                return await inspect()
-            info, _ = await asyncio.gather(inspect(), sb.start_exec_server(execd))
-            return info
-        finally:
-            if execd is not None and sb.execd is not execd:
-                await execd.close()
 
     async def _disk_volumes(
         self, sb: DockerSandbox, disk_mb: int, base_labels: dict[str, str]
@@ -579,13 +505,13 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
         self.volumes: list[str] = []
         self.egress: EgressAttachment | None = None
         self.init_pid: int | None = None
+        self.init_ticks: str | None = None
         self.procs: Path | None = None
         self._stopped = False
         self._dead: str | None = None
-        self.execd: ExecServerClient | None = None
         self.user: SandboxUser | None = None
-        self.fast_exec_error: str | None = None
-        """Why commands take the per-exec path, when the fast path was asked for."""
+        self.lifeline: Lifeline | None = None
+        """The owner's hold on PID 1 (``_docker_init``): cut, the container stops."""
         self.firewall: HostFirewall | None = None
         """INPUT rules leaving a filtered sandbox only the proxy port on the host."""
         self.disk: DiskCap | None = None
@@ -622,9 +548,9 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
         if self._stopped:
             return
         self._stopped = True
-        execd, self.execd = self.execd, None
-        if execd is not None:
-            await execd.close()
+        lifeline, self.lifeline = self.lifeline, None
+        if lifeline is not None:  # PID 1 exits: nothing in the container runs on
+            await asyncio.to_thread(lifeline.cut)
         await asyncio.to_thread(self._remove_all)
         if self.egress is not None:
             with contextlib.suppress(Exception):
@@ -663,6 +589,16 @@ class DockerSandbox(DockerRun, DockerFiles, Sandbox):
                 self.networks.remove(net)
             except Exception:  # still in use by the proxy: removed after it closes
                 pass
+
+
+def _log_tail(api: Any, cid: str) -> str:
+    """The last lines a stopped container wrote, for an error message."""
+    try:
+        raw = api.logs(cid, tail=5)
+    except Exception as exc:
+        return f"(no log: {exc})"
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+    return text.strip()[-500:] or "(nothing)"
 
 
 NOT_BOUND = frozenset({"dev", "proc", "sys", "run"})

@@ -27,7 +27,7 @@ SANDBOX = f"{LABEL_PREFIX}.sandbox"
 Kind = Literal["sandbox", "network", "volume", "egress", "test", "base-image", "image"]
 
 
-def _start_ticks(pid: int) -> str | None:
+def start_ticks(pid: int) -> str | None:
     """The process start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -41,7 +41,7 @@ def _start_ticks(pid: int) -> str | None:
 @functools.cache
 def owner_id() -> str:
     """``<host>:<pid>:<start ticks>`` of this process."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_ticks(os.getpid()) or '?'}"
+    return f"{socket.gethostname()}:{os.getpid()}:{start_ticks(os.getpid()) or '?'}"
 
 
 def owner_alive(owner: str | None) -> bool | None:
@@ -57,7 +57,7 @@ def owner_alive(owner: str | None) -> bool | None:
         return None
     if owner == owner_id():
         return True
-    current = _start_ticks(pid)
+    current = start_ticks(pid)
     return current is not None and (ticks == "?" or current == ticks)
 
 

@@ -1,10 +1,9 @@
-"""Running commands in a Docker sandbox: through the exec server, else one ``docker exec`` each.
+"""Running commands in a Docker sandbox: one ``docker exec`` each.
 
-:class:`DockerRun` is the part of ``DockerSandbox`` (``_docker``) that runs commands: the fast
-path through the in-container exec server (``_docker_fastexec``) and the per-exec path
-(``_docker_exec``), with the same semantics (see ``_docker``'s module docstring), and the kill
-of a timed-out command's tree: from the host through the container's cgroup when it is visible
-here, else with a killer run in the container, else by killing the container.
+:class:`DockerRun` is the part of ``DockerSandbox`` (``_docker``) that runs commands (each one
+exec, its output streamed and capped head and tail, ``_docker_exec``) and kills a timed-out
+command's tree: from the host through the container's cgroup when it is visible here, else
+with a killer run in the container, else by killing the container.
 """
 
 from __future__ import annotations
@@ -26,19 +25,15 @@ from paperbench.sandbox._docker_exec import (
     kill_tree_from_host,
     pump,
 )
-from paperbench.sandbox._docker_fastexec import ExecServerClient, NotStarted
 from paperbench.sandbox._docker_files import docker_error
 from paperbench.sandbox._docker_user import SandboxUser, parse_setup, setup_argv
 
 _GRACE_S = 3.0
 _KILLER_TRIES = 3
-_SERVER_GRACE_S = 3.0
-_KILLER_TRIES = 3
-"""How long past the timeout the host waits for the exec server's reply before killing itself."""
 
 
 class DockerRun:
-    """exec, and the exec server's connection, for ``DockerSandbox``."""
+    """exec for ``DockerSandbox``."""
 
     api: Any
     id: str
@@ -48,31 +43,14 @@ class DockerRun:
     owner: tuple[int, int]
     container_id: str | None
     init_pid: int | None
+    init_ticks: str | None
+    """PID 1's start time on the host (``/proc/<init_pid>/stat``), when the engine runs here."""
     procs: Path | None
-    execd: ExecServerClient | None
-    fast_exec_error: str | None
     _stopped: bool
     _dead: str | None
 
     def _cid(self) -> str:
         raise NotImplementedError
-
-    async def start_exec_server(self, client: ExecServerClient) -> None:
-        """Connect to the exec server (PID 1); on failure note why and keep the per-exec path."""
-        try:
-            await client.connect()
-        except SandboxError as exc:
-            self.fast_exec_error = str(exc)
-            return
-        if self._stopped:
-            await client.close()
-            return
-        self.execd = client
-
-    @property
-    def fast_exec_active(self) -> bool:
-        execd = self.execd
-        return execd is not None and execd.dead is None
 
     async def exec(
         self,
@@ -118,14 +96,6 @@ class DockerRun:
             raise SandboxError("empty command")
         marker = secrets.token_hex(8)
         full_env = {**(user.env if user else {}), **(env or {}), MARKER_ENV: marker}
-        execd = self.execd
-        if execd is not None and execd.dead is None and execd.loop is asyncio.get_running_loop():
-            try:
-                return await self._fast_exec(
-                    execd, argv, full_env, workdir, timeout, output_limit, user
-                )
-            except NotStarted:
-                pass  # nothing ran: the per-exec path below
         state = ExecState(out=HeadTail(output_limit), err=HeadTail(output_limit))
         started = time.monotonic()
         as_user = user.docker if user else ""
@@ -146,6 +116,8 @@ class DockerRun:
             state.stop.set()
             state.close_stream()
             raise await self._exec_error(exc) from exc
+        if not timed_out and await self._stopped_under(state.exit_code):
+            raise SandboxError(f"sandbox {self.id} is gone (its container stopped)")
         stdout, out_cut = state.out.text()
         stderr, err_cut = state.err.text()
         if timed_out:
@@ -160,76 +132,43 @@ class DockerRun:
             duration_s=time.monotonic() - started,
         )
 
-    async def _fast_exec(
-        self,
-        execd: ExecServerClient,
-        argv: list[str],
-        env: dict[str, str],
-        workdir: str | None,
-        timeout: float,
-        output_limit: int,
-        user: SandboxUser | None,
-    ) -> ExecResult:
-        """One command through the exec server.
-
-        Raises:
-            NotStarted: the command did not run (the caller runs it per exec).
-            SandboxError: the result was lost or the sandbox is gone.
-        """
-        marker = env[MARKER_ENV]
-        started = time.monotonic()
-        rid, future = await execd.submit(
-            argv,
-            env=env,
-            workdir=workdir,
-            timeout=timeout,
-            output_limit=output_limit,
-            user=(user.uid, user.gid) if user else None,
-        )
-        note = ""
-        try:
-            try:
-                reply = await asyncio.wait_for(asyncio.shield(future), timeout + _SERVER_GRACE_S)
-            except TimeoutError:  # the server did not kill it in time: the host does
-                execd.kill(rid)
-                note = await asyncio.to_thread(self._kill_tree, marker, user)
-                try:
-                    reply = await asyncio.wait_for(asyncio.shield(future), _GRACE_S)
-                except TimeoutError:
-                    reply = {"stdout": "", "stderr": "[paperbench: the exec server never answered]"}
-                reply["timed_out"] = True
-        except asyncio.CancelledError:
-            execd.kill(rid)
-            await asyncio.shield(asyncio.to_thread(self._kill_tree, marker, user))
-            raise
-        except SandboxError as exc:
-            if not await self._alive():
-                raise SandboxError(f"sandbox {self.id} is gone (its container stopped)") from exc
-            raise
-        finally:
-            execd.forget(rid)
-        timed_out = bool(reply.get("timed_out"))
-        stderr = str(reply.get("stderr", ""))
-        if timed_out:
-            server_note = str(reply.get("note") or "")
-            if not note and server_note != "process tree killed":
-                note = await asyncio.to_thread(self._kill_tree, marker, user)
-            stderr += f"\n[paperbench: timed out after {timeout:g}s; {note or server_note}]\n"
-        return ExecResult(
-            exit_code=None if timed_out else reply.get("exit_code"),
-            stdout=str(reply.get("stdout", "")),
-            stderr=stderr,
-            timed_out=timed_out,
-            stdout_truncated=bool(reply.get("stdout_truncated")),
-            stderr_truncated=bool(reply.get("stderr_truncated")),
-            duration_s=time.monotonic() - started,
-        )
-
     async def _exec_error(self, exc: Exception) -> SandboxError:
         alive = await self._alive()
         if not alive:
             return SandboxError(f"sandbox {self.id} is gone (its container stopped)")
         return docker_error(exc, f"cannot run a command in sandbox {self.id}")
+
+    async def _stopped_under(self, exit_code: int | None) -> bool:
+        """Whether a command that ended by a signal (or without an exit code) ended because
+        its container stopped (killed, or its owner's lifeline cut): then the sandbox failed,
+        not the command. (A command killed by the OOM killer or by another one is not.)"""
+        if exit_code is not None and exit_code < 128:
+            return False
+        return not await asyncio.to_thread(self._init_alive)
+
+    def _init_alive(self) -> bool:
+        """PID 1 still runs: asked of this host's kernel when the engine runs here, else of the
+        engine, which may say "running" for a moment after PID 1 died (polled for a second)."""
+        if self.procs is not None and self.init_pid and self.init_ticks:
+            try:
+                stat = Path(f"/proc/{self.init_pid}/stat").read_text(errors="replace")
+            except OSError:
+                return False
+            fields = stat.rsplit(")", 1)[-1].split()  # state is fields[0], start time [19]
+            if len(fields) <= 19 or fields[0] in ("Z", "X"):
+                return False
+            return fields[19] == self.init_ticks
+        deadline = time.monotonic() + 1.0
+        while True:
+            try:
+                info = self.api.inspect_container(self.container_id)
+            except Exception:
+                return False
+            if not info["State"].get("Running"):
+                return False
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.05)
 
     async def _alive(self) -> bool:
         try:

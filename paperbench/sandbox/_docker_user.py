@@ -1,10 +1,9 @@
 """The unprivileged user of a Docker sandbox (``SandboxSpec.user == "sandbox"``).
 
 Commands run as uid 1000 with its primary group and no other, with ``HOME``, ``USER`` and
-``LOGNAME`` set to the user's: on the fast path the exec server (which stays root) starts them
-with that uid and gid, on the per-exec path ``docker exec --user uid:gid`` does; a timed-out
-command's killer runs as that user too when it has to run inside the container. Right after the
-container starts, one root command sets the user up (:data:`SETUP_SCRIPT`):
+``LOGNAME`` set to the user's (``docker exec --user uid:gid``); a timed-out command's killer
+runs as that user too when it has to run inside the container. Right after the container
+starts, one root command sets the user up (:data:`SETUP_SCRIPT`):
 
 - when the image has no uid 1000 it is made: ``sandbox``, group ``sandbox`` (gid 1000), home
   ``/home/sandbox``, a line each in /etc/passwd and /etc/group (no ``useradd`` needed); an
@@ -15,8 +14,7 @@ container starts, one root command sets the user up (:data:`SETUP_SCRIPT`):
   ``/usr`` never change hands;
 - what the host uploads or writes in afterwards belongs to it (the tar members carry its ids).
 
-``no-new-privileges`` keeps it from becoming root again through a setuid binary, and the exec
-server closes any connection it makes (``_execd``).
+``no-new-privileges`` keeps it from becoming root again through a setuid binary.
 """
 
 from __future__ import annotations

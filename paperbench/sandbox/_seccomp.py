@@ -1,4 +1,5 @@
-"""The seccomp filter of the local backend's commands, built with libseccomp.
+"""The seccomp filters: the local backend's commands (built with libseccomp), and the profile
+of every Docker sandbox, both from one deny list (``DENIED``).
 
 The filter is a deny list in the spirit of Docker's default profile: everything is allowed
 except the system calls that reach the kernel's global state or widen the attack surface and
@@ -19,13 +20,23 @@ debuggers and profilers (gdb, py-spy) are ordinary research tools.
 The program is compiled once per process (libseccomp through ``pyseccomp``, a ctypes binding
 with libseccomp's own Python API) and handed to bubblewrap as a file descriptor
 (``bwrap --seccomp FD``), which loads it just before it runs the command.
+
+Docker (:func:`docker_profile`): Docker's default profile (an allow list; shipped as
+``paperbench/_data/seccomp/docker-default.json``, copied from moby) with every call of
+``DENIED`` taken out of its allow rules, so that the engine's own default (which on Docker
+20.10 allows io_uring) is never what a sandbox gets. Its other rules stay as Docker wrote them:
+``clone`` without namespace flags and ``clone3`` failing with ``ENOSYS`` (as here), ``ptrace``
+allowed, and the calls that need a capability the sandbox does not keep refused.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 from functools import cache
+from importlib import resources
+from typing import Any
 
 from paperbench.errors import SandboxUnavailableError
 
@@ -45,7 +56,10 @@ DENIED = (
     "io_uring_register", "open_by_handle_at", "name_to_handle_at", "kcmp",
     "process_vm_readv", "process_vm_writev",
 )  # fmt: skip
-"""System calls that fail with EPERM inside the local sandbox."""
+"""System calls that fail with EPERM inside the local sandbox, and in Docker sandboxes."""
+
+DOCKER_DEFAULT = "_data/seccomp/docker-default.json"
+"""Docker's default profile, as moby ships it (package data of ``paperbench``)."""
 
 _CLONE_NEW_FLAGS = (
     0x00020000,  # CLONE_NEWNS
@@ -104,3 +118,34 @@ def seccomp_fd() -> int:
         os.close(fd)
         raise
     return fd
+
+
+@cache
+def docker_profile() -> str:
+    """The seccomp profile of every Docker sandbox, as JSON for ``security_opt``
+    (``seccomp=<profile>``): Docker's default profile minus ``DENIED``.
+
+    Raises:
+        SandboxUnavailableError: the shipped profile is missing or not an allow list.
+    """
+    try:
+        text = resources.files("paperbench").joinpath(DOCKER_DEFAULT).read_text("utf-8")
+        profile: dict[str, Any] = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise SandboxUnavailableError(
+            f"Docker sandbox: cannot read its seccomp profile ({exc}); reinstall paperbench"
+        ) from exc
+    if profile.get("defaultAction") != "SCMP_ACT_ERRNO":  # else removing a rule allows
+        raise SandboxUnavailableError(
+            f"Docker sandbox: {DOCKER_DEFAULT} is not an allow list; reinstall paperbench"
+        )
+    denied = set(DENIED)
+    rules = []
+    for rule in profile["syscalls"]:
+        if rule.get("action") == "SCMP_ACT_ALLOW":
+            names = [name for name in rule["names"] if name not in denied]
+            if not names:
+                continue
+            rule = {**rule, "names": names}
+        rules.append(rule)
+    return json.dumps({**profile, "syscalls": rules}, separators=(",", ":"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import tarfile
 import tempfile
 import textwrap
 import time
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,14 @@ import pytest
 
 from paperbench.errors import SandboxError, SandboxUnavailableError
 from paperbench.sandbox import _docker_labels as L
-from paperbench.sandbox._base import GpuRequest, NetworkPolicy, SandboxLimits, SandboxSpec
+from paperbench.sandbox._base import (
+    GpuRequest,
+    NetworkPolicy,
+    SandboxLimits,
+    SandboxSpec,
+    cap_output,
+)
+from paperbench.sandbox._capture import HeadTail
 from paperbench.sandbox._docker import (
     CAPABILITIES,
     DockerBackend,
@@ -41,6 +50,7 @@ from paperbench.sandbox._images import (
     ensure_images,
 )
 from paperbench.sandbox._local_gc import WORKSPACE_PREFIX, reap_local_orphans
+from paperbench.sandbox._seccomp import DENIED, DOCKER_DEFAULT, docker_profile
 
 from .docker_fixtures import *  # noqa: F403  (the fixtures)
 from .docker_fixtures import SESSION_ID, SESSION_LABEL, TEST_LABELS, sweep
@@ -69,6 +79,38 @@ def act(name, fn):
 act("raw socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
 act("mknod", lambda: os.mknod("/tmp/null2", 0o600 | stat.S_IFCHR, os.makedev(1, 3)))
 act("chroot", lambda: os.chroot("/tmp"))
+print(json.dumps(out))
+"""
+
+# System calls our profile refuses and Docker's default allows (io_uring on Docker 20.10; the
+# rest as the local backend refuses them), and ptrace of a child, which both allow.
+SYSCALLS = r"""
+import ctypes, errno, json, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+def said(rc):
+    return "ok" if rc >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+out = {}
+params = ctypes.create_string_buffer(120)
+out["io_uring_setup"] = said(libc.syscall(425, 1, params))  # 425 on x86_64 and arm64 alike
+handle = ctypes.create_string_buffer(struct.pack("I", 128) + bytes(132))
+mount_id = ctypes.c_int()
+out["name_to_handle_at"] = said(
+    libc.name_to_handle_at(-100, b"/dev/shm", handle, ctypes.byref(mount_id), 0)
+)
+src, dst = ctypes.create_string_buffer(b"secret!"), ctypes.create_string_buffer(8)
+mine = IoVec(ctypes.cast(dst, ctypes.c_void_p), 8)
+theirs = IoVec(ctypes.cast(src, ctypes.c_void_p), 8)
+out["process_vm_readv"] = said(
+    libc.process_vm_readv(os.getpid(), ctypes.byref(mine), 1, ctypes.byref(theirs), 1, 0)
+)
+out["adjtimex"] = said(libc.adjtimex(ctypes.create_string_buffer(256)))  # a read: modes 0
+out["keyctl"] = said(libc.syscall(250 if os.uname().machine == "x86_64" else 219, 0, -1, 0))
+child = os.fork()
+if child == 0:
+    os._exit(0 if libc.ptrace(0, 0, None, None) == 0 else 1)  # PTRACE_TRACEME
+out["ptrace of a child"] = "ok" if os.waitpid(child, 0)[1] == 0 else "refused"
 print(json.dumps(out))
 """
 
@@ -113,6 +155,33 @@ cd / && python3 -c 'import pbw; print(pbw.X)'
 """
 
 # --------------------------------------------------------------------------- no engine needed
+
+
+def test_the_cap_counts_bytes_in_the_singular_and_plural() -> None:
+    assert cap_output(b"abc", 2) == ("a\n[... 1 byte truncated by paperbench ...]\nc", True)
+    assert cap_output(b"abcd", 2) == ("a\n[... 2 bytes truncated by paperbench ...]\nd", True)
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2, 3, 7, 10, 100, 1001, 4096])
+def test_streamed_cap_is_cap_output(limit: int) -> None:
+    """What a command's output streamed in chunks of any size keeps is ``cap_output`` of it."""
+    rng = random.Random(limit)
+    samples = [
+        b"",
+        b"short",
+        "héllo wörld ✓ 日本語 ".encode() * 300,
+        bytes(rng.randrange(256) for _ in range(5000)),
+        b"x" * limit,
+        b"y" * (limit + 1),
+    ]
+    for data in samples:
+        cap = HeadTail(limit)
+        i = 0
+        while i < len(data):
+            n = rng.randint(1, 700)
+            cap.feed(data[i : i + n])
+            i += n
+        assert cap.text() == cap_output(data, limit), (limit, len(data))
 
 
 def test_no_engine_is_one_line_with_the_fix() -> None:
@@ -166,9 +235,27 @@ def test_privilege_arguments() -> None:
     args = host_config_args(
         SandboxSpec(image="x"), network_mode="none", disk_mounts=[], tmpfs={}, storage_size_mb=None
     )
-    assert args["security_opt"] == ["no-new-privileges"] and args["privileged"] is False
+    no_new, seccomp = args["security_opt"]
+    assert no_new == "no-new-privileges" and args["privileged"] is False
     assert args["cap_drop"] == ["ALL"]
     assert sorted(args["cap_add"]) == sorted(CAP_BITS) == sorted(CAPABILITIES)
+    # Docker's default profile, rule by rule, minus what the local backend refuses.
+    assert seccomp.startswith("seccomp=")
+    ours = json.loads(seccomp.removeprefix("seccomp="))
+    shipped = json.loads(resources.files("paperbench").joinpath(DOCKER_DEFAULT).read_text("utf-8"))
+    assert ours["defaultAction"] == shipped["defaultAction"] == "SCMP_ACT_ERRNO"
+    assert {k: v for k, v in ours.items() if k != "syscalls"} == {
+        k: v for k, v in shipped.items() if k != "syscalls"
+    }
+    kept = iter(ours["syscalls"])
+    for rule in shipped["syscalls"]:
+        names = [n for n in rule["names"] if n not in DENIED or rule["action"] != "SCMP_ACT_ALLOW"]
+        if names:
+            assert next(kept) == {**rule, "names": names}
+    assert next(kept, None) is None
+    allowed = {n for r in ours["syscalls"] if r["action"] == "SCMP_ACT_ALLOW" for n in r["names"]}
+    assert not allowed & set(DENIED)
+    assert {"ptrace", "clone", "mmap", "execve", "socket"} <= allowed
 
 
 def test_debian_mirror_from_apt_sources(tmp_path: Path) -> None:
@@ -422,18 +509,38 @@ def test_ca_bundle_is_added_when_asked(start_sandbox: Any, run: Any, tmp_path: P
 
 @pytest.mark.docker
 def test_capabilities_are_dropped(start_sandbox: Any, run: Any) -> None:
-    """Commands and the exec server hold exactly the kept capabilities; what needs another is
-    refused."""
+    """Commands hold exactly the kept capabilities (PID 1, the watchdog, none of them); what
+    needs another is refused."""
     sb = start_sandbox(limits=HOSTILE)
     want = sum(1 << bit for bit in CAP_BITS.values())
     r = run(sb.exec("grep -H '^Cap' /proc/self/status /proc/1/status", timeout=10))
     caps = dict(line.rsplit(":", 1) for line in r.stdout.splitlines())
+    for kind in ("CapEff", "CapPrm", "CapBnd"):
+        assert int(caps[f"/proc/self/status:{kind}"], 16) == want, (kind, caps)
+        assert int(caps[f"/proc/1/status:{kind}"], 16) == (want if kind == "CapBnd" else 0)
     for who in ("/proc/self/status", "/proc/1/status"):
-        for kind in ("CapEff", "CapPrm", "CapBnd"):
-            assert int(caps[f"{who}:{kind}"], 16) == want, (who, kind, caps)
         assert int(caps[f"{who}:CapAmb"], 16) == 0
     r = run(sb.exec(["python3", "-c", PRIVILEGED_ACTS], timeout=30))
     assert json.loads(r.stdout) == dict.fromkeys(["raw socket", "mknod", "chroot"], "EPERM"), r
+
+
+@pytest.mark.docker
+def test_seccomp_refuses_io_uring_and_what_the_local_backend_refuses(
+    start_sandbox: Any, run: Any
+) -> None:
+    """Our profile, not the engine's default: io_uring and the local backend's refused calls
+    fail (as root), ptrace of a child still works; and the engine was given our profile."""
+    sb = start_sandbox(limits=HOSTILE)
+    r = run(sb.exec(["python3", "-c", SYSCALLS], timeout=30))
+    assert r.exit_code == 0, r
+    said = json.loads(r.stdout)
+    assert said.pop("io_uring_setup") in {"EPERM", "ENOSYS"}, r.stdout
+    assert said.pop("ptrace of a child") == "ok", r.stdout
+    assert said == dict.fromkeys(
+        ["name_to_handle_at", "process_vm_readv", "adjtimex", "keyctl"], "EPERM"
+    ), r.stdout
+    opts = sb.api.inspect_container(sb.container_id)["HostConfig"]["SecurityOpt"]
+    assert opts == ["no-new-privileges", f"seccomp={docker_profile()}"]
 
 
 @pytest.mark.docker
@@ -543,6 +650,33 @@ def test_memory_hog_is_killed(start_sandbox: Any, run: Any) -> None:
     r = run(sb.exec(["python3", "-c", "x = bytearray(600 * 1024 * 1024); print('no')"], timeout=60))
     assert r.exit_code == 137 and "no" not in r.stdout  # the OOM killer, inside the cgroup
     assert run(sb.exec("echo alive", timeout=10)).stdout == "alive\n"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("view", ["host", "engine"])
+def test_a_container_killed_under_a_command_is_a_sandbox_error(
+    view: str, start_sandbox: Any, run: Any
+) -> None:
+    """The command's SIGKILL (137) is the sandbox's failure when its container died, whether
+    PID 1's end is seen on this host or only by the engine (which says "running" a moment
+    longer); a command killed inside stays a result (the next test)."""
+    sb = start_sandbox(limits=HOSTILE)
+    if view == "engine":
+        sb.procs = None  # as with a remote engine
+
+    async def killed_under() -> Any:
+        async def kill() -> None:
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(sb.api.kill, sb.container_id)
+
+        killer = asyncio.ensure_future(kill())
+        try:
+            return await sb.exec("sleep 30", timeout=60)
+        finally:
+            await killer
+
+    with pytest.raises(SandboxError, match="is gone"):
+        run(killed_under())
 
 
 @pytest.mark.docker

@@ -1,7 +1,6 @@
 """Commands as the unprivileged user (``SandboxSpec.user == "sandbox"``) in Docker sandboxes.
 
-On both paths (the exec server and one ``docker exec`` per command), in containers with pids,
-memory and disk limits (DESIGN.md §7).
+In containers with pids, memory and disk limits (DESIGN.md §7).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from typing import Any
 import pytest
 
 from paperbench.sandbox._base import SandboxLimits
-from paperbench.sandbox._docker import DockerBackend
 
 from .docker_fixtures import *  # noqa: F403  (the fixtures)
 
@@ -32,23 +30,16 @@ stat -c '%u %n' /submission/code/a.txt /submission/code/sub /opt/check/hidden.py
 """
 
 
-@pytest.fixture(params=["fast", "per-exec"])
-def path(request: pytest.FixtureRequest, backend: DockerBackend) -> str:
-    backend.fast_exec = request.param == "fast"
-    return str(request.param)
-
-
 @pytest.mark.docker
 def test_commands_run_as_the_unprivileged_user(
-    path: str, start_sandbox: Any, run: Any, tmp_path: Path
+    start_sandbox: Any, run: Any, tmp_path: Path
 ) -> None:
     """uid 1000 with no capability, its own home; it can write the submission folders, its
-    home, /tmp, a writable_dir and what the host put in, and nothing of root's; PID 1 is
-    still root."""
+    home, /tmp, a writable_dir and what the host put in, and nothing of root's; PID 1 is the
+    watchdog (its real uid nobody's)."""
     sb = start_sandbox(
         limits=HOSTILE, user="sandbox", workdir="/submission", writable_dirs=("/opt/check",)
     )
-    assert sb.fast_exec_active == (path == "fast")
     (tmp_path / "code" / "sub").mkdir(parents=True)
     (tmp_path / "code" / "a.txt").write_text("alpha\n")
     run(sb.upload(tmp_path / "code", "/submission/code"))
@@ -64,7 +55,7 @@ def test_commands_run_as_the_unprivileged_user(
         "/home/sandbox sandbox sandbox",
         "/submission",
     ]
-    assert lines[6:9] == ["CapPrm:0000000000000000", "CapEff:0000000000000000", "pid1 uid 0"]
+    assert lines[6:9] == ["CapPrm:0000000000000000", "CapEff:0000000000000000", "pid1 uid 65534"]
     wrote = [line.split()[1] for line in lines if line.startswith("write ")]
     refused = [line.split()[1] for line in lines if line.startswith("refused ")]
     assert wrote == [
@@ -86,9 +77,9 @@ def test_commands_run_as_the_unprivileged_user(
 
 
 @pytest.mark.docker
-def test_timeout_kills_the_users_tree_from_inside(path: str, start_sandbox: Any, run: Any) -> None:
-    """Without the host's cgroup kill: the exec server (root without CAP_SYS_PTRACE) reads the
-    user's environments with its filesystem ids; the per-exec killer runs as the user."""
+def test_timeout_kills_the_users_tree_from_inside(start_sandbox: Any, run: Any) -> None:
+    """Without the host's cgroup kill: the killer runs in the container as the user (root
+    without CAP_SYS_PTRACE cannot read another user's environments)."""
     sb = start_sandbox(limits=HOSTILE, user="sandbox")
     sb.procs = None
     r = run(
