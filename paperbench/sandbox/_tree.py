@@ -722,25 +722,10 @@ def safe_extract(
     """
     dest_path = Path(dest)
     label = str(src) if isinstance(src, str | Path) else str(getattr(src, "name", "<archive>"))
-    if isinstance(src, str | Path):
-        source = Path(src)
-        if not (source.exists() or source.is_symlink()):
-            raise InputError("not found: give a folder or a .tar/.tar.gz/.tgz file", file=source)
-        if source.is_dir() and not source.is_symlink():
-            report = ExtractReport(dest=dest_path, source_kind="folder")
-            return ingest(
-                folder_entries(source, max_depth=limits.max_depth + 1),
-                dest_path,
-                report,
-                limits=limits,
-                strip_top=strip_top,
-                strict=strict,
-                label=label,
-            )
-    report = ExtractReport(dest=dest_path, source_kind="archive")
-    with _open_tar(src, label) as tar:
+    with _entries_of(src, limits, label) as (kind, entries):
+        report = ExtractReport(dest=dest_path, source_kind=kind)
         return ingest(
-            tar_entries(tar),
+            entries,
             dest_path,
             report,
             limits=limits,
@@ -748,6 +733,22 @@ def safe_extract(
             strict=strict,
             label=label,
         )
+
+
+@contextlib.contextmanager
+def _entries_of(
+    src: str | Path | IO[bytes], limits: TreeLimits, label: str
+) -> Iterator[tuple[Literal["archive", "folder"], Iterator[Entry]]]:
+    """The entries of a folder or an archive (see :func:`safe_extract`)."""
+    if isinstance(src, str | Path):
+        source = Path(src)
+        if not (source.exists() or source.is_symlink()):
+            raise InputError("not found: give a folder or a .tar/.tar.gz/.tgz file", file=source)
+        if source.is_dir() and not source.is_symlink():
+            yield "folder", folder_entries(source, max_depth=limits.max_depth + 1)
+            return
+    with _open_tar(src, label) as tar:
+        yield "archive", tar_entries(tar)
 
 
 @contextlib.contextmanager

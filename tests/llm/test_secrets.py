@@ -101,6 +101,8 @@ _HOLDS_NO_SECRET = {
         "LocalBackend",
         "LocalSandbox", "NetworkLogEntry", "NetworkPolicy", "Sandbox", "SandboxBackend",
         "SandboxConfig", "SandboxLimits", "SkippedMember",
+        # an untrusted tree's entries (paths, kinds, sizes) and its caps
+        "Entry", "TreeLimits",
     },
     # a GatewayCall keeps request bodies, never their headers (the key is a header)
     "paperbench.gateway": {"GatewayCall"},

@@ -126,3 +126,51 @@ def serve(pki: Pki) -> Iterator[Servers]:
         for s in started:
             s.server.shutdown()
             s.server.server_close()
+
+
+@contextmanager
+def veth_namespace(
+    name: str,
+    host_side: str,
+    peer: str,
+    server: list[str],
+    *,
+    extra: tuple[str, ...] = (),
+) -> Iterator[None]:
+    """A network namespace ``name`` joined to the host by a veth pair (``host_side`` and
+    ``peer`` in one /30; each of ``extra`` a /32 of the peer, routed to it from the host),
+    running ``server`` (an argv) inside it; all of it removed on exit, also on failure."""
+    if shutil.which("ip") is None:
+        raise AssertionError("the ip command (iproute2) is needed for the test namespace")
+    host_if, peer_if = f"{name[:8]}h", f"{name[:8]}p"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        ip("netns", "add", name)
+        ip("link", "add", host_if, "type", "veth", "peer", "name", peer_if)
+        ip("link", "set", peer_if, "netns", name)
+        ip("addr", "add", f"{host_side}/30", "dev", host_if)
+        ip("link", "set", host_if, "up")
+        ip("-n", name, "addr", "add", f"{peer}/30", "dev", peer_if)
+        for address in extra:
+            ip("-n", name, "addr", "add", f"{address}/32", "dev", peer_if)
+        ip("-n", name, "link", "set", peer_if, "up")
+        ip("-n", name, "link", "set", "lo", "up")
+        ip("-n", name, "route", "add", "default", "via", host_side)
+        for address in extra:
+            ip("route", "add", f"{address}/32", "dev", host_if)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", name, *server],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        yield
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout=10)
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=30)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -42,7 +41,7 @@ from paperbench.sandbox import ExecResult, Sandbox
 from paperbench.sandbox._egress import read_network_log
 
 from .conftest import BACKEND_PARAMS, EgressWorld, InSandbox
-from .egress_helpers import BLACKLIST
+from .egress_helpers import BLACKLIST, veth_namespace
 
 ISOLATING = [p for p in BACKEND_PARAMS if p.id in {"local-bwrap", "docker"}]
 pytestmark = pytest.mark.parametrize("backend_case", ISOLATING, indirect=True)
@@ -111,47 +110,19 @@ def internet_host() -> Iterator[InternetHost]:
     What a ``full`` sandbox must still reach: an address that is not the host's, nor of an
     internal range (TEST-NET-2: ``full`` refuses private ranges).
     """
-    if shutil.which("ip") is None:
-        raise AssertionError("the ip command (iproute2) is needed for the test host")
-    tag = f"{os.getpid() % 100000}"
-    ns, host_if, peer_if = f"pbtest-{tag}", f"pbh{tag}", f"pbt{tag}"
     host_ip, peer_ip = "198.51.100.1", "198.51.100.2"
-
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-    server: subprocess.Popen[bytes] | None = None
-    try:
-        ip("netns", "add", ns)
-        ip("link", "add", host_if, "type", "veth", "peer", "name", peer_if)
-        ip("link", "set", peer_if, "netns", ns)
-        ip("addr", "add", f"{host_ip}/30", "dev", host_if)
-        ip("link", "set", host_if, "up")
-        ip("-n", ns, "addr", "add", f"{peer_ip}/30", "dev", peer_if)
-        ip("-n", ns, "link", "set", peer_if, "up")
-        ip("-n", ns, "link", "set", "lo", "up")
-        ip("-n", ns, "route", "add", "default", "via", host_ip)
-        code = (
-            "import socket,sys,time\n"
-            "s=socket.socket(); s.bind((sys.argv[1], 8080)); s.listen(8); s.settimeout(1)\n"
-            "end=time.monotonic()+900\n"
-            "while time.monotonic()<end:\n"
-            "    try: c,_=s.accept()\n"
-            "    except OSError: continue\n"
-            "    c.sendall(b'hello from the internet'); c.close()\n"
-        )
-        server = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-c", code, peer_ip],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    code = (
+        "import socket,sys,time\n"
+        "s=socket.socket(); s.bind((sys.argv[1], 8080)); s.listen(8); s.settimeout(1)\n"
+        "end=time.monotonic()+900\n"
+        "while time.monotonic()<end:\n"
+        "    try: c,_=s.accept()\n"
+        "    except OSError: continue\n"
+        "    c.sendall(b'hello from the internet'); c.close()\n"
+    )
+    name = f"pbt{os.getpid() % 100000}"
+    with veth_namespace(name, host_ip, peer_ip, [sys.executable, "-c", code, peer_ip]):
         yield InternetHost(peer_ip, 8080)
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait(timeout=10)
-        subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=30)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
 def run_in(

@@ -49,6 +49,7 @@ from paperbench.sandbox import EgressProxy
 from paperbench.sandbox._egress import ensure_egress_python, read_network_log
 
 from .docker_fixtures import reproducer_image  # noqa: F401  (the fixture)
+from .egress_helpers import veth_namespace
 
 runner = CliRunner()
 
@@ -118,46 +119,15 @@ class Outside:
 @pytest.fixture(scope="module")
 def outside(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outside]:
     """A network namespace holding one HTTP server on every address under test."""
-    if shutil.which("ip") is None:
-        raise AssertionError("the ip command (iproute2) is needed for the test namespace")
-    tag = f"{os.getpid() % 100000}"
-    ns, host_if, peer_if = f"pbnet-{tag}", f"pbnh{tag}", f"pbnp{tag}"
     log = tmp_path_factory.mktemp("outside") / "reached.log"
     log.touch()
-    others = [a for a in [*PRIVATE.values(), METADATA, PUBLIC] if a != "10.231.77.2"]
-
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-    server: subprocess.Popen[bytes] | None = None
-    try:
-        ip("netns", "add", ns)
-        ip("link", "add", host_if, "type", "veth", "peer", "name", peer_if)
-        ip("link", "set", peer_if, "netns", ns)
-        ip("addr", "add", f"{HOST_SIDE}/30", "dev", host_if)
-        ip("link", "set", host_if, "up")
-        ip("-n", ns, "addr", "add", "10.231.77.2/30", "dev", peer_if)
-        for address in others:
-            ip("-n", ns, "addr", "add", f"{address}/32", "dev", peer_if)
-        ip("-n", ns, "link", "set", peer_if, "up")
-        ip("-n", ns, "link", "set", "lo", "up")
-        ip("-n", ns, "route", "add", "default", "via", HOST_SIDE)
-        for address in others:
-            ip("route", "add", f"{address}/32", "dev", host_if)
-        server = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-c", _SERVER, str(log), str(PORT)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    others = tuple(a for a in [*PRIVATE.values(), METADATA, PUBLIC] if a != "10.231.77.2")
+    server = [sys.executable, "-c", _SERVER, str(log), str(PORT)]
+    name = f"pbn{os.getpid() % 100000}"
+    with veth_namespace(name, HOST_SIDE, "10.231.77.2", server, extra=others):
         world = Outside(log)
         _wait_until_served(world)
         yield world
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait(timeout=10)
-        subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=30)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
 def _wait_until_served(world: Outside) -> None:
