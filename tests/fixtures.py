@@ -3,6 +3,7 @@ model server. A conftest (or a test module) imports the ones it wants."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,3 +67,13 @@ def close_sdk_clients() -> Iterator[None]:
     yield
     while _SDK_CLIENTS:
         _SDK_CLIENTS.pop().close()
+
+
+def reap_killed_run(root: Path, timeout: float = 30.0) -> None:
+    """Remove the local workspaces (and their capped disks) a killed run left under ``root``,
+    waiting while its last processes die (the reaper leaves a workspace that is in use)."""
+    from paperbench.sandbox._local_gc import reap_local_orphans
+
+    deadline = time.monotonic() + timeout
+    while any(o.error for o in reap_local_orphans(root)) and time.monotonic() < deadline:
+        time.sleep(0.2)

@@ -36,9 +36,9 @@ from paperbench.errors import ConfigError, UsageError
 from paperbench.llm import Model, ModelConfig, read_cost_journal
 from paperbench.papers import Paper, PaperSource, load_data_dir_paper
 from paperbench.sandbox import NetworkPolicy, SandboxConfig
-from paperbench.sandbox._local_gc import reap_local_orphans
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, Fault
 from tests.agents.step_agent import INSTRUCTIONS, REPO, CrashingAgent, StepAgent
+from tests.fixtures import reap_killed_run
 from tests.sandbox.docker_fixtures import (  # noqa: F401
     TEST_LABELS,
     docker_client,
@@ -250,7 +250,7 @@ def test_kill_9_mid_run_then_resume(tmp_path: Path, fake_llm: FakeLLMServer) -> 
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
-        reap_local_orphans(tmp_path / "sandboxes")  # the killed run's workspace and cgroups
+        reap_killed_run(tmp_path / "sandboxes")  # the killed run's workspace and cgroups
     assert not (out / "status.json").exists()
     sent_before = len(fake_llm.requests)
     assert sent_before == 2

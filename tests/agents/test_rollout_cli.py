@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 
 from paperbench.agents import SnapshotEvent, StartEvent, read_transcript
 from paperbench.cli import app
-from paperbench.sandbox._local_gc import reap_local_orphans
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall
+from tests.fixtures import reap_killed_run
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
@@ -99,7 +99,7 @@ def test_cli_kill_9_then_resume_repeats_no_model_call(
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
-        reap_local_orphans(sandboxes)  # the killed run's workspace and cgroups
+        reap_killed_run(sandboxes)  # the killed run's workspace and cgroups
     assert not (out / "status.json").exists()
     assert len(fake_llm.requests) == 2
 
