@@ -80,6 +80,14 @@ def test_every_lfs_pointer_and_a_bad_rubric_are_refused_before_any_folder(
         assert f"{folder / 'addendum.md'}: is a Git LFS pointer" in line
         assert "(and 2 more files of" in line and "Traceback" not in result.output
     assert not out.exists() and not runs.exists()
+    # the judge reads the addenda too (not the assets)
+    submission = ROOT / "examples" / PAPER / "partial" / "submission"
+    grade = ["grade", str(submission), "--paper", FOLDER, "--data-dir", str(data)]
+    graded = _run([*grade, "--judge", "dummy", "--out", str(out)])
+    assert graded.exit_code == 1, graded.output
+    [line] = _error_lines(graded)
+    assert f"{folder / 'addendum.md'}: is a Git LFS pointer" in line
+    assert "(and 1 more file of" in line and not out.exists()
 
     # the files pulled, the rubric broken: refused before the rollout, not at grading
     shutil.copytree(ROOT / "papers" / PAPER, folder, dirs_exist_ok=True)
