@@ -65,7 +65,9 @@ def test_every_lfs_pointer_and_a_bad_rubric_are_refused_before_any_folder(
     assert row["id"] == PAPER and row["paper_md"] == "ok"  # the id config.yaml gives
     assert row["lfs_pointers"] == ["addendum.md", "judge.addendum.md", "assets/figure_1.png"]
     table = _run(["papers", "list", "--data-dir", str(data)])
-    assert "addendum.md, judge.addendum.md, assets/figure_1.png: is a Git LFS" in table.stderr
+    assert table.exit_code == 1 and table.stdout.count("LFS pointer") == 2  # the addenda
+    [line] = _error_lines(table)
+    assert f"{folder}: addendum.md, judge.addendum.md, assets/figure_1.png: is a Git LFS" in line
 
     runs = tmp_path / "runs"
     out = tmp_path / "rollout"

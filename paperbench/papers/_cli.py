@@ -84,20 +84,24 @@ def _papers_table(rows: list[dict[str, Any]]) -> None:
             problem = Text(f"cannot be used: {printable(row['error'])}", style="red")
             table.add_row(Text(printable(row["id"])), problem, "-", "-", "-", "-")
             continue
-        pointer = row["paper_md"] != "ok"
+        pointers = row["lfs_pointers"]
         table.add_row(
             Text(printable(row["id"])),
             Text(printable(row["title"])),
-            Text("LFS pointer", style="red") if pointer else "ok",
-            "yes" if row["addendum"] else "-",
-            "yes" if row["judge_addendum"] else "-",
+            _cell("paper.md", pointers, "ok"),
+            _cell("addendum.md", pointers, "yes" if row["addendum"] else "-"),
+            _cell("judge.addendum.md", pointers, "yes" if row["judge_addendum"] else "-"),
             "?" if row["blacklist"] is None else str(row["blacklist"]),
         )
     print_table(table)
     for row in rows:
         if row.get("lfs_pointers"):
-            files = ", ".join(printable(f) for f in row["lfs_pointers"])
-            warning(f"{printable(row['folder'])}: {files}: {LFS_POINTER_MESSAGE}")
+            files = ", ".join(row["lfs_pointers"])
+            error(f"{row['folder']}: {files}: {LFS_POINTER_MESSAGE}")
+
+
+def _cell(name: str, pointers: list[str], shown: str) -> Text | str:
+    return Text("LFS pointer", style="red") if name in pointers else shown
 
 
 # --- rubric stats: the rubrics of the papers by default --------------------------------
