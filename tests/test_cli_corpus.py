@@ -225,6 +225,10 @@ BROKEN_PAPERS: dict[str, tuple[Callable[[Path], None], str]] = {
     "config without title": (lambda d: (d / "config.yaml").write_text("id: x\n"), "config.yaml"),
     "no paper.md": (lambda d: (d / "paper.md").unlink(), "bad: paper directory has no paper.md"),
     "no rubric": (lambda d: (d / "rubric.json").unlink(), "bad: paper directory has no rubric"),
+    "rubric without weight": (
+        lambda d: (d / "rubric.json").write_text('{"id": "r", "requirements": "x"}'),
+        "rubric.json: $",
+    ),
     "blacklist with junk": (
         lambda d: (d / "blacklist.txt").write_text("github.com/a/b junk\n"),
         "blacklist.txt: line 1",

@@ -288,6 +288,7 @@ def rollout_command(
         raise UsageError("--allow-network: the sandbox has no network (--network none)")
     model_config = _model_config(model, base_url)
     the_paper = PaperSource.resolve(data_dir).load(paper)
+    the_paper.require_usable()
     out_dir = _run_folder(out, resume, the_paper.id, agent, seed)
     resources = resources_from_flags(
         gpus=gpus,

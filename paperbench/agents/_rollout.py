@@ -103,14 +103,13 @@ from paperbench.agents._transcript import (
 from paperbench.errors import (
     BudgetExhaustedError,
     ConfigError,
-    LfsPointerError,
     ModelUnavailableError,
     PaperbenchError,
     SandboxError,
     SandboxLostError,
 )
 from paperbench.llm import BudgetCaps, Model, ModelConfig
-from paperbench.papers import LFS_POINTER_MESSAGE, Paper
+from paperbench.papers import Paper
 from paperbench.sandbox import (
     HostService,
     LeftOutFile,
@@ -416,14 +415,14 @@ async def rollout(
             config's env file is missing or bad.
         UsageError: the env file of ``resources`` is missing or bad, or an image is given
             to a backend other than Docker.
-        LfsPointerError: paper.md is a Git LFS pointer, not the paper.
+        LfsPointerError: a file of the paper's bundle is a Git LFS pointer, not its content.
+        RubricError: the paper's rubric does not load.
         SandboxUnavailableError: the sandbox backend asked for does not answer.
         RolloutPausedError: the run paused (the provider unavailable past its retries, or
             the sandbox lost or not started, more often than ``max_restarts``); the run folder
             is kept without status.json, to be resumed.
     """
-    if paper.paper_md_is_lfs_pointer:
-        raise LfsPointerError(LFS_POINTER_MESSAGE, file=paper.paper_md)
+    paper.require_usable()  # no LFS pointer, a rubric that loads: before any folder
     out = Path(out_dir)
     status_file = out / "status.json"
     if status_file.exists():

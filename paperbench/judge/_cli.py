@@ -350,6 +350,7 @@ def grade(
     if len(judges) > 1:
         _check_ensemble(judges, style)
     the_paper = PaperSource.resolve(data_dir).load(paper)
+    the_paper.require_usable(texts_only=True)  # the texts the judge reads: no LFS pointer
     _check_model_flags(model, base_url)
     settings = ModelSettings(
         model=model,

@@ -152,6 +152,8 @@ def _gold_at(folder: Path, data_dir: Path | None) -> GoldSubmission:
 
 
 def _check_gold_tree(gold: GoldSubmission) -> None:
+    if is_lfs_pointer(gold.expected):
+        raise LfsPointerError(LFS_POINTER_MESSAGE, file=gold.expected)
     tree = gold.expected_tree()
     for path, leaf in iter_leaves(tree):
         if not leaf.valid_score:
@@ -200,14 +202,17 @@ def load_gold_set(
         elif data_dir is None and (root.parent / "papers").is_dir():
             data_dir = root.parent
     source = PaperSource.resolve(data_dir)
-    golds = [_gold_at(folder, source.data_dir) for folder in _example_dirs(root)]
+    folders = _example_dirs(root)
     if papers:
-        wanted = set(papers)
-        golds = [g for g in golds if g.paper_id in wanted]
+        # only the papers asked for are read, named by folder or by config.yaml id
+        wanted = set(papers) | {source.folder_of(p) or p for p in papers}
+        folders = [f for f in folders if f.parent.name in wanted]
+    golds = [_gold_at(folder, source.data_dir) for folder in folders]
     if not golds:
         raise UsageError(f"--gold {where}: no gold submission found in {root}")
     for gold in golds:
-        source.load(gold.paper_id)
+        # the judge reads the paper's texts; it grades the gold tree's own rubric
+        source.load(gold.paper_id).require_usable(texts_only=True)
         _check_gold_tree(gold)
     return golds
 

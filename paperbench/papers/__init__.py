@@ -12,6 +12,11 @@ A PaperBench data directory (``--data-dir DIR`` or ``PAPERBENCH_DATA_DIR``)::
     DIR/papers/<id>/config.yaml, paper.md, paper.pdf, addendum.md, judge.addendum.md,
                     blacklist.txt, assets/, rubric.json
     DIR/splits/<name>.txt or DIR/../experiments/splits/<name>.txt
+
+A paper is named by its folder or by its config.yaml's ``id`` (PaperBench's
+``stochastic-interpolants`` folder holds ``stochastic-interpolant``). A clone without Git LFS
+content holds pointer files instead of the texts, the pdf and the assets:
+:meth:`Paper.require_usable` refuses them, and a rubric that does not load, before any work.
 """
 
 from paperbench.papers._bundle import (

@@ -11,7 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from paperbench._io import json_path, read_text
-from paperbench.errors import LfsPointerError, PaperError, UsageError
+from paperbench.errors import LfsPointerError, PaperbenchError, PaperError, UsageError
 from paperbench.rubric import TaskNode, load_rubric
 from paperbench.sandbox import Blacklist
 
@@ -112,6 +112,35 @@ class Paper(BaseModel):
     def paper_md_is_lfs_pointer(self) -> bool:
         return is_lfs_pointer(self.paper_md)
 
+    def lfs_pointers(self, *, texts_only: bool = False) -> list[Path]:
+        """The bundle's files that are Git LFS pointers, not their content: the texts the
+        agent and the judge read (paper.md, the addenda), and unless ``texts_only`` every
+        other file (paper.pdf, config.yaml, the rubric, the blacklist, the assets)."""
+        files = [self.paper_md, self.addendum, self.judge_addendum]
+        if not texts_only:
+            files += [self.paper_pdf, self.folder / "config.yaml"]
+            files += [self.rubric_file, self.blacklist_file]
+            if self.assets is not None and self.assets.is_dir():
+                files += sorted(p for p in self.assets.rglob("*") if p.is_file())
+        return [f for f in files if f is not None and is_lfs_pointer(f)]
+
+    def require_usable(self, *, texts_only: bool = False) -> None:
+        """Refuse, before any work, a bundle an agent or a judge cannot use: a file that is
+        a Git LFS pointer (see :meth:`lfs_pointers`), or unless ``texts_only`` a rubric
+        that does not load.
+
+        Raises:
+            LfsPointerError: the first pointer, with how many more there are.
+            RubricError: the rubric's file, JSON path and problem.
+        """
+        pointers = self.lfs_pointers(texts_only=texts_only)
+        if pointers:
+            more = len(pointers) - 1
+            also = f" (and {more} more file{'s' if more > 1 else ''} of {self.folder})"
+            raise LfsPointerError(LFS_POINTER_MESSAGE + (also if more else ""), file=pointers[0])
+        if not texts_only:
+            self.rubric()
+
 
 def _existing(path: Path) -> Path | None:
     return path if path.exists() else None
@@ -122,7 +151,7 @@ def _read_config(folder: Path) -> PaperConfig | None:
     if not config_file.exists():
         return None
     try:
-        data = yaml.safe_load(read_text(config_file))
+        data = yaml.safe_load(read_paper_text(config_file))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -162,20 +191,48 @@ def _bundle(folder: Path, layout: Layout, rubric_file: Path, blacklist_file: Pat
     )
 
 
+def _config_id(folder: Path) -> str | None:
+    """The ``id`` of a folder's config.yaml; None when it has none or it does not load."""
+    try:
+        config = _read_config(folder)
+    except PaperbenchError:
+        return None
+    return config.id if config else None
+
+
+def folder_of(papers: Path, name: str) -> str | None:
+    """The folder under ``papers`` of the paper named ``name``: its folder name or the
+    ``id`` of its config.yaml (PaperBench's ``stochastic-interpolants`` folder holds the
+    paper ``stochastic-interpolant``); None when no paper has that name."""
+    if not name or "/" in name or name in (".", ".."):
+        return None
+    if (papers / name).is_dir():
+        return name
+    if not papers.is_dir():
+        return None
+    for folder in sorted(p for p in papers.iterdir() if p.is_dir()):
+        if _config_id(folder) == name:
+            return folder.name
+    return None
+
+
 def _paper_folder(papers: Path, paper_id: str) -> Path:
-    folder = papers / paper_id
-    if not folder.is_dir():
-        raise PaperError(f"no paper {paper_id!r} (expected a folder)", file=folder)
-    return folder
+    found = folder_of(papers, paper_id)
+    if found is None:
+        raise PaperError(
+            f"no paper {paper_id!r} (no folder of that name, nor a config.yaml with that id)",
+            file=papers / paper_id,
+        )
+    return papers / found
 
 
 def load_repo_paper(root: Path, paper_id: str) -> Paper:
     """A paper in this repository's layout (``root`` holds papers/, rubrics/, blacklists/)."""
     folder = _paper_folder(root / "papers", paper_id)
-    rubric_file = root / "rubrics" / f"{paper_id}.json"
+    rubric_file = root / "rubrics" / f"{folder.name}.json"
     if not rubric_file.is_file():
         raise PaperError(f"paper {paper_id!r} has no rubric", file=rubric_file)
-    return _bundle(folder, "repo", rubric_file, root / "blacklists" / f"{paper_id}.txt")
+    return _bundle(folder, "repo", rubric_file, root / "blacklists" / f"{folder.name}.txt")
 
 
 def load_data_dir_paper(data_dir: Path, paper_id: str) -> Paper:
@@ -237,7 +294,13 @@ class PaperSource(BaseModel):
         return base / "papers"
 
     def paper_ids(self) -> list[str]:
+        """The paper folders' names."""
         return sorted(p.name for p in self.papers_folder.iterdir() if p.is_dir())
+
+    def folder_of(self, name: str) -> str | None:
+        """The folder of the paper named ``name`` (its folder name or its config.yaml's
+        ``id``); None when no paper has that name."""
+        return folder_of(self.papers_folder, name)
 
     def split_files(self, name: str) -> list[Path]:
         if self.data_dir is not None:

@@ -24,7 +24,12 @@ def _paper_row(source: PaperSource, paper_id: str) -> dict[str, Any]:
     """One row of ``papers list``; a paper that cannot be used gets its problem in ``error``."""
     try:
         paper = source.load(paper_id)
-        blacklist: int | None = len(paper.blacklist())
+        pointers = paper.lfs_pointers()
+        blacklist: int | None = None
+        if paper.blacklist_file not in pointers:
+            blacklist = len(paper.blacklist())
+        if paper.rubric_file not in pointers:
+            paper.rubric()  # a rubric that does not load makes the paper unusable
     except PaperbenchError as exc:
         return {"id": paper_id, "error": str(exc)}
     return {
@@ -32,6 +37,10 @@ def _paper_row(source: PaperSource, paper_id: str) -> dict[str, Any]:
         "title": paper.title,
         "layout": paper.layout,
         "paper_md": "lfs-pointer" if paper.paper_md_is_lfs_pointer else "ok",
+        "lfs_pointers": [
+            str(p.relative_to(paper.folder) if p.is_relative_to(paper.folder) else p)
+            for p in pointers
+        ],
         "addendum": paper.addendum is not None,
         "judge_addendum": paper.judge_addendum is not None,
         "blacklist": blacklist,
@@ -43,17 +52,19 @@ def _paper_row(source: PaperSource, paper_id: str) -> dict[str, Any]:
 @app.command("list")
 def papers_list(data_dir: DataDir = None, split: Split = None, as_json: Json = False) -> None:
     """Papers with their title and what their bundle holds; a paper that cannot be used
-    shows its problem in its row (exit code 1)."""
+    shows its problem in its row, and each file that is a Git LFS pointer is listed (exit
+    code 1)."""
     source = PaperSource.resolve(data_dir)
     ids = source.split(split) if split else source.paper_ids()
     rows = [_paper_row(source, paper_id) for paper_id in ids]
-    bad = [row for row in rows if row["error"]]
+    bad = [row for row in rows if row["error"] or row.get("lfs_pointers")]
     if as_json:
         console.print(json.dumps(rows, indent=2), markup=False)
     else:
         _papers_table(rows)
         for row in bad:
-            error(row["error"])
+            if row["error"]:
+                error(row["error"])
     if bad:
         raise typer.Exit(1)
 
@@ -73,18 +84,24 @@ def _papers_table(rows: list[dict[str, Any]]) -> None:
             problem = Text(f"cannot be used: {printable(row['error'])}", style="red")
             table.add_row(Text(printable(row["id"])), problem, "-", "-", "-", "-")
             continue
-        pointer = row["paper_md"] != "ok"
+        pointers = row["lfs_pointers"]
         table.add_row(
             Text(printable(row["id"])),
             Text(printable(row["title"])),
-            Text("LFS pointer", style="red") if pointer else "ok",
-            "yes" if row["addendum"] else "-",
-            "yes" if row["judge_addendum"] else "-",
-            str(row["blacklist"]),
+            _cell("paper.md", pointers, "ok"),
+            _cell("addendum.md", pointers, "yes" if row["addendum"] else "-"),
+            _cell("judge.addendum.md", pointers, "yes" if row["judge_addendum"] else "-"),
+            "?" if row["blacklist"] is None else str(row["blacklist"]),
         )
     print_table(table)
-    if any(row.get("paper_md") == "lfs-pointer" for row in rows):
-        warning(f"paper.md {LFS_POINTER_MESSAGE} (the papers marked LFS pointer)")
+    for row in rows:
+        if row.get("lfs_pointers"):
+            files = ", ".join(row["lfs_pointers"])
+            error(f"{row['folder']}: {files}: {LFS_POINTER_MESSAGE}")
+
+
+def _cell(name: str, pointers: list[str], shown: str) -> Text | str:
+    return Text("LFS pointer", style="red") if name in pointers else shown
 
 
 # --- rubric stats: the rubrics of the papers by default --------------------------------

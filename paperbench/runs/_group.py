@@ -43,7 +43,7 @@ def _papers(source: PaperSource, papers: str | None) -> tuple[list[str], str]:
     names = [p.strip() for p in papers.split(",") if p.strip()]
     if not names:
         raise UsageError("--papers: give paper ids (comma-separated) or a split name")
-    known = set(source.paper_ids())
+    known = {n for n in names if source.folder_of(n) is not None}
     if len(names) == 1 and names[0] not in known:
         try:
             return source.split(names[0]), f"split:{names[0]}"
@@ -58,6 +58,12 @@ def _papers(source: PaperSource, papers: str | None) -> tuple[list[str], str]:
             f"--papers: unknown paper {', '.join(unknown)}; `paperbench papers list` shows them"
         )
     return names, "ids"
+
+
+def _usable(source: PaperSource, name: str) -> str:
+    paper = source.load(name)
+    paper.require_usable()
+    return paper.id
 
 
 def _agents(
@@ -148,8 +154,9 @@ def plan_group(config: EvalConfig, sandbox: SandboxConfig | None = None) -> Grou
     papers, paper_set = _papers(source, config.papers)
     if not papers:
         raise UsageError("--papers: no paper to run")
-    for paper in papers:
-        source.load(paper)  # a broken bundle is refused before any work
+    # a broken bundle (an LFS pointer, a bad rubric) is refused before any work; the
+    # papers are named by their ids (a folder name or a config.yaml id given)
+    papers = list(dict.fromkeys(_usable(source, paper) for paper in papers))
     agent = config.agent
     resources = _resources(agent)
     return GroupConfig(

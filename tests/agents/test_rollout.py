@@ -146,7 +146,8 @@ def _data_dir_paper(root: Path) -> Paper:
     (folder / "addendum.md").write_text("addendum\n")
     (folder / "judge.addendum.md").write_text("SECRET judge addendum\n")
     (folder / "blacklist.txt").write_text("https://github.com/someone/p1-code\n")
-    (folder / "rubric.json").write_text('{"id": "r", "requirements": "x", "weight": 1}')
+    rubric = '{"id": "r", "requirements": "x", "weight": 1, "task_category": "Code Development"}'
+    (folder / "rubric.json").write_text(rubric)
     (folder / "checks").mkdir()
     (folder / "checks" / "hidden_test.py").write_text("assert True\n")
     return load_data_dir_paper(root, "p1")

@@ -180,7 +180,9 @@ def test_replay_of_a_paper_without_a_recording_says_so_and_names_no_internals(
     paper.mkdir(parents=True)
     (paper / "paper.md").write_text("# A paper\n")
     (paper / "rubric.json").write_text(
-        json.dumps({"id": "root", "requirements": "r", "weight": 1, "sub_tasks": []})
+        json.dumps(
+            {"id": "r", "requirements": "r", "weight": 1, "task_category": "Code Development"}
+        )
     )
     args = ["rollout", "--paper", "p1", "--agent", "replay", *LOCAL]
     args += ["--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "run")]

@@ -79,3 +79,25 @@ def test_the_bundled_papers_folder_is_recorded(
     monkeypatch.setenv("PAPERBENCH_DATA_DIR", str(_data_dir(tmp_path / "data")))
     monkeypatch.chdir(tmp_path)
     assert paper_source(config).load("calibration-binning").id == "calibration-binning"
+
+
+def test_a_paper_is_named_by_its_folder_or_its_id_and_recorded_by_its_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = _data_dir(tmp_path / "data")
+    # as PaperBench's stochastic-interpolants folder holds the paper stochastic-interpolant
+    (data / "papers" / "elsewhere").rename(data / "papers" / "elsewheres")
+    monkeypatch.setenv("PAPERBENCH_DATA_DIR", str(data))
+    config = plan_group(
+        EvalConfig.model_validate(
+            {
+                "group": "g",
+                "agents": ["dummy"],
+                "judge": {"config": "dummy"},
+                "papers": "elsewheres,elsewhere",
+            }
+        ),
+        SandboxConfig(backend="local"),
+    )
+    assert config.papers == ["elsewhere"]  # one paper, by the id `papers list` prints
+    assert paper_source(config).load("elsewhere").folder.name == "elsewheres"
