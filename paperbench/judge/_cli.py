@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from pydantic import ValidationError
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -66,7 +65,6 @@ from paperbench.judge._grader import GradeResult
 from paperbench.judge._job import GradeOptions, ModelSettings, missing_keys
 from paperbench.judge._types import LeafGrade
 from paperbench.judge._view import build_view
-from paperbench.llm import ModelConfig
 from paperbench.papers import PaperSource
 
 GRADE_STAGES = {"leaves": DEFAULT_LEAVES_AT_ONCE}
@@ -91,18 +89,6 @@ JudgeOption = Annotated[
 
 
 # --- checks of the flags -----------------------------------------------------------------
-
-
-def _check_model_flags(model: str | None, base_url: str | None) -> None:
-    """A malformed --model or --base-url is a usage error before any work."""
-    for flag, values in (("--model", {"model": model}), ("--base-url", {"base_url": base_url})):
-        if values[next(iter(values))] is None:
-            continue
-        try:
-            ModelConfig.model_validate({"model": "openai/x", **values})
-        except ValidationError as exc:
-            message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
-            raise UsageError(f"{flag}: {message}") from None
 
 
 def _check_ensemble(judges: list[LoadedJudge], style: str) -> None:
@@ -350,7 +336,6 @@ def grade(
     if len(judges) > 1:
         _check_ensemble(judges, style)
     the_paper = PaperSource.resolve(data_dir).load(paper)
-    _check_model_flags(model, base_url)
     settings = ModelSettings(
         model=model,
         base_url=base_url,
@@ -545,7 +530,6 @@ def judge_eval_command(
     stages = parse_concurrency(concurrency, EVAL_STAGES)
     if out is not None:
         _check_out(out)
-    _check_model_flags(model, base_url)
     judges = [load_judge_config(name) for name in judge or ["simple"]]
     golds = load_gold_set(gold, data_dir=data_dir, papers=paper)
     settings = ModelSettings(

@@ -220,6 +220,19 @@ def known_missing_key(config: ModelConfig) -> str | None:
     return None if env_value(key_env) else key_env
 
 
+def check_model_name(model: str) -> str:
+    """``model`` if it is ``provider/model`` with a registered provider or a named endpoint;
+    else :class:`ValueError` saying what is expected (nothing imported, nothing called)."""
+    name, _, rest = model.partition("/")
+    if not name or not rest:
+        example = f"openai/{rest or name or 'gpt-4o'}"
+        raise ValueError(f"expected provider/model such as {example}, got {model!r}")
+    if name not in _PROVIDERS and name not in endpoints():
+        known = ", ".join(providers() + sorted(endpoints()))
+        raise ValueError(f"unknown provider {name!r} in {model!r} (known: {known})")
+    return model
+
+
 def register_provider(name: str, factory: str | ProviderFactory) -> None:
     """Register a provider: ``"module.path:ClassName"`` or a function returning the class."""
     _PROVIDERS[name] = factory

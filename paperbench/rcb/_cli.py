@@ -22,6 +22,7 @@ from paperbench._options import (
     MaxSteps,
     MaxTime,
     Out,
+    RequiredModel,
     Resume,
     Sandbox,
     parse_concurrency,
@@ -220,7 +221,7 @@ def _verdict(outcome: TestOutcome, *, want_pass: bool) -> Text:
 
 @app.command("run")
 def rcb_run(
-    model: Annotated[str, typer.Option(metavar="PROVIDER/MODEL", help="The model that answers.")],
+    model: RequiredModel,
     rcb_dir_opt: RcbDir = None,
     base_url: BaseUrl = None,
     papers: Papers = None,
