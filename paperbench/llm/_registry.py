@@ -204,7 +204,7 @@ _BUILTIN_KEYS = {
 
 def missing_key_message(model: str, variable: str) -> str:
     """What to do about a missing key, in one line."""
-    return f"{model}: set {variable} (environment or .env) or pass --key"
+    return f"{model}: set {variable} (environment or .env)"
 
 
 def known_missing_key(config: ModelConfig) -> str | None:
