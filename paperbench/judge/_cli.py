@@ -65,6 +65,7 @@ from paperbench.judge._grader import GradeResult
 from paperbench.judge._job import GradeOptions, ModelSettings, missing_keys
 from paperbench.judge._types import LeafGrade
 from paperbench.judge._view import build_view
+from paperbench.llm import ModelConfig
 from paperbench.papers import PaperSource
 
 GRADE_STAGES = {"leaves": DEFAULT_LEAVES_AT_ONCE}
@@ -126,6 +127,20 @@ def _warn_missing_keys(judges: list[LoadedJudge], settings: ModelSettings) -> No
             f"set {name} in the environment or a .env file, or pass --base-url for a local "
             "server (cached answers are still used)"
         )
+
+
+def _probe_servers(judges: list[LoadedJudge], settings: ModelSettings) -> None:
+    """One request to each server the judges will call, before the fan-out of leaves: a
+    server that does not answer fails the command at once (see :mod:`paperbench.llm._probe`)."""
+    from paperbench.llm._probe import probe_servers
+
+    flag = "--base-url" if settings.base_url else "--model" if settings.model else "--judge"
+    servers = [
+        (flag, ModelConfig(model=settings.model or model, base_url=settings.base_url))
+        for loaded in judges
+        for model in loaded.identity.models.values()
+    ]
+    asyncio.run(probe_servers(servers))
 
 
 # --- what a failed judging says ----------------------------------------------------------
@@ -345,6 +360,7 @@ def grade(
     view = build_view(submission, executed, log=log)
     label = "+".join(j.identity.name for j in judges)
     out_dir = out or Path(f"grade-{the_paper.id}-{label}")
+    _probe_servers(judges, settings)
     if style == "papercoder":
         _papercoder(view, the_paper, judges[0], settings, reference, out_dir, as_json, samples)
         return
@@ -539,6 +555,7 @@ def judge_eval_command(
         max_connections=max_connections,
     )
     _warn_missing_keys(judges, settings)
+    _probe_servers(judges, settings)
     total = len(golds) * len(judges)
     finished = 0
 

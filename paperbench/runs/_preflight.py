@@ -1,6 +1,6 @@
 """What a group checks of its models before anything is written: that the key of every model
 it will call is set (agents and judge), so that a run never ends in a graded empty submission
-because its agent could not make one call.
+because its agent could not make one call; and that every server it calls answers.
 
 The judge of the default evaluation (the replay agent, which calls no model, and the bundled
 judge as it is) may go without its key: its leaves that need a model are then reported not
@@ -10,6 +10,8 @@ missing judge key is refused too.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from paperbench.errors import MissingKeyError
 from paperbench.llm import ModelConfig
@@ -75,3 +77,31 @@ def refuse_missing_keys(config: GroupConfig) -> None:
             f"{variables} is not set; set it in the environment or a .env file, or give "
             "--judge-base-url for a server that needs no key"
         )
+
+
+def group_servers(config: GroupConfig) -> list[tuple[str, ModelConfig]]:
+    """Each model the group calls with the flag that chose its server: the agents' and,
+    when it has its keys, the judge's."""
+    agent_flag = "--agent-base-url" if config.agent_base_url else "--agent"
+    servers = [(agent_flag, model) for _, model in agent_models(config)]
+    judge = config.judge
+    if judge.key_set:
+        flag = "--judge-base-url" if judge.base_url else "--judge"
+        models = judge.identity.get("models", {}).values()
+        servers += [
+            (flag, ModelConfig(model=judge.model or model, base_url=judge.base_url))
+            for model in sorted(set(models))
+        ]
+    return servers
+
+
+def refuse_silent_servers(config: GroupConfig) -> None:
+    """One request to each server the group's models call (not the providers' own APIs):
+    one that does not answer fails the command before anything is written.
+
+    Raises:
+        ModelUnavailableError: naming the flag and the URL.
+    """
+    from paperbench.llm._probe import probe_servers
+
+    asyncio.run(probe_servers(group_servers(config)))
