@@ -37,6 +37,7 @@ from paperbench.runs._group import (
     resolve_sandbox,
 )
 from paperbench.runs._pipeline import RunSpec
+from paperbench.runs._preflight import refuse_missing_keys, refuse_silent_servers
 from paperbench.runs._progress import GroupProgress
 from paperbench.runs._store import GROUP_FILE, GroupConfig, RunOutcome, run_keys
 from paperbench.sandbox._internal_nets import describe
@@ -70,11 +71,16 @@ def evaluate(config: EvalConfig | None = None) -> Evaluation:
     Raises:
         UsageError: a bad value, naming its flag.
         ConfigError: a bad agent or judge config (file and key path named).
+        MissingKeyError: a model the group would call has no key (see
+            :func:`~paperbench.runs._preflight.refuse_missing_keys`).
+        ModelUnavailableError: a server the group would call does not answer.
         SandboxUnavailableError: the sandbox asked for does not answer.
         ExecutorUnavailableError: the Ray cluster cannot be joined.
     """
     config = config or EvalConfig()
     planned = plan_group(config)  # every value checked before any work
+    refuse_missing_keys(planned)
+    refuse_silent_servers(planned)
     group_dir = config.runs_dir / planned.group
     refuse_existing(group_dir, planned.group)
     sandbox, reason = asyncio.run(resolve_sandbox(config.sandbox))
@@ -117,6 +123,8 @@ def resume(
     """
     group_dir = _group_dir(group, runs_dir)
     stored = check_resume(group_dir)
+    refuse_missing_keys(stored)
+    refuse_silent_servers(stored)
     settings = executor or ExecutorSettings()
     stored = stored.model_copy(
         update={

@@ -111,7 +111,8 @@ def from_options(model: type[M], values: dict[str, Any]) -> M:
         first = exc.errors()[0]
         loc = tuple(str(p) for p in first["loc"])
         named = next((where[loc[:n]] for n in (len(loc), 2, 1) if loc[:n] in where), "a value")
-        raise UsageError(f"{named}: {first['msg']}") from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise UsageError(f"{named}: {message}") from None
 
 
 def given_on_command_line(ctx: typer.Context, model: type[BaseModel]) -> list[str]:

@@ -139,17 +139,54 @@ ResourcesProvided = Annotated[
 
 # --- models ----------------------------------------------------------------------------
 
+
+def model_flag(flag: str, value: str) -> str:
+    """``value`` if a provider can serve it (``provider/model``, the provider registered or a
+    named endpoint); else :class:`UsageError` naming ``flag``, before any work."""
+    from paperbench.llm._registry import check_model_name
+
+    try:
+        return check_model_name(value)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def base_url_flag(flag: str, value: str) -> str:
+    """``value`` if it is an http(s) URL with a host; else :class:`UsageError` naming
+    ``flag``."""
+    from paperbench.llm._types import check_base_url
+
+    try:
+        return check_base_url(value)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def _check_model(param: typer.CallbackParam, value: str | None) -> str | None:
+    return None if value is None else model_flag(param.opts[0], value)
+
+
+def _check_base_url(param: typer.CallbackParam, value: str | None) -> str | None:
+    return None if value is None else base_url_flag(param.opts[0], value)
+
+
 Model = Annotated[
     str | None,
     typer.Option(
         metavar="PROVIDER/MODEL",
+        callback=_check_model,
         help="Use this model instead of the config's (e.g. openai/gpt-4o).",
     ),
+]
+RequiredModel = Annotated[
+    str,
+    typer.Option(metavar="PROVIDER/MODEL", callback=_check_model, help="The model that answers."),
 ]
 BaseUrl = Annotated[
     str | None,
     typer.Option(
         metavar="URL",
+        callback=_check_base_url,
         help="An OpenAI- or Anthropic-compatible server (its API base URL) for the model's "
         "calls; the provider prefix of the model says which protocol.",
     ),

@@ -14,6 +14,7 @@ what was expected. The CLI prints ``str(error)`` and exits 1 for bad input, 2 fo
     │   ├── MissingKeyError        no API key in the environment or .env
     │   ├── UnknownProviderError   a provider/model string with no registered provider
     │   ├── ModelRequestError      the provider refused the request (400/401/403/404)
+    │   │   └── ModelAuthError     the key was rejected or lacks the permission (401/403)
     │   ├── ModelUnavailableError  retries exhausted: 429/5xx/timeouts/dropped connections
     │   ├── StructuredOutputError  the answer never matched the requested schema
     │   ├── IncompleteAnswerError  cut off at max_tokens, refused, or empty (``stop_reason``)
@@ -83,6 +84,22 @@ class UnknownProviderError(ModelError):
 
 class ModelRequestError(ModelError):
     """The provider refused the request (400/401/403/404): retrying will not help."""
+
+
+class ModelAuthError(ModelRequestError):
+    """The provider rejected the key (``status`` 401) or denied the permission (403):
+    nothing the caller sends will change it."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self) -> tuple[object, ...]:  # a Ray worker's error reaches the driver
+        return (_auth_error, (str(self), self.status))
+
+
+def _auth_error(message: str, status: int) -> ModelAuthError:
+    return ModelAuthError(message, status=status)
 
 
 class ContextLengthError(ModelRequestError):
@@ -155,6 +172,7 @@ class ExecutorUnavailableError(PaperbenchError):
 
 
 __all__ = [
+    "OUTSIDE_MODEL_ERRORS",
     "BudgetExhaustedError",
     "ConfigError",
     "ContextLengthError",
@@ -165,6 +183,7 @@ __all__ = [
     "InputError",
     "LfsPointerError",
     "MissingKeyError",
+    "ModelAuthError",
     "ModelError",
     "ModelRequestError",
     "ModelUnavailableError",
@@ -180,3 +199,13 @@ __all__ = [
     "UnsafeArchiveError",
     "UsageError",
 ]
+
+
+OUTSIDE_MODEL_ERRORS: tuple[type[ModelError], ...] = (
+    ModelUnavailableError,
+    MissingKeyError,
+    ModelAuthError,
+)
+"""Model errors that no agent causes (no key, a key refused, the provider down past the
+retries). A rollout that meets one pauses (resumable) instead of ending with a submission
+to grade."""

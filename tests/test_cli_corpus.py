@@ -13,8 +13,10 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer.main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
@@ -886,3 +888,61 @@ def test_rcb_run_refuses_a_bad_flag_in_one_line(tmp_path: Path, case: str) -> No
     result = _run(args)
     _assert_refused(result, {1, 2}, culprit)
     assert not (tmp_path / "out" / "problems").exists()
+
+
+# --- model and URL flags on every command ------------------------------------------------
+
+_BAD_MODEL_VALUES = ["gpt-4o-mini", "nosuchprovider/x", "/x"]
+_BAD_URL_VALUES = ["localhost:8000", "ftp://host/v1", "http://"]
+
+
+def _model_and_url_flags() -> list[tuple[list[str], str, str]]:
+    """(command path, flag, bad value) for every option of every command that names a model
+    (``--model``, ``--agent-model``, ...) or a server URL (``--base-url``, ...)."""
+    found: list[tuple[list[str], str, str]] = []
+    stack: list[tuple[list[str], Any]] = [([], typer.main.get_command(app))]
+    while stack:
+        path, command = stack.pop()
+        subs = getattr(command, "commands", None)
+        if subs:
+            stack.extend(([*path, n], c) for n, c in subs.items())
+            continue
+        for param in command.params:
+            for flag in param.opts:
+                if flag.endswith("-model") or flag == "--model":
+                    found += [(path, flag, v) for v in _BAD_MODEL_VALUES]
+                elif flag.endswith("base-url"):
+                    found += [(path, flag, v) for v in _BAD_URL_VALUES]
+    return sorted(found)
+
+
+_MODEL_FLAGS = _model_and_url_flags()
+
+
+def test_the_model_and_url_flags_are_found() -> None:
+    commands = {(" ".join(path), flag) for path, flag, _ in _MODEL_FLAGS}
+    for expected in [
+        ("run", "--agent-model"),
+        ("run", "--agent-base-url"),
+        ("run", "--judge-model"),
+        ("run", "--judge-base-url"),
+        ("grade", "--model"),
+        ("grade", "--base-url"),
+        ("judge-eval", "--model"),
+        ("rollout", "--base-url"),
+        ("rcb run", "--model"),
+        ("models check", "--base-url"),
+    ]:
+        assert expected in commands, (expected, sorted(commands))
+
+
+@pytest.mark.parametrize(("path", "flag", "value"), _MODEL_FLAGS, ids=lambda v: str(v))
+def test_every_model_and_url_flag_refuses_a_value_that_cannot_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: list[str], flag: str, value: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = _run([*path, flag, value], env=_NO_KEYS)
+    _assert_refused(result, {2}, f"error: {flag}: ")
+    assert result.output.strip().count("\n") == 0, result.output  # one line
+    assert repr(value) in result.output, result.output
+    assert list(tmp_path.iterdir()) == []  # no folder, no file

@@ -81,6 +81,7 @@ PUBLIC: dict[str, list[str]] = {
         "write_report",
     ],
     "paperbench.errors": [
+        "OUTSIDE_MODEL_ERRORS",
         "BudgetExhaustedError",
         "ConfigError",
         "ContextLengthError",
@@ -91,6 +92,7 @@ PUBLIC: dict[str, list[str]] = {
         "InputError",
         "LfsPointerError",
         "MissingKeyError",
+        "ModelAuthError",
         "ModelError",
         "ModelRequestError",
         "ModelUnavailableError",

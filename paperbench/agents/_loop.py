@@ -34,10 +34,10 @@ from paperbench.agents._context import ContextFitter, render_turns, split_turns
 from paperbench.agents._tools import ToolSet, run_tool, tool_defs
 from paperbench.agents._transcript import MessageEvent, ModelCallEvent, NoteEvent
 from paperbench.errors import (
+    OUTSIDE_MODEL_ERRORS,
     BudgetExhaustedError,
     ContextLengthError,
     ModelError,
-    ModelUnavailableError,
 )
 from paperbench.llm import (
     AssistantMessage,
@@ -130,8 +130,8 @@ class ToolLoopAgent(Agent):
             except BudgetExhaustedError as exc:
                 self._note(ctx, "limit", str(exc), {"limit": "dollars"})
                 return AgentOutcome(status="limit", limit="dollars", summary=str(exc))
-            except ModelUnavailableError:
-                raise  # an outage: the rollout pauses the run, resumable
+            except OUTSIDE_MODEL_ERRORS:
+                raise  # an outage or a key: the rollout pauses the run, resumable
             except ModelError as exc:
                 self._note(ctx, "error", str(exc))
                 return AgentOutcome(status="error", error=str(exc))
@@ -363,7 +363,9 @@ class ToolLoopAgent(Agent):
             )
         try:
             out = await self.model.generate(request, max_tokens=2_000, label="context_summary")
-        except (BudgetExhaustedError, ModelUnavailableError):
+        except BudgetExhaustedError:
+            raise
+        except OUTSIDE_MODEL_ERRORS:
             raise
         except ModelError as exc:
             self._note(ctx, "context_summary_failed", f"no summary of the dropped turns: {exc}")

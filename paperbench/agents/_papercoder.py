@@ -63,7 +63,7 @@ from paperbench.agents._papercoder_parts import (
     parse_json_answer,
 )
 from paperbench.agents._transcript import MessageEvent, ModelCallEvent, NoteEvent, ToolEvent
-from paperbench.errors import ModelError, ModelUnavailableError, SandboxError, SandboxLostError
+from paperbench.errors import OUTSIDE_MODEL_ERRORS, ModelError, SandboxError, SandboxLostError
 from paperbench.llm import AssistantMessage, Message, Model, ModelOutput, SystemMessage, UserMessage
 
 _T = TypeVar("_T")
@@ -110,8 +110,10 @@ class PapercoderAgent(Agent):
         except LimitReached as exc:
             pipeline.note("limit", str(exc))
             return AgentOutcome(status="limit", limit=exc.kind, error=str(exc))
-        except (ModelUnavailableError, SandboxLostError):
-            raise  # the rollout pauses, or goes on in a new sandbox
+        except OUTSIDE_MODEL_ERRORS:
+            raise  # the rollout pauses
+        except SandboxLostError:
+            raise  # the rollout goes on in a new sandbox
         except (_Failed, ModelError, SandboxError) as exc:
             if not await ctx.sandbox.alive():
                 raise SandboxLostError(f"the sandbox is gone ({exc})") from exc

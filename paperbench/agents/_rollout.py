@@ -101,6 +101,7 @@ from paperbench.agents._transcript import (
     TranscriptEvent,
 )
 from paperbench.errors import (
+    OUTSIDE_MODEL_ERRORS,
     BudgetExhaustedError,
     ConfigError,
     ModelUnavailableError,
@@ -561,6 +562,10 @@ async def _attempt(session: _Session) -> None:
         session.paused = RolloutPausedError(
             session.run.out, "provider", f"the model provider is unavailable: {exc}"
         )
+    except OUTSIDE_MODEL_ERRORS as exc:  # no key, or a key refused: not the agent's doing
+        session.paused = RolloutPausedError(
+            session.run.out, "provider", f"the model cannot be called: {exc}"
+        )
     except SandboxError as exc:
         tried = (
             f" ({plural(session.run.restarts, 'restart')} used)"
@@ -799,8 +804,8 @@ async def _run_agent(agent: Agent, ctx: RunContext, run: _Run, sb: Sandbox) -> A
         return AgentOutcome(status="limit", limit=exc.kind, error=None, summary=str(exc))
     except BudgetExhaustedError as exc:
         return AgentOutcome(status="limit", limit="dollars", summary=str(exc))
-    except ModelUnavailableError:
-        raise  # the provider stayed down past the retries: the run pauses
+    except OUTSIDE_MODEL_ERRORS:
+        raise  # no key, a key refused, the provider down past the retries: the run pauses
     except SandboxError as exc:
         if isinstance(exc, SandboxLostError) or not await sb.alive():
             raise  # the sandbox is gone: the run goes on in a new one

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from pydantic import ValidationError
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -93,18 +92,6 @@ JudgeOption = Annotated[
 # --- checks of the flags -----------------------------------------------------------------
 
 
-def _check_model_flags(model: str | None, base_url: str | None) -> None:
-    """A malformed --model or --base-url is a usage error before any work."""
-    for flag, values in (("--model", {"model": model}), ("--base-url", {"base_url": base_url})):
-        if values[next(iter(values))] is None:
-            continue
-        try:
-            ModelConfig.model_validate({"model": "openai/x", **values})
-        except ValidationError as exc:
-            message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
-            raise UsageError(f"{flag}: {message}") from None
-
-
 def _check_ensemble(judges: list[LoadedJudge], style: str) -> None:
     """Several configs: each needs its own plain folder name, and only rubric grading."""
     if style == "papercoder":
@@ -140,6 +127,20 @@ def _warn_missing_keys(judges: list[LoadedJudge], settings: ModelSettings) -> No
             f"set {name} in the environment or a .env file, or pass --base-url for a local "
             "server (cached answers are still used)"
         )
+
+
+def _probe_servers(judges: list[LoadedJudge], settings: ModelSettings) -> None:
+    """One request to each server the judges will call, before the fan-out of leaves: a
+    server that does not answer fails the command at once (see :mod:`paperbench.llm._probe`)."""
+    from paperbench.llm._probe import probe_servers
+
+    flag = "--base-url" if settings.base_url else "--model" if settings.model else "--judge"
+    servers = [
+        (flag, ModelConfig(model=settings.model or model, base_url=settings.base_url))
+        for loaded in judges
+        for model in loaded.identity.models.values()
+    ]
+    asyncio.run(probe_servers(servers))
 
 
 # --- what a failed judging says ----------------------------------------------------------
@@ -351,7 +352,6 @@ def grade(
         _check_ensemble(judges, style)
     the_paper = PaperSource.resolve(data_dir).load(paper)
     the_paper.require_usable(texts_only=True)  # the texts the judge reads: no LFS pointer
-    _check_model_flags(model, base_url)
     settings = ModelSettings(
         model=model,
         base_url=base_url,
@@ -361,6 +361,7 @@ def grade(
     view = build_view(submission, executed, log=log)
     label = "+".join(j.identity.name for j in judges)
     out_dir = out or Path(f"grade-{the_paper.id}-{label}")
+    _probe_servers(judges, settings)
     if style == "papercoder":
         _papercoder(view, the_paper, judges[0], settings, reference, out_dir, as_json, samples)
         return
@@ -546,7 +547,6 @@ def judge_eval_command(
     stages = parse_concurrency(concurrency, EVAL_STAGES)
     if out is not None:
         _check_out(out)
-    _check_model_flags(model, base_url)
     judges = [load_judge_config(name) for name in judge or ["simple"]]
     golds = load_gold_set(gold, data_dir=data_dir, papers=paper)
     settings = ModelSettings(
@@ -556,6 +556,7 @@ def judge_eval_command(
         max_connections=max_connections,
     )
     _warn_missing_keys(judges, settings)
+    _probe_servers(judges, settings)
     total = len(golds) * len(judges)
     finished = 0
 

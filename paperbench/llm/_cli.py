@@ -12,7 +12,7 @@ from rich.table import Table
 
 from paperbench._console import console, error
 from paperbench._options import BaseUrl, parse_duration
-from paperbench.errors import PaperbenchError
+from paperbench.errors import MissingKeyError, PaperbenchError
 from paperbench.llm._costs import PriceTable
 from paperbench.llm._model import Model
 from paperbench.llm._registry import endpoints, known_missing_key, missing_key_message
@@ -46,7 +46,7 @@ async def _check_one(config: ModelConfig) -> list[CheckRow]:
     rows: list[CheckRow] = []
     missing = known_missing_key(config)
     if missing is not None:  # said at once, before the provider's SDK is loaded
-        why = missing_key_message(config.model, missing)
+        why = f"{missing_key_message(config.model, missing)} or pass --key"
         return [CheckRow(model=config.model, call="-", ok=False, error=why)]
     try:
         async with Model(config, stage="check") as model:
@@ -57,7 +57,9 @@ async def _check_one(config: ModelConfig) -> list[CheckRow]:
             )
             rows.append(_row(config.model, "structured", structured))
     except PaperbenchError as exc:  # a model error, or a bad options block or price file
-        rows.append(CheckRow(model=config.model, call="-", ok=False, error=str(exc)))
+        key = isinstance(exc, MissingKeyError) or getattr(exc, "status", None) == 401
+        why = f"{exc} or pass --key" if key else str(exc)  # this command takes the key
+        rows.append(CheckRow(model=config.model, call="-", ok=False, error=why))
     return rows
 
 

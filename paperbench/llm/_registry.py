@@ -204,7 +204,7 @@ _BUILTIN_KEYS = {
 
 def missing_key_message(model: str, variable: str) -> str:
     """What to do about a missing key, in one line."""
-    return f"{model}: set {variable} (environment or .env) or pass --key"
+    return f"{model}: set {variable} (environment or .env)"
 
 
 def known_missing_key(config: ModelConfig) -> str | None:
@@ -218,6 +218,19 @@ def known_missing_key(config: ModelConfig) -> str | None:
     if config.api_key is not None or config.base_url is not None or env_value(base_url_env):
         return None
     return None if env_value(key_env) else key_env
+
+
+def check_model_name(model: str) -> str:
+    """``model`` if it is ``provider/model`` with a registered provider or a named endpoint;
+    else :class:`ValueError` saying what is expected (nothing imported, nothing called)."""
+    name, _, rest = model.partition("/")
+    if not name or not rest:
+        example = f"openai/{rest or name or 'gpt-4o'}"
+        raise ValueError(f"expected provider/model such as {example}, got {model!r}")
+    if name not in _PROVIDERS and name not in endpoints():
+        known = ", ".join(providers() + sorted(endpoints()))
+        raise ValueError(f"unknown provider {name!r} in {model!r} (known: {known})")
+    return model
 
 
 def register_provider(name: str, factory: str | ProviderFactory) -> None:

@@ -22,7 +22,12 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from paperbench._console import plural
-from paperbench.errors import ContextLengthError, ModelRequestError, ModelUnavailableError
+from paperbench.errors import (
+    ContextLengthError,
+    ModelAuthError,
+    ModelRequestError,
+    ModelUnavailableError,
+)
 
 log = logging.getLogger("paperbench.llm")
 
@@ -148,10 +153,13 @@ def status_error(
             f"HTTP {status}: {message}", retry_after=parse_retry_after(headers), status=status
         )
     if status == 401:
-        why = f"the API key was rejected (HTTP 401: {message}); check {key_hint} or pass --key"
-    elif status == 403:
-        why = f"permission denied (HTTP 403: {message})"
-    elif status == 404:
+        return ModelAuthError(
+            f"{model}: the API key was rejected (HTTP 401: {message}); check {key_hint}",
+            status=401,
+        )
+    if status == 403:
+        return ModelAuthError(f"{model}: permission denied (HTTP 403: {message})", status=403)
+    if status == 404:
         why = f"unknown model or wrong base URL (HTTP 404: {message})"
     else:
         why = f"request refused (HTTP {status}: {message})"

@@ -22,6 +22,7 @@ from paperbench._options import (
     MaxSteps,
     MaxTime,
     Out,
+    RequiredModel,
     Resume,
     Sandbox,
     parse_concurrency,
@@ -220,7 +221,7 @@ def _verdict(outcome: TestOutcome, *, want_pass: bool) -> Text:
 
 @app.command("run")
 def rcb_run(
-    model: Annotated[str, typer.Option(metavar="PROVIDER/MODEL", help="The model that answers.")],
+    model: RequiredModel,
     rcb_dir_opt: RcbDir = None,
     base_url: BaseUrl = None,
     papers: Papers = None,
@@ -274,6 +275,7 @@ def rcb_run(
         max_time_s=max_time,
     )
     slots = parse_concurrency(concurrency, {"tests": 4, "agents": 2})
+    _probe_server(model, base_url)
     summary = asyncio.run(
         run_rcb(
             rcb_dir(rcb_dir_opt),
@@ -292,6 +294,15 @@ def rcb_run(
     _print_summary(summary)
     console.print(f"summary: {folder / 'summary.json'}")
     console.print(f"report: {index}")
+
+
+def _probe_server(model: str, base_url: str | None) -> None:
+    """A server that does not answer fails the run before the fan-out of calls."""
+    from paperbench.llm import ModelConfig
+    from paperbench.llm._probe import probe_servers
+
+    flag = "--base-url" if base_url else "--model"
+    asyncio.run(probe_servers([(flag, ModelConfig(model=model, base_url=base_url))]))
 
 
 @app.command("report")

@@ -11,10 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from paperbench import _options as opt
 from paperbench._model_options import Flag
+from paperbench.llm._registry import check_model_name
+from paperbench.llm._types import check_base_url
 from paperbench.sandbox._internal_nets import IPNetwork
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -35,7 +37,21 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class JudgeSettings(_Section):
+class _ModelSection(_Section):
+    """A section naming a model and its server: both checked as given, before any work."""
+
+    @field_validator("model", check_fields=False)
+    @classmethod
+    def _check_model(cls, value: str | None) -> str | None:
+        return None if value is None else check_model_name(value)
+
+    @field_validator("base_url", check_fields=False)
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_base_url(value)
+
+
+class JudgeSettings(_ModelSection):
     """Who grades the runs."""
 
     config: Annotated[str, Flag("--judge", metavar="CONFIG")] = Field(
@@ -52,7 +68,7 @@ class JudgeSettings(_Section):
     )
 
 
-class AgentSettings(_Section):
+class AgentSettings(_ModelSection):
     """What every rollout of the group gets over its agent config's own settings."""
 
     model: Annotated[str | None, Flag("--agent-model", metavar="PROVIDER/MODEL")] = Field(

@@ -187,9 +187,7 @@ def test_stage_budget(fake_llm: FakeLLMServer) -> None:
 def test_missing_key_is_one_clear_line() -> None:
     with pytest.raises(MissingKeyError) as info:
         gen(Model("openai/gpt-4o"), "hi")
-    assert (
-        str(info.value) == "openai/gpt-4o: set OPENAI_API_KEY (environment or .env) or pass --key"
-    )
+    assert str(info.value) == "openai/gpt-4o: set OPENAI_API_KEY (environment or .env)"
     with pytest.raises(MissingKeyError, match="ANTHROPIC_API_KEY"):
         gen(Model("anthropic/claude-haiku-4-5"), "hi")
 
