@@ -3,16 +3,28 @@ the terminal's tables, the HTML report) come from what ran."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from paperbench.cli import app
+from paperbench.runs._progress import GroupProgress
+from paperbench.runs._store import GROUP_LOG
+from paperbench.sandbox._local_gc import reap_local_orphans
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall
 from tests.judge.conftest import fake_llm  # noqa: F401  (a fixture used here)
+from tests.runs.groups import sleeper_agent
 
 PAPER = "calibration-binning"
 
@@ -53,3 +65,61 @@ def test_the_leaderboard_names_the_model_that_ran_not_the_configs_default(
     index = _text((group / "report" / "index.html").read_text())
     assert "basic openai/gpt-4o-mini" in index
     assert "gpt-4o " not in index.replace("gpt-4o-mini", "")
+
+    # --resume on the finished group: one line, nothing re-run, no old start line again
+    again = CliRunner().invoke(app, ["run", "--resume", str(group)], env={"COLUMNS": "200"})
+    assert again.exit_code == 0, again.output
+    assert f"group g in {group} is finished (1 run: 1 scored); nothing to re-run" in again.output
+    assert "started" not in again.output and "resuming" not in again.output
+    assert len(fake_llm.requests) == 1
+    assert json.loads((group / "summary.json").read_text())["agents"][0]["model"] == (
+        "openai/gpt-4o-mini"
+    )
+
+
+def test_a_resumed_display_prints_only_the_lines_of_its_own_work(tmp_path: Path) -> None:
+    old = "2026-01-01T00:00:00 p/a/seed-0: rollout: started (attempt 1)\n"
+    (tmp_path / GROUP_LOG).write_text(old)
+    progress = GroupProgress(tmp_path, [])
+    new = "2026-01-01T00:01:00 p/a/seed-0: grading: started (attempt 1)\n"
+    with (tmp_path / GROUP_LOG).open("a") as log:
+        log.write(new)
+    out = io.StringIO()
+
+    async def show() -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        await progress.show(Console(file=out, width=200), done)
+
+    asyncio.run(show())
+    assert new.strip() in out.getvalue() and old.strip() not in out.getvalue()
+
+
+def test_an_interrupted_run_names_its_own_group_in_the_resume_hint(tmp_path: Path) -> None:
+    """No --group: the hint names the group's folder (its default name), not a
+    placeholder."""
+    agent = sleeper_agent(tmp_path / "agent", 60)
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-c", "from paperbench.cli import main; main()", "run"]
+    cmd += ["--agent", str(agent), "--papers", PAPER, "--judge", "dummy", "--sandbox", "local"]
+    cmd += ["--runs-dir", str(runs)]
+    sandboxes = tmp_path / "sandboxes"  # the local backend's workspaces go to TMPDIR
+    sandboxes.mkdir()
+    env = {**os.environ, "TMPDIR": str(sandboxes), "COLUMNS": "200"}
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=pipe, stderr=pipe, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(runs.glob(f"*/{PAPER}/sleeper/seed-0/reproduction")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        reap_local_orphans(sandboxes)
+    (group,) = runs.iterdir()
+    assert proc.returncode == 130, err
+    assert f"interrupted: continue with `paperbench run --resume {group}`" in err
