@@ -36,7 +36,7 @@ def _identity_line(s: Summary) -> str:
     judge = s.judge
     roles = judge.role_models()
     models = ", ".join(f"{role} {model}" for role, model in sorted(roles.items()))
-    if judge.model_override:
+    if judge.model_override and all(m == judge.model_override for m in roles.values()):
         models = f"every role on {judge.model_override}"
         if roles:
             config = ", ".join(f"{role} {model}" for role, model in sorted(judge.models.items()))

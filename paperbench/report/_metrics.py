@@ -53,13 +53,19 @@ class JudgeInfo(_Model):
     models: dict[str, str] = Field(default_factory=dict)
     model_override: str | None = None
     """``--judge-model``: one model for every role instead of the config's."""
+    called: dict[str, list[str]] = Field(default_factory=dict)
+    """Role → the models its calls named, from the runs' grading cost records (calls
+    refused before sending included): what the grading called."""
 
     def role_models(self) -> dict[str, str]:
-        """Role → the model that role was graded with: the override for every role when
-        there is one, else the config's."""
-        if self.model_override is None:
-            return dict(self.models)
-        return dict.fromkeys(self.models, self.model_override)
+        """Role → the model that role was graded with: the models its calls named; for a
+        role not called yet, the override when there is one, else the config's."""
+        planned = (
+            dict(self.models)
+            if self.model_override is None
+            else dict.fromkeys(self.models, self.model_override)
+        )
+        return {**planned, **{role: ", ".join(models) for role, models in self.called.items()}}
 
 
 class JudgeMismatch(_Model):
@@ -286,7 +292,23 @@ def run_page(paper: str, agent: str, seed: int) -> str:
     return f"runs/{paper}--{agent}--seed-{seed}.html"
 
 
-def judge_info(config: GroupConfig) -> JudgeInfo:
+JUDGE_LABEL_PREFIX = "judge_"
+"""A judge call's label is its role with this prefix (``judge_grading``), or the role itself
+(``parsing``)."""
+
+
+def called_models(records: Iterable[CostRecord]) -> dict[str, list[str]]:
+    """Role → the models its grading calls named, sorted."""
+    found: dict[str, set[str]] = {}
+    for record in records:
+        role = record.label.removeprefix(JUDGE_LABEL_PREFIX)
+        found.setdefault(role, set()).add(record.model)
+    return {role: sorted(models) for role, models in sorted(found.items())}
+
+
+def judge_info(config: GroupConfig, grading: Iterable[CostRecord] = ()) -> JudgeInfo:
+    """The group's judge, with the models its grading calls named (``grading``: the runs'
+    grading cost records)."""
     identity = config.judge.identity
     models = identity.get("models")
     return JudgeInfo(
@@ -296,6 +318,7 @@ def judge_info(config: GroupConfig) -> JudgeInfo:
         sha256=identity.get("sha256"),
         models=dict(models) if isinstance(models, dict) else {},
         model_override=config.judge.model,
+        called=called_models(grading),
     )
 
 
@@ -511,7 +534,7 @@ def summarize_group(files: GroupFiles) -> Summary:
     all_records = [r for run in files.runs for r in (*run.rollout_costs, *run.grading_costs)]
     return Summary(
         group=config.group,
-        judge=judge_info(config),
+        judge=judge_info(config, [r for run in files.runs for r in run.grading_costs]),
         judge_mismatches=mismatches,
         paper_set=config.paper_set,
         papers=list(config.papers),

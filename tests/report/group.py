@@ -490,3 +490,17 @@ def corrupt(path: Path, text: str = '{"status": "scored",, }') -> Path:
 
 def dump(data: Any) -> str:
     return json.dumps(data, indent=2)
+
+
+def judge_model_override(group_dir: Path, model: str) -> None:
+    """The group as graded under ``--judge-model model``: group.json says so and every
+    grading call named it."""
+    config = json.loads((group_dir / "group.json").read_text())
+    config["judge"]["model"] = model
+    (group_dir / "group.json").write_text(json.dumps(config))
+    for costs in group_dir.rglob("grading/costs.jsonl"):
+        records = [CostRecord.model_validate_json(line) for line in costs.read_text().splitlines()]
+        text = "".join(
+            r.model_copy(update={"model": model}).model_dump_json() + "\n" for r in records
+        )
+        costs.write_text(text)

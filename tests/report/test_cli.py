@@ -12,7 +12,7 @@ from typer.testing import CliRunner, Result
 
 from paperbench.cli import app
 from paperbench.report import Summary
-from tests.report.group import FLAGGED_REASON, build_group, corrupt
+from tests.report.group import FLAGGED_REASON, build_group, corrupt, judge_model_override
 
 runner = CliRunner()
 
@@ -272,9 +272,7 @@ def test_flagged_and_disqualified_runs_are_marked_with_why(tmp_path: Path) -> No
 
 def test_the_judge_models_line_is_true_per_role_under_judge_model(tmp_path: Path) -> None:
     group = build_group(tmp_path)
-    config = json.loads((group / "group.json").read_text())
-    config["judge"]["model"] = "openai/gpt-4o"
-    (group / "group.json").write_text(json.dumps(config))
+    judge_model_override(group, "openai/gpt-4o")
     result = _run(str(group))
     assert result.exit_code == 0, result.output
     identity = result.stdout.splitlines()[0]
@@ -337,3 +335,15 @@ def test_one_agent_config_whose_runs_ran_two_models_is_two_rows(tmp_path: Path) 
     board = index[index.index('id="leaderboard"') : index.index("</table>")]
     assert board.count('<td class="mono id">agent-a</td>') == 2 and "openai/gpt-4o-mini" in board
     assert '<th class="num">agent-a (openai/gpt-4o-mini)</th>' in index
+
+
+def test_the_judge_models_are_those_its_grading_calls_named(tmp_path: Path) -> None:
+    """A role's model comes from the grading cost records (here two models graded), not
+    from the judge config (o3-mini)."""
+    group = build_group(tmp_path)
+    result = _run(str(group), "--no-html")
+    assert result.exit_code == 0, result.output
+    summary = Summary.model_validate_json((group / "summary.json").read_text())
+    assert summary.judge.called == {"grading": ["local/x", "openai/o3-mini"]}
+    identity = result.stdout.splitlines()[0]
+    assert "grading local/x, openai/o3-mini" in identity

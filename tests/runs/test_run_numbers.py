@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,9 @@ from paperbench.cli import app
 from paperbench.runs._progress import GroupProgress
 from paperbench.runs._store import GROUP_LOG
 from paperbench.sandbox._local_gc import reap_local_orphans
-from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall
+from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, Fault, RecordedRequest
 from tests.judge.conftest import fake_llm  # noqa: F401  (a fixture used here)
+from tests.judge.scripted import ScriptedJudge
 from tests.runs.groups import sleeper_agent
 
 PAPER = "calibration-binning"
@@ -34,23 +36,32 @@ def _text(html: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
 
 
+def _agent_or_judge(request: RecordedRequest) -> FakeReply | Fault:
+    """The agent's call (it offers tools) submits at once; the judge's get a verdict of 1
+    per criterion."""
+    if request.body.get("tools"):
+        return FakeReply(tool_calls=(FakeToolCall(name="submit", arguments={"summary": "x"}),))
+    return ScriptedJudge(lambda text: 1.0)(request)
+
+
 def test_the_leaderboard_names_the_model_that_ran_not_the_configs_default(
     tmp_path: Path,
     fake_llm: FakeLLMServer,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """basic's config says openai/gpt-4o; --agent-model openai/gpt-4o-mini is what runs, and
-    every table says so."""
+    """basic's config says openai/gpt-4o and the simple judge's grading role o3-mini;
+    --agent-model and --judge-model are what ran, and every table says so."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-fake-server")
-    fake_llm.script(
-        FakeReply(tool_calls=(FakeToolCall(name="submit", arguments={"summary": "done"}),))
-    )
+    fake_llm.handler = _agent_or_judge
     args = ["run", "--agent", "basic", "--agent-model", "openai/gpt-4o-mini"]
-    args += ["--agent-base-url", fake_llm.openai_url, "--papers", PAPER, "--judge", "dummy"]
+    args += ["--agent-base-url", fake_llm.openai_url, "--papers", PAPER]
+    args += ["--judge-model", "openai/gpt-4.1-mini", "--judge-base-url", fake_llm.openai_url]
     args += ["--skip-reproduction", "--sandbox", "local", "--runs-dir", str(tmp_path / "runs")]
     result = CliRunner().invoke(app, [*args, "--group", "g"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert [r.body["model"] for r in fake_llm.requests] == ["gpt-4o-mini"]
+    asked = Counter(r.body["model"] for r in fake_llm.requests)
+    assert asked["gpt-4o-mini"] == 1 and set(asked) == {"gpt-4o-mini", "gpt-4.1-mini"}
+    sent = len(fake_llm.requests)
     group = tmp_path / "runs" / "g"
     status = json.loads((group / PAPER / "basic" / "seed-0" / "status.json").read_text())
     assert status["model"] == "openai/gpt-4o-mini"
@@ -59,19 +70,26 @@ def test_the_leaderboard_names_the_model_that_ran_not_the_configs_default(
     [row] = summary["agents"]
     assert (row["agent"], row["model"], row["label"]) == ("basic", "openai/gpt-4o-mini", "basic")
     assert [r["model"] for r in summary["runs"]] == ["openai/gpt-4o-mini"]
-    board = next(line for line in result.stdout.splitlines() if line.startswith("│ basic "))
-    assert "openai/gpt-4o-mini" in board
+    assert summary["judge"]["called"] == {"grading": ["openai/gpt-4.1-mini"]}
+    lines = result.stdout.splitlines()
+    board = next(line for line in lines if line.startswith("│ basic "))
+    assert board.split("│")[2].strip() == "openai/gpt-4o-mini"
+    identity = next(line for line in lines if line.startswith("judge simple "))
+    assert "every role on openai/gpt-4.1-mini, instead of the config's grading openai/o3-mini" in (
+        identity
+    )
     assert "openai/gpt-4o " not in result.stdout and "openai/gpt-4o\n" not in result.stdout
     index = _text((group / "report" / "index.html").read_text())
     assert "basic openai/gpt-4o-mini" in index
+    assert "Models grading: openai/gpt-4.1-mini (config: openai/o3-mini" in index
     assert "gpt-4o " not in index.replace("gpt-4o-mini", "")
 
     # --resume on the finished group: one line, nothing re-run, no old start line again
     again = CliRunner().invoke(app, ["run", "--resume", str(group)], env={"COLUMNS": "200"})
     assert again.exit_code == 0, again.output
-    assert f"group g in {group} is finished (1 run: 1 scored); nothing to re-run" in again.output
+    assert f"group g in {group} is finished (1 run: 1 unscored); nothing to re-run" in again.output
     assert "started" not in again.output and "resuming" not in again.output
-    assert len(fake_llm.requests) == 1
+    assert len(fake_llm.requests) == sent
     assert json.loads((group / "summary.json").read_text())["agents"][0]["model"] == (
         "openai/gpt-4o-mini"
     )
