@@ -491,7 +491,7 @@ def _unscored_reason(
     cause = f"no key for {', '.join(models)}: {plural(len(no_key), 'leaf', 'leaves')} not graded"
     if len(no_key) < summary.invalid_leaves:
         return f"{cause}; {coverage}"
-    return f"{cause} (coverage {summary.coverage:.1%}, below the judge's threshold {threshold:.0%})"
+    return f"{cause}; coverage {summary.coverage:.1%}, below the judge's threshold {threshold:.0%}"
 
 
 def _result(

@@ -82,7 +82,7 @@ def test_the_no_argument_run_completes_with_coverage_and_no_invented_grade(
         assert outcome.coverage is not None and 0 < outcome.coverage < 1  # check leaves ran
         # the reason names the cause first: the key, and the leaves it left
         cause = f"no key for openai/o3-mini: {outcome.invalid_leaves} leaves not graded"
-        assert outcome.reason is not None and outcome.reason.startswith(cause + " (coverage ")
+        assert outcome.reason is not None and outcome.reason.startswith(cause + "; coverage ")
         causes.append(cause)
         state = RunState.model_validate_json((run / "run.json").read_text())
         assert [s.status for s in state.stages.values()] == ["done"] * 4
