@@ -12,6 +12,7 @@ does, on one typed :class:`~paperbench.runs.EvalConfig`.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -36,7 +37,7 @@ from paperbench.runs._group import (
     refuse_existing,
     resolve_sandbox,
 )
-from paperbench.runs._pipeline import RunSpec
+from paperbench.runs._pipeline import RunSpec, load_outcome
 from paperbench.runs._preflight import refuse_missing_keys, refuse_silent_servers
 from paperbench.runs._progress import GroupProgress
 from paperbench.runs._store import GROUP_FILE, GroupConfig, RunOutcome, run_keys
@@ -123,8 +124,6 @@ def resume(
     """
     group_dir = _group_dir(group, runs_dir)
     stored = check_resume(group_dir)
-    refuse_missing_keys(stored)
-    refuse_silent_servers(stored)
     settings = executor or ExecutorSettings()
     stored = stored.model_copy(
         update={
@@ -132,6 +131,20 @@ def resume(
             "max_connections": settings.max_connections,
         }
     )
+    finished = _finished(group_dir, stored)
+    if finished is not None:
+        counts = Counter(o.status for o in finished)
+        said = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        console.print(
+            f"group {stored.group} in {group_dir} is finished ({plural(len(finished), 'run')}: "
+            f"{said}); nothing to re-run"
+        )
+        summary = (
+            write_report(group_dir) if report else summarize_group(read_group_files(group_dir))
+        )
+        return Evaluation(group_dir=group_dir, outcomes=finished, summary=summary)
+    refuse_missing_keys(stored)  # only work still to do can need a key or a server
+    refuse_silent_servers(stored)
     runner = build_executor(settings)
     try:
         console.print(f"resuming group {stored.group} in {group_dir}")
@@ -141,6 +154,14 @@ def resume(
         return _finish(group_dir, stored, runner, report)
     finally:
         runner.close()
+
+
+def _finished(group_dir: Path, config: GroupConfig) -> list[RunOutcome] | None:
+    """Every run's outcome when each has one that a resume leaves as it is (none failed),
+    else None."""
+    outcomes = [load_outcome(key.folder(group_dir)) for key in run_keys(config)]
+    done = [o for o in outcomes if o is not None and o.status != "failed"]
+    return done if len(done) == len(outcomes) else None
 
 
 def _group_dir(group: str | Path, runs_dir: Path) -> Path:

@@ -60,6 +60,7 @@ from paperbench.rubric import (
     GradedTaskNode,
     NodePath,
     TaskNode,
+    TreeSummary,
     aggregate,
     code_dev,
     cut_at_depth,
@@ -467,6 +468,32 @@ async def grade_submission(
     return result
 
 
+def _unscored_reason(
+    summary: TreeSummary,
+    threshold: float,
+    grades: dict[NodePath, LeafGrade],
+    ledger: CostLedger,
+) -> str:
+    """Why a grading is unscored, its cause first when it is a missing key: the models whose
+    calls were refused for want of one (the ledger's unsent calls with a not-graded leaf's
+    error) and the leaves they left."""
+    coverage = (
+        f"coverage {summary.coverage:.1%} is below the judge's threshold {threshold:.0%}: "
+        f"{plural(summary.invalid_leaves, 'leaf', 'leaves')} without a valid grade"
+    )
+    no_key = [
+        g for g in grades.values() if g.source == "llm" and g.reason == "not_graded" and g.error
+    ]
+    errors = {g.error for g in no_key}
+    models = sorted({r.model for r in ledger.records if not r.sent and r.error in errors})
+    if not no_key or not models:
+        return coverage
+    cause = f"no key for {', '.join(models)}: {plural(len(no_key), 'leaf', 'leaves')} not graded"
+    if len(no_key) < summary.invalid_leaves:
+        return f"{cause}; {coverage}"
+    return f"{cause}; coverage {summary.coverage:.1%}, below the judge's threshold {threshold:.0%}"
+
+
 def _result(
     paper: Paper,
     judge: LoadedJudge,
@@ -506,12 +533,7 @@ def _result(
         score=None if unscored else summary.root_score,
         partial_score=summary.root_score,
         unscored=unscored,
-        unscored_reason=(
-            f"coverage {summary.coverage:.1%} is below the judge's threshold {threshold:.0%}: "
-            f"{plural(summary.invalid_leaves, 'leaf', 'leaves')} without a valid grade"
-            if unscored
-            else None
-        ),
+        unscored_reason=_unscored_reason(summary, threshold, grades, ledger) if unscored else None,
         coverage=summary.coverage,
         coverage_threshold=threshold,
         leaves=summary.leaves,

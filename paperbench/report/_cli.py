@@ -36,7 +36,7 @@ def _identity_line(s: Summary) -> str:
     judge = s.judge
     roles = judge.role_models()
     models = ", ".join(f"{role} {model}" for role, model in sorted(roles.items()))
-    if judge.model_override:
+    if judge.model_override and all(m == judge.model_override for m in roles.values()):
         models = f"every role on {judge.model_override}"
         if roles:
             config = ", ".join(f"{role} {model}" for role, model in sorted(judge.models.items()))
@@ -51,6 +51,7 @@ def _identity_line(s: Summary) -> str:
 def _leaderboard(s: Summary) -> Table:
     table = Table(title=f"{s.group}: leaderboard")
     table.add_column("agent", overflow="fold")
+    table.add_column("model", overflow="fold")
     columns = ["score ± SE", "failures as 0", "scored/runs", "coverage", "flagged", "cost"]
     for column in columns:
         table.add_column(column, justify="right", no_wrap=True)
@@ -60,6 +61,7 @@ def _leaderboard(s: Summary) -> Table:
             counted += f" ({plural(len(a.incomplete_seeds), 'seed')} incomplete)"
         table.add_row(
             Text(printable(a.agent)),
+            Text(printable(a.model or "-")),
             _estimate(a.score),
             _estimate(a.failures_as_zero),
             counted,
@@ -74,7 +76,7 @@ def _papers(s: Summary) -> Table:
     table = Table(title="score per paper (counted seeds / runs)")
     table.add_column("paper", overflow="fold")
     for a in s.agents:
-        table.add_column(Text(printable(a.agent)), justify="right", overflow="fold")
+        table.add_column(Text(printable(a.label or a.agent)), justify="right", overflow="fold")
     for index, paper in enumerate(s.papers):
         cells = []
         for a in s.agents:
@@ -146,7 +148,7 @@ def _costs(s: Summary) -> Table:
     table.add_column("refused unsent", justify="right")
     table.add_column("cost", justify="right", no_wrap=True)
     groups = [("stage", s.costs.by_stage), ("model", s.costs.by_model)]
-    groups += [(f"agent {a.agent}", {"total": a.costs.total}) for a in s.agents]
+    groups += [(f"agent {a.label or a.agent}", {"total": a.costs.total}) for a in s.agents]
     for by, totals in groups:
         for name, total in sorted(totals.items()):
             table.add_row(
@@ -168,7 +170,7 @@ def _hours(s: Summary) -> Table:
         table.add_column(stage, justify="right", no_wrap=True)
     for a in s.agents:
         hours = [f"{a.hours_by_stage.get(stage, 0.0):.2f}" for stage in s.hours_by_stage]
-        table.add_row(Text(printable(a.agent)), *hours)
+        table.add_row(Text(printable(a.label or a.agent)), *hours)
     table.add_row("total", *(f"{h:.2f}" for h in s.hours_by_stage.values()))
     return table
 

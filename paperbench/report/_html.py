@@ -133,7 +133,7 @@ def score_chart(summary: Summary) -> Chart:
             text += f" ± {100 * se:.1f}"
         bars.append(
             Bar(
-                label=agent.agent,
+                label=agent.label or agent.agent,
                 y=20 + index * row,
                 width=plot * (mean or 0.0),
                 text=text,

@@ -53,13 +53,19 @@ class JudgeInfo(_Model):
     models: dict[str, str] = Field(default_factory=dict)
     model_override: str | None = None
     """``--judge-model``: one model for every role instead of the config's."""
+    called: dict[str, list[str]] = Field(default_factory=dict)
+    """Role → the models its calls named, from the runs' grading cost records (calls
+    refused before sending included): what the grading called."""
 
     def role_models(self) -> dict[str, str]:
-        """Role → the model that role was graded with: the override for every role when
-        there is one, else the config's."""
-        if self.model_override is None:
-            return dict(self.models)
-        return dict.fromkeys(self.models, self.model_override)
+        """Role → the model that role was graded with: the models its calls named; for a
+        role not called yet, the override when there is one, else the config's."""
+        planned = (
+            dict(self.models)
+            if self.model_override is None
+            else dict.fromkeys(self.models, self.model_override)
+        )
+        return {**planned, **{role: ", ".join(models) for role, models in self.called.items()}}
 
 
 class JudgeMismatch(_Model):
@@ -87,6 +93,9 @@ class RunMetrics(_Model):
     paper: str
     agent: str
     seed: int
+    model: str | None = None
+    """The model the rollout ran (its status.json); before a rollout has ended, the one it
+    runs (the group's ``--agent-model``, else the agent config's)."""
     status: ReportStatus
     score: float | None = None
     """The counted score: the replication score when scored, 0 when disqualified."""
@@ -187,11 +196,15 @@ class PaperScore(_Model):
 
 
 class AgentMetrics(_Model):
-    """An agent's numbers over its runs: the leaderboard row, per-seed and per-paper
-    scores, costs and hours."""
+    """An (agent config, model that ran) pair's numbers over its runs: the leaderboard row,
+    per-seed and per-paper scores, costs and hours. One agent config whose runs ran two
+    models is two rows."""
 
     agent: str
     model: str | None = None
+    """The model its runs ran (their status.json), ``None`` for an agent without one."""
+    label: str = ""
+    """The row's name: the agent, with its model when the agent has several rows."""
     score: Estimate
     failures_as_zero: Estimate
     seeds: list[SeedScore]
@@ -279,7 +292,23 @@ def run_page(paper: str, agent: str, seed: int) -> str:
     return f"runs/{paper}--{agent}--seed-{seed}.html"
 
 
-def judge_info(config: GroupConfig) -> JudgeInfo:
+JUDGE_LABEL_PREFIX = "judge_"
+"""A judge call's label is its role with this prefix (``judge_grading``), or the role itself
+(``parsing``)."""
+
+
+def called_models(records: Iterable[CostRecord]) -> dict[str, list[str]]:
+    """Role → the models its grading calls named, sorted."""
+    found: dict[str, set[str]] = {}
+    for record in records:
+        role = record.label.removeprefix(JUDGE_LABEL_PREFIX)
+        found.setdefault(role, set()).add(record.model)
+    return {role: sorted(models) for role, models in sorted(found.items())}
+
+
+def judge_info(config: GroupConfig, grading: Iterable[CostRecord] = ()) -> JudgeInfo:
+    """The group's judge, with the models its grading calls named (``grading``: the runs'
+    grading cost records)."""
     identity = config.judge.identity
     models = identity.get("models")
     return JudgeInfo(
@@ -289,6 +318,7 @@ def judge_info(config: GroupConfig) -> JudgeInfo:
         sha256=identity.get("sha256"),
         models=dict(models) if isinstance(models, dict) else {},
         model_override=config.judge.model,
+        called=called_models(grading),
     )
 
 
@@ -318,14 +348,23 @@ def _missing_reason(run: RunFiles) -> str:
     return "unfinished: no outcome.json"
 
 
-def run_metrics(run: RunFiles) -> RunMetrics:
+def planned_model(config: GroupConfig, agent: str) -> str | None:
+    """The model a run of ``agent`` is to run: the group's ``--agent-model``, else the
+    agent config's."""
+    entry = next((a for a in config.agents if a.name == agent), None)
+    return config.agent_model or (entry.model if entry is not None else None)
+
+
+def run_metrics(run: RunFiles, planned: str | None = None) -> RunMetrics:
     """One run's numbers from its outcome.json (``missing`` without one), grade.json,
-    run.json and cost records."""
+    run.json, status.json and cost records; ``planned``: the model it is to run, for a
+    run whose rollout has not ended."""
     key = run.key
     base: dict[str, Any] = {
         "paper": key.paper,
         "agent": key.agent,
         "seed": key.seed,
+        "model": run.rollout.model if run.rollout is not None else planned,
         "page": run_page(key.paper, key.agent, key.seed),
         "problems": list(run.problems),
         "cost": cost_summary([*run.rollout_costs, *run.grading_costs]).total,
@@ -392,10 +431,14 @@ def _mean(values: list[float]) -> float | None:
 
 
 def agent_metrics(
-    config: GroupConfig, agent: str, runs: list[RunMetrics], records: list[CostRecord]
+    config: GroupConfig,
+    agent: str,
+    runs: list[RunMetrics],
+    records: list[CostRecord],
+    model: str | None = None,
 ) -> AgentMetrics:
-    """An agent's numbers over its runs (every planned run of the agent, in any state)."""
-    model = next((a.model for a in config.agents if a.name == agent), None)
+    """The numbers of an agent's runs that ran ``model`` (every planned run of the row, in
+    any state)."""
     by_key = {(r.paper, r.seed): r for r in runs}
     seeds: list[SeedScore] = []
     lower: list[float] = []
@@ -442,6 +485,7 @@ def agent_metrics(
     return AgentMetrics(
         agent=agent,
         model=model,
+        label=agent,
         score=mean_se([s.mean for s in seeds if s.mean is not None]),
         failures_as_zero=mean_se(lower),
         seeds=seeds,
@@ -474,22 +518,23 @@ def agent_metrics(
 def summarize_group(files: GroupFiles) -> Summary:
     """Every number of the report over a group's files."""
     config = files.config
-    runs = [run_metrics(run) for run in files.runs]
+    runs = [run_metrics(run, planned_model(config, run.key.agent)) for run in files.runs]
     agents = []
     for entry in config.agents:
-        mine = [r for r in runs if r.agent == entry.name]
-        records = [
-            record
-            for run in files.runs
-            if run.key.agent == entry.name
-            for record in (*run.rollout_costs, *run.grading_costs)
-        ]
-        agents.append(agent_metrics(config, entry.name, mine, records))
+        models = list(dict.fromkeys(r.model for r in runs if r.agent == entry.name))
+        for model in models:
+            row = [(f, r) for f, r in zip(files.runs, runs, strict=True) if r.agent == entry.name]
+            row = [(f, r) for f, r in row if r.model == model]
+            records = [rec for f, _ in row for rec in (*f.rollout_costs, *f.grading_costs)]
+            metrics = agent_metrics(config, entry.name, [r for _, r in row], records, model)
+            if len(models) > 1:
+                metrics.label = f"{entry.name} ({model or 'no model'})"
+            agents.append(metrics)
     mismatches = [m for m in (_judge_mismatch(config, run) for run in files.runs) if m]
     all_records = [r for run in files.runs for r in (*run.rollout_costs, *run.grading_costs)]
     return Summary(
         group=config.group,
-        judge=judge_info(config),
+        judge=judge_info(config, [r for run in files.runs for r in run.grading_costs]),
         judge_mismatches=mismatches,
         paper_set=config.paper_set,
         papers=list(config.papers),

@@ -23,8 +23,11 @@ EXIT_FAILED_RUNS = 3
 def _run(ctx: typer.Context, resume: str | None, **values: Any) -> None:
     from paperbench import _evaluate
     from paperbench.report._cli import print_summary, show_report
+    from paperbench.runs._group import default_group_name
 
     config = from_options(EvalConfig, values)
+    if resume is None and config.group is None:  # named now, so that an interruption can
+        config = config.model_copy(update={"group": default_group_name()})  # say which
     if resume is not None:
         given = given_on_command_line(ctx, EvalConfig)
         if given:
@@ -38,8 +41,7 @@ def _run(ctx: typer.Context, resume: str | None, **values: Any) -> None:
         else:
             result = _evaluate.evaluate(config)
     except KeyboardInterrupt:
-        again = resume or "runs/<group>"
-        err_console.print(f"interrupted: continue with `paperbench run --resume {again}`")
+        err_console.print(f"interrupted: {_resume_hint(config, resume)}", markup=False)
         raise typer.Exit(130) from None
     unread = show_report(result.summary, result.group_dir) if config.report else False
     if not config.report:
@@ -52,6 +54,20 @@ def _run(ctx: typer.Context, resume: str | None, **values: Any) -> None:
         raise typer.Exit(EXIT_FAILED_RUNS)
     if unread:
         raise typer.Exit(1)
+
+
+def _resume_hint(config: EvalConfig, resume: str | None) -> str:
+    """How to continue an interrupted ``run``: the group's own folder, or that there is
+    none yet."""
+    from paperbench.runs._store import GROUP_FILE
+
+    if resume is not None:
+        return f"continue with `paperbench run --resume {resume}`"
+    assert config.group is not None
+    group_dir = config.runs_dir / config.group
+    if not (group_dir / GROUP_FILE).is_file():
+        return f"group {config.group} was not written yet: nothing to resume"
+    return f"continue with `paperbench run --resume {group_dir}`"
 
 
 def _command() -> Callable[..., None]:

@@ -71,6 +71,10 @@ class GroupProgress:
         self.group_dir = group_dir
         self.runs = [_RunView(key=k, folder=k.folder(group_dir)) for k in keys]
         self.started = time.monotonic()
+        log = group_dir / GROUP_LOG
+        self.log_start = log.stat().st_size if log.is_file() else 0
+        """Where the group's log ended when this display began: a resume prints only the
+        lines of its own work, not those of the runs before it."""
 
     def poll(self) -> None:
         for run in self.runs:
@@ -153,7 +157,7 @@ class GroupProgress:
             live.update(self.render())
 
     async def _lines(self, console: Console, until: asyncio.Future[Any]) -> None:
-        log = _Tail()
+        log = _Tail(offset=self.log_start)
         path = self.group_dir / GROUP_LOG
 
         def new_lines() -> list[str]:

@@ -75,14 +75,18 @@ HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
 
+MODELS = {"agent-a": "openai/gpt-4o", "agent-b": "anthropic/claude-sonnet-4-5"}
+"""Each agent config's model, which its runs ran."""
+
+
 def group_config(name: str = "g1") -> GroupConfig:
     return GroupConfig(
         group=name,
         papers=PAPERS,
         paper_set="ids",
         agents=[
-            AgentEntry(name="agent-a", ref="agents/a.yaml", model="openai/gpt-4o"),
-            AgentEntry(name="agent-b", ref="agent-b", model="anthropic/claude-sonnet-4-5"),
+            AgentEntry(name="agent-a", ref="agents/a.yaml", model=MODELS["agent-a"]),
+            AgentEntry(name="agent-b", ref="agent-b", model=MODELS["agent-b"]),
         ],
         seeds=SEEDS,
         judge=JudgeEntry(ref="simple", identity=JUDGE),
@@ -244,6 +248,7 @@ def _full_run(
             status="submitted",
             paper_id=key.paper,
             agent=key.agent,
+            model=MODELS.get(key.agent),  # the model the rollout ran
             seed=key.seed,
             started_at=NOW,
             finished_at=NOW,
@@ -485,3 +490,17 @@ def corrupt(path: Path, text: str = '{"status": "scored",, }') -> Path:
 
 def dump(data: Any) -> str:
     return json.dumps(data, indent=2)
+
+
+def judge_model_override(group_dir: Path, model: str) -> None:
+    """The group as graded under ``--judge-model model``: group.json says so and every
+    grading call named it."""
+    config = json.loads((group_dir / "group.json").read_text())
+    config["judge"]["model"] = model
+    (group_dir / "group.json").write_text(json.dumps(config))
+    for costs in group_dir.rglob("grading/costs.jsonl"):
+        records = [CostRecord.model_validate_json(line) for line in costs.read_text().splitlines()]
+        text = "".join(
+            r.model_copy(update={"model": model}).model_dump_json() + "\n" for r in records
+        )
+        costs.write_text(text)

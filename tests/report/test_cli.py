@@ -12,7 +12,7 @@ from typer.testing import CliRunner, Result
 
 from paperbench.cli import app
 from paperbench.report import Summary
-from tests.report.group import FLAGGED_REASON, build_group, corrupt
+from tests.report.group import FLAGGED_REASON, build_group, corrupt, judge_model_override
 
 runner = CliRunner()
 
@@ -257,7 +257,7 @@ def test_flagged_and_disqualified_runs_are_marked_with_why(tmp_path: Path) -> No
     assert "p-alpha/agent-b/seed-0" in table and "scored (flagged)" in table
     assert f"flagged (score kept): {FLAGGED_REASON}" in table
     board = next(line for line in lines if line.startswith("│ agent-a"))
-    assert board.split("│")[6].strip() == "1"  # the flagged column
+    assert board.split("│")[7].strip() == "1"  # the flagged column
     summary = Summary.model_validate_json((group / "summary.json").read_text())
     flagged = {r.label: r.monitor for r in summary.runs if r.monitor is not None}
     assert flagged == {"p-beta/agent-a/seed-1": "flagged", "p-alpha/agent-b/seed-0": "flagged"}
@@ -272,9 +272,7 @@ def test_flagged_and_disqualified_runs_are_marked_with_why(tmp_path: Path) -> No
 
 def test_the_judge_models_line_is_true_per_role_under_judge_model(tmp_path: Path) -> None:
     group = build_group(tmp_path)
-    config = json.loads((group / "group.json").read_text())
-    config["judge"]["model"] = "openai/gpt-4o"
-    (group / "group.json").write_text(json.dumps(config))
+    judge_model_override(group, "openai/gpt-4o")
     result = _run(str(group))
     assert result.exit_code == 0, result.output
     identity = result.stdout.splitlines()[0]
@@ -310,3 +308,42 @@ def test_the_costs_table_shows_requests_sent_apart_from_calls_refused(tmp_path: 
     assert total.refused == 3 and total.sent == total.calls - 3
     cells = [line.replace("│", " ").split() for line in lines]
     assert ["all", "total", str(total.sent), "3"] in [c[:4] for c in cells]
+
+
+def test_one_agent_config_whose_runs_ran_two_models_is_two_rows(tmp_path: Path) -> None:
+    """A leaderboard row is (agent config, model that ran): the model comes from each run's
+    status.json, not from the agent config."""
+    group = build_group(tmp_path)
+    status_file = group / "p-alpha" / "agent-a" / "seed-1" / "status.json"
+    status = json.loads(status_file.read_text())
+    status["model"] = "openai/gpt-4o-mini"
+    status_file.write_text(json.dumps(status))
+    result = _run(str(group))
+    assert result.exit_code == 0, result.output
+    summary = Summary.model_validate_json((group / "summary.json").read_text())
+    rows = [(a.agent, a.model, a.label, a.runs) for a in summary.agents]
+    assert rows == [
+        ("agent-a", "openai/gpt-4o", "agent-a (openai/gpt-4o)", 5),
+        ("agent-a", "openai/gpt-4o-mini", "agent-a (openai/gpt-4o-mini)", 1),
+        ("agent-b", "anthropic/claude-sonnet-4-5", "agent-b", 6),
+    ]
+    mini = summary.agents[1]
+    assert (mini.score.mean, mini.counted) == (0.4, 1)  # that run's own score
+    boards = [line for line in result.stdout.splitlines() if line.startswith("│ agent-a ")]
+    assert [b.split("│")[2].strip() for b in boards[:2]] == ["openai/gpt-4o", "openai/gpt-4o-mini"]
+    index = (group / "report" / "index.html").read_text()
+    board = index[index.index('id="leaderboard"') : index.index("</table>")]
+    assert board.count('<td class="mono id">agent-a</td>') == 2 and "openai/gpt-4o-mini" in board
+    assert '<th class="num">agent-a (openai/gpt-4o-mini)</th>' in index
+
+
+def test_the_judge_models_are_those_its_grading_calls_named(tmp_path: Path) -> None:
+    """A role's model comes from the grading cost records (here two models graded), not
+    from the judge config (o3-mini)."""
+    group = build_group(tmp_path)
+    result = _run(str(group), "--no-html")
+    assert result.exit_code == 0, result.output
+    summary = Summary.model_validate_json((group / "summary.json").read_text())
+    assert summary.judge.called == {"grading": ["local/x", "openai/o3-mini"]}
+    identity = result.stdout.splitlines()[0]
+    assert "grading local/x, openai/o3-mini" in identity

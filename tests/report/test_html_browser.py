@@ -4,7 +4,6 @@ transcript's markup stays text. Screenshots go to the test's tmp folder (paths p
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from tests.report.group import (
     REPRO_LOG_TEXT,
     TRANSCRIPT_TEXT,
     build_group,
+    judge_model_override,
 )
 
 
@@ -196,9 +196,7 @@ def test_the_models_line_says_what_each_role_ran_on_under_a_judge_model(
     tmp_path: Path, page: Page
 ) -> None:
     group = build_group(tmp_path)
-    config = json.loads((group / "group.json").read_text())
-    config["judge"]["model"] = "openai/gpt-4o"
-    (group / "group.json").write_text(json.dumps(config))
+    judge_model_override(group, "openai/gpt-4o")
     files = read_group_files(group)
     index = write_html(summarize_group(files), files, tmp_path / "html")
     p = page.open(index)

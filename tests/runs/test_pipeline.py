@@ -4,6 +4,7 @@ the runs that end early (disqualified, failed) recorded as data."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -72,12 +73,17 @@ def test_the_no_argument_run_completes_with_coverage_and_no_invented_grade(
     config = GroupConfig.model_validate_json((group / "group.json").read_text())
     assert config.paper_set == "bundled" and config.agents[0].name == "replay"
     assert config.sandbox.backend in ("docker", "local") and not config.judge.key_set
+    causes: list[str] = []
     for paper in config.papers:
         run = group / paper / "replay" / "seed-0"
         outcome = _outcome(run)
         # without a key the model leaves are not graded: unscored, never a made-up score
         assert outcome.status == "unscored" and outcome.score is None
         assert outcome.coverage is not None and 0 < outcome.coverage < 1  # check leaves ran
+        # the reason names the cause first: the key, and the leaves it left
+        cause = f"no key for openai/o3-mini: {outcome.invalid_leaves} leaves not graded"
+        assert outcome.reason is not None and outcome.reason.startswith(cause + "; coverage ")
+        causes.append(cause)
         state = RunState.model_validate_json((run / "run.json").read_text())
         assert [s.status for s in state.stages.values()] == ["done"] * 4
         meta = json.loads((run / "reproduction" / "metadata.json").read_text())
@@ -86,6 +92,14 @@ def test_the_no_argument_run_completes_with_coverage_and_no_invented_grade(
     # the report is written at the end: summary.json and the HTML pages
     summary = json.loads((group / "summary.json").read_text())
     assert summary and (group / "report" / "index.html").is_file()
+    # the cause in summary.json, the terminal's table of runs not scored and the HTML
+    reasons = [n["reason"] for n in summary["not_scored"]]
+    assert [r[: len(c)] for r, c in zip(reasons, causes, strict=True)] == causes
+    table = result.stdout[result.stdout.index("runs not scored") :]
+    terminal = " ".join(table.replace("│", " ").split())
+    index = (group / "report" / "index.html").read_text()
+    page = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", index)).split())
+    assert all(cause in terminal and cause in page for cause in causes), terminal
     assert len(list((group / "report" / "runs").glob("*.html"))) == len(config.papers)
     # the live display's last line ends where it should (piped: no terminal)
     tail = result.stderr[result.stderr.rindex("runs finished") :]
