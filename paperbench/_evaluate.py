@@ -214,6 +214,11 @@ def _say_what_is_less(config: GroupConfig) -> None:
         warning("--allow-unsandboxed: agents and reproductions may run without isolation")
     if config.allow_networks:
         warning(describe(config.allow_networks))
+    if config.reproduction.allow_uncapped_disk:
+        warning(
+            "--allow-uncapped-disk: agent sandboxes get no default disk cap, and a sandbox "
+            "whose cap cannot be enforced runs without one (recorded in group.json)"
+        )
 
 
 def _finish(group_dir: Path, config: GroupConfig, executor: Executor, report: bool) -> Evaluation:

@@ -238,3 +238,25 @@ def test_an_agent_sandbox_has_a_disk_cap_unless_lifted(
             assert disk_mb == 64 and size_kb <= 64 * 1024 and written_kb < 64 * 1024
         else:
             assert disk_mb is None and "no disk cap" in result.stderr
+
+
+def test_run_says_allow_uncapped_disk_before_the_work(capsys: pytest.CaptureFixture[str]) -> None:
+    """``run --allow-uncapped-disk`` lifts the agents' default disk cap: said before any work
+    and recorded in group.json."""
+    from paperbench._evaluate import _say_what_is_less
+    from paperbench.runs._config import EvalConfig, SandboxSettings
+    from paperbench.runs._group import plan_group
+    from paperbench.sandbox import SandboxConfig
+
+    options = EvalConfig(
+        group="g",
+        papers="calibration-binning",
+        agents=["dummy"],
+        sandbox=SandboxSettings(allow_uncapped_disk=True),
+    )
+    config = plan_group(options, SandboxConfig(backend="local"))
+    assert config.model_dump(mode="json")["reproduction"]["allow_uncapped_disk"] is True
+    _say_what_is_less(config)
+    assert (
+        "--allow-uncapped-disk: agent sandboxes get no default disk cap" in capsys.readouterr().err
+    )
