@@ -192,7 +192,12 @@ class EgressAddon:
         if self.unix_socket:
             bridge = _load_sibling("_egress_bridge")
             path = Path(self.unix_socket)
-            self._unix_server = await bridge.serve_unix_to_tcp(path, host, port)
+            try:
+                self._unix_server = await bridge.serve_unix_to_tcp(path, host, port)
+            except OSError as exc:  # said on stderr: mitmproxy's own exit names no cause
+                sys.stderr.write(f"cannot listen on the unix socket {path}: {exc}\n")
+                sys.stderr.flush()
+                raise
             ready["unix_socket"] = str(path)
         sys.stdout.write(json.dumps(ready) + "\n")
         sys.stdout.flush()

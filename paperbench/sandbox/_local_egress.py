@@ -311,12 +311,20 @@ class LocalEgressGateway:
 
 
 def _socket_dir(folder: Path) -> Path:
-    """``folder``, or a short folder of its own when a socket path in it would be too long."""
-    if len(os.fsencode(folder / "egress.sock")) <= _MAX_SOCKET_PATH:
+    """``folder``, or a short folder of its own when a socket path in it would be too long
+    (under the temporary folder when its path is short enough, else under ``/tmp``: a long
+    ``TMPDIR`` holds the workspace too)."""
+    if _fits(folder):
         return folder
-    short = Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}egress-"))
+    parent = Path(tempfile.gettempdir())
+    parent = parent if _fits(parent / f"{WORKSPACE_PREFIX}egress-xxxxxxxx") else Path("/tmp")
+    short = Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}egress-", dir=parent))
     write_owner(short)
     return short
+
+
+def _fits(folder: Path) -> bool:
+    return len(os.fsencode(folder / "egress.sock")) <= _MAX_SOCKET_PATH
 
 
 def _remove_socket_dir(sock_dir: Path, folder: Path | None) -> None:

@@ -6,7 +6,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -17,9 +22,11 @@ from typer.testing import CliRunner
 from paperbench.cli import app
 from paperbench.runs._progress import GroupProgress
 from paperbench.runs._store import GROUP_LOG
+from paperbench.sandbox._local_gc import reap_local_orphans
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, Fault, RecordedRequest
 from tests.judge.conftest import fake_llm  # noqa: F401  (a fixture used here)
 from tests.judge.scripted import ScriptedJudge
+from tests.runs.groups import sleeper_agent
 
 PAPER = "calibration-binning"
 
@@ -104,3 +111,39 @@ def test_a_resumed_display_prints_only_the_lines_of_its_own_work(tmp_path: Path)
 
     asyncio.run(show())
     assert new.strip() in out.getvalue() and old.strip() not in out.getvalue()
+
+
+def test_an_interrupted_run_names_its_own_group_in_the_resume_hint(tmp_path: Path) -> None:
+    """No --group: the hint names the group's folder (its default name), not a
+    placeholder."""
+    agent = sleeper_agent(tmp_path / "agent", 60)
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-c", "from paperbench.cli import main; main()", "run"]
+    cmd += ["--agent", str(agent), "--papers", PAPER, "--judge", "dummy", "--sandbox", "local"]
+    cmd += ["--runs-dir", str(runs)]
+    sandboxes = tmp_path / "sandboxes"  # the local backend's workspaces go to TMPDIR
+    sandboxes.mkdir()
+    env = {**os.environ, "TMPDIR": str(sandboxes), "COLUMNS": "200"}
+    errors = tmp_path / "run.stderr"  # a file, not a pipe: nothing the run prints can block it
+    with errors.open("w") as stderr:
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while not list(runs.glob(f"*/{PAPER}/sleeper/seed-0/reproduction")):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                logs = [f.read_text()[-3000:] for f in runs.glob(f"*/{GROUP_LOG}")]
+                raise AssertionError(f"exit {proc.poll()}: {errors.read_text()[-3000:]} {logs}")
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reap_local_orphans(sandboxes)
+    err = errors.read_text()
+    (group,) = runs.iterdir()
+    assert proc.returncode == 130, err
+    assert f"interrupted: continue with `paperbench run --resume {group}`" in err

@@ -146,3 +146,22 @@ def test_bad_blacklist_is_one_clear_error_and_leaves_nothing(
     with pytest.raises(EgressProxyError, match="blacklist"):
         asyncio.run(_start(root, egress_python, isolation="none", blacklist=["not a url"]))
     assert list(root.iterdir()) == []
+
+
+def test_a_long_temporary_folder_still_gets_a_socket_path_that_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workspace under a long TMPDIR: the proxy's socket goes to a short folder of its own,
+    which must not be under that same TMPDIR (its socket path would not fit either)."""
+    long_tmp = tmp_path / ("d" * 60) / ("e" * 60)
+    long_tmp.mkdir(parents=True)
+    monkeypatch.setattr("tempfile.tempdir", str(long_tmp))
+    folder = long_tmp / "workspace" / "egress"
+    folder.mkdir(parents=True)
+    sock_dir = local_egress._socket_dir(folder)
+    try:
+        assert sock_dir != folder
+        assert len(os.fsencode(sock_dir / "egress.sock")) <= local_egress._MAX_SOCKET_PATH
+    finally:
+        local_egress._remove_socket_dir(sock_dir, folder)
+    assert not sock_dir.exists()
