@@ -21,6 +21,7 @@ import pytest
 from paperbench.llm import read_cost_journal
 from paperbench.runs import GroupConfig, RunOutcome, RunState
 from paperbench.testing import FakeLLMServer
+from tests.judge.conftest import _ENV as _KEYLESS
 
 from .conftest import CountingJudge
 
@@ -130,27 +131,42 @@ def _stage_running(run: Path, stage: str) -> Callable[[], bool]:
     return ready
 
 
+_KILL_ARGS = ["--papers", PAPER, "--sandbox", "local", "--no-report"]
+_KILL_ARGS += ["--snapshot-every", "0.5", "--concurrency", "leaves=2"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[float, bool, str]]:
+    """The leaves of the run the killed ones must end as: run once, uninterrupted, against
+    a judge that answers as theirs does, with its own response cache."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    env = {k: v for k, v in _env().items() if k not in _KEYLESS}  # as llm_env leaves it
+    env |= {"OPENAI_API_KEY": "sk-test", "PAPERBENCH_CACHE_DIR": str(folder / "cache")}
+    with FakeLLMServer() as server:
+        server.handler = CountingJudge()
+        ref = subprocess.run(
+            _cmd("run", "--group", "ref", *_KILL_ARGS, *_judge_args(server)),
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    return _leaves(folder / "runs" / "ref" / RUN)
+
+
 @pytest.mark.parametrize("stage", ["rollout", "reproduction", "grading"])
 def test_kill_9_during_a_stage_then_resume_ends_as_an_uninterrupted_run(
-    judge_server: tuple[FakeLLMServer, CountingJudge], tmp_path: Path, stage: str
+    judge_server: tuple[FakeLLMServer, CountingJudge],
+    uninterrupted: dict[str, tuple[float, bool, str]],
+    tmp_path: Path,
+    stage: str,
 ) -> None:
     server, judge = judge_server
-    common = ["--papers", PAPER, "--sandbox", "local", "--no-report", *_judge_args(server)]
-    common += ["--snapshot-every", "0.5", "--concurrency", "leaves=2"]
+    common = [*_KILL_ARGS, *_judge_args(server)]
     env = _env(OPENAI_API_KEY="sk-test")
-
-    # the uninterrupted run, with its own response cache
-    ref = subprocess.run(
-        _cmd("run", "--group", "ref", *common),
-        cwd=tmp_path,
-        env={**env, "PAPERBENCH_CACHE_DIR": str(tmp_path / "cache-ref")},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert ref.returncode == 0, ref.stdout + ref.stderr
-    expected = _leaves(tmp_path / "runs" / "ref" / RUN)
-    judge.answered.clear()
+    expected = uninterrupted
 
     # the same run, killed with SIGKILL mid-stage, then resumed
     env["PAPERBENCH_CACHE_DIR"] = str(tmp_path / "cache-killed")
