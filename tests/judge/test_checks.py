@@ -60,16 +60,17 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
     base = tmp_path_factory.mktemp("executed")
     config = ReproduceConfig(sandbox=LOCAL, timeout_s=300, salvage_retries=0)
 
+    async def one(paper: str, kind: str) -> Path:
+        out = base / f"{paper}-{kind}"
+        sub = ROOT / "examples" / paper / kind / "submission"
+        meta = await reproduce_submission(sub, out, config)
+        assert meta.status in ("success", "no_reproduce_script"), (paper, kind, meta)
+        return out
+
     async def all_examples() -> dict[tuple[str, str], Path]:
-        outs: dict[tuple[str, str], Path] = {}
-        for paper in PAPERS:
-            for kind in KINDS:
-                out = base / f"{paper}-{kind}"
-                sub = ROOT / "examples" / paper / kind / "submission"
-                meta = await reproduce_submission(sub, out, config)
-                assert meta.status in ("success", "no_reproduce_script"), (paper, kind, meta)
-                outs[paper, kind] = out
-        return outs
+        pairs = [(paper, kind) for paper in PAPERS for kind in KINDS]
+        outs = await asyncio.gather(*(one(paper, kind) for paper, kind in pairs))
+        return dict(zip(pairs, outs, strict=True))
 
     return asyncio.run(all_examples())
 
