@@ -230,6 +230,14 @@ def _finish(group_dir: Path, config: GroupConfig, executor: Executor, report: bo
         elif outcome.status == "disqualified":
             warning(f"{outcome.key.label}: {outcome.reason} (score 0; its monitor.json says more)")
     summary = write_report(group_dir) if report else summarize_group(read_group_files(group_dir))
+    for run in summary.runs:
+        if run.harness_refusals:
+            err_console.print(
+                f"{run.label}: {plural(run.harness_refusals, 'request')} of the agent's own "
+                "refused by the harness's rule, not the paper's blacklist: not counted (its "
+                "monitor.json lists them)",
+                markup=False,
+            )
     return Evaluation(group_dir=group_dir, outcomes=outcomes, summary=summary)
 
 

@@ -239,7 +239,9 @@ class Agent(abc.ABC):
         """After the attempt: stop what :meth:`prepare` started."""
 
     def blacklist(self) -> tuple[str, ...]:
-        """URLs the sandbox's egress proxy refuses for this agent, besides the paper's."""
+        """URLs the sandbox's egress proxy refuses for this agent, besides the paper's: the
+        harness's own rule (``SandboxSpec.harness_blacklist``), whose refusals the monitor
+        lists apart and never counts as blacklist hits."""
         return ()
 
 

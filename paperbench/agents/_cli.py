@@ -59,6 +59,7 @@ from paperbench.agents._monitor import (
     MonitorHit,
     MonitorPolicy,
     MonitorReport,
+    harness_note,
     monitor_run,
     paper_rules,
     write_report,
@@ -438,7 +439,25 @@ def _where(hit: MonitorHit) -> str:
     return f"{hit.source}:{hit.line}" + (f" step {hit.step}" if hit.step else "")
 
 
+def _print_harness_refusals(report: MonitorReport) -> None:
+    """The requests the harness's own rule refused, apart from the hits (never counted)."""
+    note = harness_note(report)
+    if note is None:
+        return
+    console.print(f"{note}:", markup=False)
+    for refusal in report.harness_refusals[:PRINTED_REASONS]:
+        console.print(
+            f"  network line {refusal.line}: {refusal.method or '-'} {printable(refusal.url)} "
+            f"(rule {printable(refusal.rule)})",
+            markup=False,
+        )
+    if report.harness_refusals_total > PRINTED_REASONS:
+        more = report.harness_refusals_total - PRINTED_REASONS
+        console.print(f"  … {plural(more, 'more')} in {report.run}/{REPORT_FILE}", markup=False)
+
+
 def _print(report: MonitorReport) -> None:
+    _print_harness_refusals(report)
     if report.hits:
         table = Table("where", "field", "rule", "found")
         for hit in report.hits[:PRINTED_HITS]:

@@ -5,7 +5,9 @@ Before the sandbox starts, :meth:`ExternalAgent.prepare` starts the run's
 :class:`~paperbench.gateway.ModelGateway` (the run's folder ``gateway/``; its calls go to the
 run's cost ledger, whose caps it enforces, and each one becomes a ModelCallEvent) and asks for
 it as a host service: the sandbox reaches ``http://model-gateway.paperbench:8080`` through its
-egress proxy and nothing else of the host; the provider's own hosts are blacklisted there.
+egress proxy and nothing else of the host; the providers' own hosts are refused there by the
+harness's own rule (``SandboxSpec.harness_blacklist``), logged apart from the paper's blacklist:
+the monitor lists those refusals and never counts them as hits.
 The agent gets the gateway's URL for its API and the run's token, never the key.
 
 :meth:`ExternalAgent.run` writes the config's files, then starts the launch command in
@@ -69,8 +71,9 @@ PROVIDER_HOSTS = (
     "https://generativelanguage.googleapis.com/",
     "https://openrouter.ai/",
 )
-"""Blacklisted for external agents: they reach a model only through the gateway, and their
-vendors' other services (sign-in, telemetry, plugin catalogues) not at all."""
+"""Refused for external agents by the harness's own rule (not the paper's blacklist): they
+reach a model only through the gateway, and their vendors' other services (sign-in,
+telemetry, plugin catalogues) not at all."""
 READ_CHUNK = 1024 * 1024
 """Bytes of the agent's output read per poll at most."""
 

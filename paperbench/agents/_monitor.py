@@ -11,6 +11,10 @@
   is, so a blacklisted link printed from paper.md is reported with its context.
 - ``network.jsonl``: the egress proxy's log, every request with its verdict. A request to a
   blacklisted URL is a hit whether the proxy allowed it or refused it (an attempt counts).
+  Only the paper's blacklist is judged: a request the proxy refused by the harness's own rule
+  (reason ``harness blacklist``: a command agent's own traffic to its model provider, which it
+  reaches only through the gateway) is listed apart in ``harness_refusals``, never a hit. A
+  URL on both lists is a hit.
 
 Matching is the proxy's own (:class:`paperbench.sandbox.Blacklist`), so every address the
 proxy refuses is caught here too: ``www.``, upper case, ``.git``, ``/tree/…``, codeload, raw,
@@ -43,18 +47,21 @@ from paperbench.errors import InputError, PaperbenchError, PaperError
 from paperbench.llm import AssistantMessage, ToolMessage
 from paperbench.papers import Paper, read_paper_text
 from paperbench.sandbox import Blacklist, BlacklistHit, NetworkLogEntry, read_blacklist
+from paperbench.sandbox._egress import BLACKLIST_REASON, HARNESS_REASON
 
 __all__ = [
     "MONITOR_VERSION",
+    "HarnessRefusal",
     "MonitorHit",
     "MonitorPolicy",
     "MonitorReport",
+    "harness_note",
     "monitor_run",
     "write_report",
 ]
 
-MONITOR_VERSION = 1
-"""The version of monitor.json's format."""
+MONITOR_VERSION = 2
+"""The version of monitor.json's format (2: ``harness_refusals`` listed apart)."""
 TRANSCRIPT_FILE = "transcript.jsonl"
 NETWORK_LOG_FILE = "network.jsonl"
 REPORT_FILE = "monitor.json"
@@ -111,6 +118,22 @@ class MonitorHit(BaseModel):
     files the agent was given (e.g. ``blacklist.txt`` after ``cat``): listed, not counted."""
 
 
+class HarnessRefusal(BaseModel):
+    """A request the egress proxy refused by the harness's own rule, not the paper's
+    blacklist (e.g. a command agent's own call to its vendor's host: it reaches its model only
+    through the gateway). Listed apart: never a hit, never a reason to flag the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    line: int
+    """The line of network.jsonl (from 1)."""
+    method: str | None = None
+    url: str
+    host: str | None = None
+    rule: str
+    """The harness's rule that refused it."""
+
+
 class MonitorReport(BaseModel):
     """``monitor.json``: what the monitor scanned, what it found, and the decision."""
 
@@ -140,6 +163,24 @@ class MonitorReport(BaseModel):
     echo_sources: list[str] = Field(default_factory=list)
     """The paper's files whose echoes in tool outputs were not counted."""
     hits: list[MonitorHit] = Field(default_factory=list)
+    harness_refusals_total: int = 0
+    """Requests the proxy refused by the harness's own rule (not the paper's blacklist):
+    never counted; ``harness_refusals`` lists the first MAX_HITS."""
+    harness_refusals: list[HarnessRefusal] = Field(default_factory=list)
+
+
+def harness_note(report: MonitorReport) -> str | None:
+    """One line on the requests refused by the harness's own rule, or None when there are
+    none: e.g. ``1 request refused by the harness's rule, not the paper's blacklist (not
+    counted): chatgpt.com``."""
+    n = report.harness_refusals_total
+    if not n:
+        return None
+    hosts = sorted({r.host or r.url for r in report.harness_refusals})
+    return (
+        f"{plural(n, 'request')} refused by the harness's rule, not the paper's blacklist "
+        f"(not counted): {', '.join(hosts)}"
+    )
 
 
 # --- finding addresses in text ------------------------------------------------------------
@@ -337,19 +378,33 @@ def _network_hit(
         hit = blacklist.blocks_host(entry.host)
         if hit is not None:
             return "host", hit
-    if refusals and entry.reason == "blacklist" and entry.rule:
+    if refusals and entry.reason == BLACKLIST_REASON and entry.rule:
         # The proxy refused it with a rule this blacklist lacks: still an attempt.
         url = entry.url or entry.host or ""
         return "url", BlacklistHit(url=url, normalised=url, rule=entry.rule)
     return None
 
 
-def _scan_network(path: Path, blacklist: Blacklist, refusals: bool) -> tuple[int, list[MonitorHit]]:
+def _scan_network(
+    path: Path, blacklist: Blacklist, refusals: bool
+) -> tuple[int, list[MonitorHit], list[HarnessRefusal]]:
+    """The entries read, the hits on ``blacklist``, and the harness's own refusals."""
     entries = _read_network_log(path)
     hits: list[MonitorHit] = []
+    harness: list[HarnessRefusal] = []
     for number, entry in entries:
         found = _network_hit(entry, blacklist, refusals)
         if found is None:
+            if entry.reason == HARNESS_REASON and entry.verdict == "blocked":
+                harness.append(
+                    HarnessRefusal(
+                        line=number,
+                        method=entry.method,
+                        url=entry.url or entry.host or "",
+                        host=entry.host,
+                        rule=entry.rule or "",
+                    )
+                )
             continue
         field, hit = found
         context = f"{entry.method or '-'} {entry.url or entry.host or '?'} → {entry.verdict}"
@@ -366,7 +421,7 @@ def _scan_network(path: Path, blacklist: Blacklist, refusals: bool) -> tuple[int
                 context=context,
             )
         )
-    return len(entries), hits
+    return len(entries), hits, harness
 
 
 # --- the report ---------------------------------------------------------------------------
@@ -414,10 +469,11 @@ def monitor_run(
     them as found (the agent printed the file) is listed with ``echo_of`` and not counted.
     The address in the agent's own words, tool calls or network requests always counts.
 
-    ``proxy_refusals``: a request the egress proxy refused by a blacklist rule that
-    ``blacklist`` lacks counts too (the run's blacklist was the one the proxy had, e.g. since
-    changed); False when ``blacklist`` is not the run's own (another paper's), whose check
-    must not count the run's paper's rules.
+    ``proxy_refusals``: a request the egress proxy refused by a rule of the paper's blacklist
+    that ``blacklist`` lacks counts too (the run's blacklist was the one the proxy had, e.g.
+    since changed); False when ``blacklist`` is not the run's own (another paper's), whose
+    check must not count the run's paper's rules. A request refused by the harness's own rule
+    is listed in ``harness_refusals`` and never counts, unless ``blacklist`` refuses it too.
 
     Raises:
         InputError: the folder has no transcript, or a line of it or of the network log is
@@ -433,8 +489,9 @@ def monitor_run(
     events, hits = _scan_transcript(transcript, blacklist, dict(echoes or {}))
     network = run_dir / NETWORK_LOG_FILE
     entries = 0
+    harness: list[HarnessRefusal] = []
     if network.is_file():
-        entries, network_hits = _scan_network(network, blacklist, proxy_refusals)
+        entries, network_hits, harness = _scan_network(network, blacklist, proxy_refusals)
         hits.extend(network_hits)
     counted = [hit for hit in hits if hit.echo_of is None]
     flagged = bool(counted)
@@ -462,6 +519,8 @@ def monitor_run(
         counted=len(counted),
         echo_sources=sorted(echoes or {}),
         hits=hits[:MAX_HITS],
+        harness_refusals_total=len(harness),
+        harness_refusals=harness[:MAX_HITS],
     )
 
 

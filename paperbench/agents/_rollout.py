@@ -598,7 +598,8 @@ async def _start_sandbox(session: _Session) -> SandboxSpec:
         env=plan.sandbox_env,
         network=plan.config.network,
         allow_networks=plan.config.allow_networks,
-        blacklist=[*plan.config.blacklist, *session.agent.blacklist()],
+        blacklist=plan.config.blacklist,
+        harness_blacklist=list(session.agent.blacklist()),
         host_services=session.services,
         network_log=(out / "network.jsonl")
         if plan.config.network == NetworkPolicy.FILTERED

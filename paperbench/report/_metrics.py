@@ -122,6 +122,9 @@ class RunMetrics(_Model):
     is disqualified (score 0)."""
     monitor_reason: str | None = None
     """What the monitor found, when it flagged the run."""
+    harness_refusals: int = 0
+    """Requests the egress proxy refused by the harness's own rule, not the paper's
+    blacklist (monitor.json): a command agent's own traffic to its vendor. Never counted."""
     problems: list[Problem] = Field(default_factory=list)
     page: str
     """The run's page in the HTML report, relative to its index.html."""
@@ -379,6 +382,7 @@ def run_metrics(run: RunFiles, planned: str | None = None) -> RunMetrics:
     if run.monitor is not None:
         base["monitor"] = run.monitor.verdict
         base["monitor_reason"] = run.monitor.reason
+        base["harness_refusals"] = run.monitor.harness_refusals_total
     outcome = run.outcome
     if outcome is None:
         return RunMetrics(status="missing", reason=_missing_reason(run), **base)

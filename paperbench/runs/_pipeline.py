@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from paperbench._console import plural
 from paperbench._io import read_json
 from paperbench.agents import (
     AgentResources,
@@ -39,7 +40,7 @@ from paperbench.agents import (
     rollout,
     write_report,
 )
-from paperbench.agents._monitor import paper_rules
+from paperbench.agents._monitor import harness_note, paper_rules
 from paperbench.agents._resources import resolve
 from paperbench.errors import PaperbenchError
 from paperbench.judge import (
@@ -111,11 +112,19 @@ class StagePaused(PaperbenchError):
 
 
 class _Ended(Exception):
-    """The run ends early with this outcome (disqualified, no submission)."""
+    """The run ends early with this outcome (disqualified, no submission): the stage that
+    raised it ends ``status`` with ``detail`` (never left ``running``), and every later stage
+    is skipped with the reason ``skip`` (None: a failed run, whose later stages stay pending
+    for a resume)."""
 
-    def __init__(self, outcome: RunOutcome) -> None:
+    def __init__(
+        self, outcome: RunOutcome, status: StageStatus, detail: str | None, skip: str | None
+    ) -> None:
         super().__init__(outcome.reason)
         self.outcome = outcome
+        self.status = status
+        self.detail = detail
+        self.skip = skip
 
 
 def load_state(folder: Path, key: RunKey) -> RunState:
@@ -312,14 +321,18 @@ def _after_rollout(spec: RunSpec, status: RolloutStatus) -> str:
     if status.error:
         detail += f": {status.error}"
     if status.submission is None:
+        reason = f"the rollout left no submission ({detail})"
         raise _Ended(
             RunOutcome(
                 key=spec.key,
                 status="failed",
                 failed_stage="rollout",
-                reason=f"the rollout left no submission ({detail})",
+                reason=reason,
                 cost_usd=status.costs.cost_usd if not status.costs.unpriced_calls else None,
-            )
+            ),
+            "failed",
+            reason,
+            None,
         )
     return detail
 
@@ -336,6 +349,9 @@ def _monitor(spec: RunSpec, paper: Paper, rec: _Recorder) -> MonitorReport:
         rec.log(f"monitor: warning: {line}", group=True)
     report = monitor_run(spec.folder, rules, policy=spec.config.monitor_policy, echoes=echoes)
     write_report(report, spec.folder)
+    note = harness_note(report)
+    if note is not None:
+        rec.log(f"monitor: {note}", group=True)
     return report
 
 
@@ -517,9 +533,11 @@ async def _rollout_stage(run: _Run) -> str:
 
 async def _monitor_stage(run: _Run) -> str:
     report = _monitor(run.spec, run.paper, run.rec)
+    detail = f"{report.verdict}, {plural(report.counted, 'counted hit')}"
+    if report.harness_refusals_total:
+        refused = plural(report.harness_refusals_total, "harness refusal")
+        detail += f"; {refused} not counted"
     if report.disqualify:
-        for later in ("reproduction", "grading"):
-            run.rec.end(later, "skipped", "the run was disqualified by the monitor")
         raise _Ended(
             RunOutcome(
                 key=run.spec.key,
@@ -527,9 +545,12 @@ async def _monitor_stage(run: _Run) -> str:
                 score=0.0,
                 reason=f"disqualified: {report.reason}",
                 cost_usd=run.rollout_cost,
-            )
+            ),
+            "done",
+            f"{detail}: disqualified",
+            "the run was disqualified by the monitor",
         )
-    return f"{report.verdict}, {report.counted} counted hits"
+    return detail
 
 
 async def _reproduction_stage(run: _Run) -> str:
@@ -611,6 +632,11 @@ async def _walk(
         assert run.result is not None
         return _graded_outcome(spec, run.result, run.rollout_cost)
     except _Ended as ended:
+        if states[current].status != ended.status:
+            rec.end(current, ended.status, ended.detail)
+        for later in STAGES[STAGES.index(current) + 1 :] if ended.skip else ():
+            if states[later].status != "skipped":
+                rec.end(later, "skipped", ended.skip)
         return ended.outcome
     except asyncio.CancelledError:
         if states[current].status == "running":

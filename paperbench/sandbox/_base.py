@@ -104,7 +104,12 @@ class SandboxSpec(BaseModel):
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     network: NetworkPolicy = NetworkPolicy.NONE
     blacklist: list[str] = Field(default_factory=list)
-    """URLs refused by the egress proxy under ``network=filtered``."""
+    """The paper's blacklist: URLs refused by the egress proxy under ``network=filtered``,
+    each refusal logged with reason ``blacklist`` (what the monitor judges)."""
+    harness_blacklist: list[str] = Field(default_factory=list)
+    """URLs the harness itself refuses (a command agent's model providers: it reaches its
+    model only through the gateway), each refusal logged with reason ``harness blacklist``,
+    apart from the paper's. A URL on both lists is refused as the paper's."""
     network_log: Path | None = None
     """Where the egress proxy writes its request log (JSON lines) under ``filtered``."""
     gpu: GpuRequest | None = None

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Literal, Self
@@ -53,9 +54,11 @@ from paperbench.sandbox._blacklist import Blacklist
 from paperbench.sandbox._internal_nets import IPNetwork
 
 __all__ = [
+    "BLACKLIST_REASON",
     "BRIDGE_SCRIPT",
     "DEFAULT_HOST_CA_BUNDLE",
     "EGRESS_REQUIREMENT",
+    "HARNESS_REASON",
     "SANDBOX_CA_PATH",
     "EgressEndpoint",
     "EgressProxy",
@@ -78,6 +81,11 @@ SANDBOX_CA_PATH = "/usr/local/share/ca-certificates/paperbench-egress-ca.crt"
 DEFAULT_NO_PROXY = ("localhost", "127.0.0.1", "::1")
 DEFAULT_MAX_LOG_BYTES = 50_000_000
 _ADDON_SCRIPT = Path(__file__).with_name("_egress_addon.py")
+BLACKLIST_REASON = "blacklist"
+"""The network log's ``reason`` of a request refused by a rule of the paper's blacklist."""
+HARNESS_REASON = "harness blacklist"
+"""The network log's ``reason`` of a request refused by a rule of the harness's own blacklist
+(``SandboxSpec.harness_blacklist``), never the paper's (the addon writes the same words)."""
 BRIDGE_SCRIPT = Path(__file__).with_name("_egress_bridge.py")
 """Standard-library script a sandbox runs to reach the proxy's unix socket over its loopback."""
 _READY_MARKER = ".paperbench-egress"
@@ -122,7 +130,9 @@ class NetworkLogEntry(BaseModel):
     """The blacklist line that refused the request."""
     status: int | None = None
     reason: str | None = None
-    """Why a request was blocked or failed: blacklist, private address, non-HTTP traffic, ..."""
+    """Why a request was blocked or failed: ``blacklist`` (a rule of the paper's blacklist),
+    ``harness blacklist`` (a rule of the harness's own, ``SandboxSpec.harness_blacklist``),
+    private address, non-HTTP traffic, ..."""
     error: str | None = None
 
 
@@ -232,10 +242,13 @@ class EgressProxy:
     addresses are exempt from the private-address refusal. ``services`` are the host services
     a sandbox may reach by name (:class:`~paperbench.sandbox._base.HostService`): only their
     port, plain HTTP, responses streamed. ``allow`` are internal ranges the proxy connects to
-    after all (``SandboxSpec.allow_networks``). ``upstream_ca_bundle`` adds CA
-    certificates to trust upstream besides ``host_ca_bundle``. ``unix_socket`` makes the proxy
-    process also accept connections on that unix socket, for sandboxes in a network namespace
-    of their own (see ``_egress_bridge`` and ``bridge_command``).
+    after all (``SandboxSpec.allow_networks``). ``harness`` is the harness's own blacklist
+    (``SandboxSpec.harness_blacklist``): refused like ``blacklist`` but logged with reason
+    ``harness blacklist``; a request both refuse is logged as the paper's.
+    ``upstream_ca_bundle`` adds CA certificates to trust upstream besides ``host_ca_bundle``.
+    ``unix_socket`` makes the proxy process also accept connections on that unix socket, for
+    sandboxes in a network namespace of their own (see ``_egress_bridge`` and
+    ``bridge_command``).
     """
 
     def __init__(
@@ -258,10 +271,12 @@ class EgressProxy:
         unix_socket: Path | None = None,
         services: Iterable[HostService] = (),
         allow: Iterable[IPNetwork] = (),
+        harness: Blacklist | Iterable[str] = (),
     ) -> None:
         self.blacklist = (
             blacklist if isinstance(blacklist, Blacklist) else Blacklist.from_urls(blacklist)
         )
+        self.harness = harness if isinstance(harness, Blacklist) else Blacklist.from_urls(harness)
         self.log_path = Path(log_path)
         self.listen_host = _ip_literal(listen_host, "listen_host")
         self.listen_port = listen_port
@@ -317,6 +332,7 @@ class EgressProxy:
             "confdir": str(confdir),
             "log_path": str(self.log_path.resolve()),
             "blacklist": self.blacklist.urls,
+            "harness_blacklist": self.harness.urls,
             "upstream_ca": self._write_upstream_ca(confdir),
             "upstream_proxy": self.upstream_proxy,
             "resolve": self.resolve,
@@ -458,21 +474,35 @@ async def _drain(stream: asyncio.StreamReader) -> None:
 # --- what a sandbox needs ---------------------------------------------------------------------
 
 
-def proxy_inputs(spec: SandboxSpec, log_dir: Path | None, name: str) -> tuple[Blacklist, Path]:
-    """The blacklist and network-log path of a sandbox's proxy: ``spec.network_log``, else
+@dataclass(frozen=True)
+class ProxyInputs:
+    """What a sandbox's proxy refuses and where it logs."""
+
+    blacklist: Blacklist
+    """The paper's (``spec.blacklist``)."""
+    harness: Blacklist
+    """The harness's own (``spec.harness_blacklist``)."""
+    log_path: Path
+
+
+def proxy_inputs(spec: SandboxSpec, log_dir: Path | None, name: str) -> ProxyInputs:
+    """The blacklists and network-log path of a sandbox's proxy: ``spec.network_log``, else
     ``<log_dir or ~/.cache/paperbench/network-logs>/<name>.jsonl``.
 
     Raises:
-        EgressProxyError: ``spec.blacklist`` holds an entry that is not one URL.
+        EgressProxyError: ``spec.blacklist`` or ``spec.harness_blacklist`` holds an entry
+            that is not one URL.
     """
-    try:
-        blacklist = Blacklist.from_urls(spec.blacklist)
-    except ValueError as exc:
-        raise EgressProxyError(f"the sandbox's blacklist: {exc}") from exc
-    if spec.network_log is not None:
-        return blacklist, spec.network_log
+    lists: list[Blacklist] = []
+    given = (("blacklist", spec.blacklist), ("harness blacklist", spec.harness_blacklist))
+    for what, urls in given:
+        try:
+            lists.append(Blacklist.from_urls(urls))
+        except ValueError as exc:
+            raise EgressProxyError(f"the sandbox's {what}: {exc}") from exc
     folder = log_dir or Path.home() / ".cache" / "paperbench" / "network-logs"
-    return blacklist, folder / f"{name}.jsonl"
+    log_path = spec.network_log if spec.network_log is not None else folder / f"{name}.jsonl"
+    return ProxyInputs(lists[0], lists[1], log_path)
 
 
 CA_BUNDLE_VARS = (

@@ -14,7 +14,10 @@ Per request the addon decides, and appends one JSON line to the network log:
 ``{ts, method, url, host, verdict, rule, status, reason?, error?}`` where verdict is
 ``allowed``, ``blocked`` or ``error`` (the client never got through, e.g. it refused the
 proxy's certificate). Blocked requests are answered 403 before any upstream connection is made
-(``connection_strategy=lazy``).
+(``connection_strategy=lazy``). Two blacklists are told apart by ``reason``: ``blacklist`` for a
+rule of the paper's (``blacklist``), ``harness blacklist`` for one of the harness's own
+(``harness_blacklist``: a command agent's model providers); the paper's is asked first, so a
+request both refuse is logged as the paper's.
 
 Host services (``services``: ``"name:port"`` → ``"address:port"``, e.g. the model gateway of an
 external agent) are the one way to the host: a plain-HTTP request to ``http://name:port`` goes
@@ -46,6 +49,9 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData  # type: ignor
 from mitmproxy.tools.dump import DumpMaster  # type: ignore[import-not-found,unused-ignore]
 
 _URL_LOG_LIMIT = 4096
+BLACKLIST_REASON = "blacklist"
+HARNESS_REASON = "harness blacklist"
+"""The network log's ``reason`` for each list's refusals (``_egress.py`` names them too)."""
 
 
 def _load_sibling(name: str) -> ModuleType:
@@ -164,8 +170,11 @@ class EgressAddon:
         unix_socket: str | None = None,
         services: dict[str, str] | None = None,
         allow_networks: Sequence[str] = (),
+        harness: Any = None,
     ) -> None:
         self.blacklist = blacklist
+        self.harness = harness
+        """The harness's own blacklist (a ``Blacklist``), or None."""
         self.allowed = [ipaddress.ip_network(n) for n in allow_networks]
         """Internal ranges this sandbox may reach after all (``--allow-network``)."""
         self.services: dict[str, tuple[str, int]] = {}
@@ -252,10 +261,9 @@ class EgressAddon:
             what = f"{host}:{flow.request.port} is a host service: plain HTTP to its own port only"
             self._blocked(flow, "host service", "host_service", what)
             return
-        hit = self.blacklist.blocks_host(host)
-        if hit is not None:
-            self._blocked(flow, "blacklist", hit.rule, f"{host} is blacklisted ({hit.rule})")
-        elif (refused := self._refused_target(host)) is not None:
+        if self._refused_by_a_list(flow, [host], host=True):
+            return
+        if (refused := self._refused_target(host)) is not None:
             self._refuse_address(flow, host, refused)
         else:
             flow.metadata["paperbench_logged"] = True
@@ -276,14 +284,26 @@ class EgressAddon:
         candidates = [req.url, req.pretty_url]
         if flow.client_conn.sni:
             candidates.append(f"{req.scheme}://{flow.client_conn.sni}{req.path}")
-        for url in candidates:
-            hit = self.blacklist.matches(url)
-            if hit is not None:
-                self._blocked(flow, "blacklist", hit.rule, f"{url} is blacklisted ({hit.rule})")
-                return
+        if self._refused_by_a_list(flow, candidates, host=False):
+            return
         refused = self._refused_target(req.host) or await self._resolves_refused(req.host, req.port)
         if refused is not None:
             self._refuse_address(flow, req.host, refused)
+
+    def _refused_by_a_list(self, flow: http.HTTPFlow, targets: list[str], *, host: bool) -> bool:
+        """Refuse the request if a rule of the paper's blacklist, else of the harness's, refuses
+        one of ``targets`` (host names at CONNECT, URLs after it); logged with the list's reason.
+        """
+        lists = [(self.blacklist, BLACKLIST_REASON, "is blacklisted")]
+        if self.harness is not None:
+            lists.append((self.harness, HARNESS_REASON, "is refused by the harness"))
+        for rules, reason, what in lists:
+            for target in targets:
+                hit = rules.blocks_host(target) if host else rules.matches(target)
+                if hit is not None:
+                    self._blocked(flow, reason, hit.rule, f"{target} {what} ({hit.rule})")
+                    return True
+        return False
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if flow.metadata.get("paperbench_service") and flow.response is not None:
@@ -388,6 +408,7 @@ def _watch_stdin(master: DumpMaster) -> None:
 async def _main(config: dict[str, Any]) -> None:
     blacklist_module = _load_sibling("_blacklist")
     blacklist = blacklist_module.Blacklist.from_urls(config["blacklist"])
+    harness = blacklist_module.Blacklist.from_urls(config.get("harness_blacklist") or [])
     opts = Options(
         listen_host=config["listen_host"],
         listen_port=int(config["listen_port"]),
@@ -416,6 +437,7 @@ async def _main(config: dict[str, Any]) -> None:
             unix_socket=config.get("unix_socket"),
             services=dict(config.get("services") or {}),
             allow_networks=list(config.get("allow_networks") or []),
+            harness=harness,
         )
     )
     loop = asyncio.get_running_loop()

@@ -112,11 +112,12 @@ class DockerEgressGateway:
             EgressProxyError: no gateway, a bad blacklist, or the proxy did not start.
         """
         gateway = await network_gateway(self.api, network)
-        blacklist, log_path = proxy_inputs(spec, self.log_dir, network)
+        inputs = proxy_inputs(spec, self.log_dir, network)
         bundles = [p for p in (self.ca_bundle, spec.ca_bundle) if p is not None]
         proxy = EgressProxy(
-            blacklist,
-            log_path,
+            inputs.blacklist,
+            inputs.log_path,
+            harness=inputs.harness,
             listen_host=gateway,
             upstream_ca_bundle=bundles,
             upstream_proxy=self.upstream_proxy,

@@ -203,14 +203,15 @@ class LocalEgressGateway:
                 "network=filtered with the local backend needs root (to join the sandbox's "
                 "network namespace); run as root, use --sandbox docker, or network=none"
             )
-        blacklist, log_path = proxy_inputs(spec, self.log_dir, workspace.name)
+        inputs = proxy_inputs(spec, self.log_dir, workspace.name)
         folder = workspace / "egress"
         folder.mkdir(mode=0o755)
         sock_dir = _socket_dir(folder) if isolation == "bwrap" else folder
         bundles = [p for p in (self.ca_bundle, spec.ca_bundle) if p is not None]
         proxy = EgressProxy(
-            blacklist,
-            log_path,
+            inputs.blacklist,
+            inputs.log_path,
+            harness=inputs.harness,
             upstream_ca_bundle=bundles,
             upstream_proxy=self.upstream_proxy,
             resolve=self.resolve,

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from paperbench.agents import AgentLimits, load_agent, read_transcript
+from paperbench.agents._monitor import monitor_run, paper_rules
 from paperbench.agents._rollout import rollout
 from paperbench.agents._transcript import EndEvent, ModelCallEvent, ToolEvent
 from paperbench.llm import ModelConfig, read_cost_journal
@@ -177,6 +178,13 @@ def test_a_cli_agent_builds_a_submission_behind_the_gateway(
     assert len(gateway) >= 2 and all(e["rule"] == "host_service" for e in gateway)
     vendors = [e for e in log if e["host"].endswith(("openai.com", "chatgpt.com", "anthropic.com"))]
     assert all(e["verdict"] == "blocked" for e in vendors), vendors
+    # refused by the harness's own rule, which the monitor lists apart: never a blacklist hit
+    # (Codex asks chatgpt.com for its plugins at start)
+    assert vendors or agent != "codex", log
+    assert all(e["reason"] == "harness blacklist" for e in vendors), vendors
+    paper = PaperSource(repo_root=REPO).load("calibration-binning")
+    report = monitor_run(out, paper_rules(paper)[0], policy="disqualify")
+    assert (report.verdict, report.harness_refusals_total) == ("clean", len(vendors)), report
 
 
 def test_the_budget_cap_stops_the_agent_at_the_gateway(

@@ -268,6 +268,33 @@ def test_a_refusal_by_a_rule_the_given_blacklist_lacks_still_counts(tmp_path: Pa
     assert [(h.line, h.rule) for h in report.hits] == [(1, "old-mirror.net")]
 
 
+def test_a_refusal_by_the_harnesss_rule_is_listed_apart_unless_the_paper_has_it(
+    tmp_path: Path,
+) -> None:
+    """Only the paper's blacklist is judged: the harness's refusals (a command agent's own
+    traffic to its vendor) never count, but an address on both lists is a hit."""
+    refused = {"method": "CONNECT", "reason": "harness blacklist"}
+    network = [
+        _log("chatgpt.com:443", "blocked", **refused, rule="https://chatgpt.com/"),
+        _log("mirror-of-results.org:443", "blocked", **refused, rule="mirror-of-results.org"),
+    ]
+    run = _run(tmp_path, [_start()], network)
+    report = monitor_run(run, _blacklist(), policy="disqualify")
+    assert [(h.line, h.rule, h.verdict) for h in report.hits] == [
+        (2, "mirror-of-results.org", "blocked")
+    ]
+    assert report.disqualify and report.harness_refusals_total == 1
+    [refusal] = report.harness_refusals
+    assert (refusal.line, refusal.url, refusal.rule) == (
+        1,
+        "chatgpt.com:443",
+        "https://chatgpt.com/",
+    )
+    clean = monitor_run(run, Blacklist(), policy="disqualify")
+    assert clean.verdict == "clean" and clean.hits_total == 0
+    assert [r.line for r in clean.harness_refusals] == [1, 2]
+
+
 # --- the paper's allowed links ------------------------------------------------------------
 
 
