@@ -38,6 +38,8 @@ from paperbench._console import (
     plural,
     print_table,
     printable,
+    unanswered_line,
+    unanswered_note,
     warning,
 )
 from paperbench._io import atomic_write_text
@@ -65,7 +67,7 @@ from paperbench.judge._grader import GradeResult
 from paperbench.judge._job import GradeOptions, ModelSettings, missing_keys
 from paperbench.judge._types import LeafGrade
 from paperbench.judge._view import build_view
-from paperbench.llm import ModelConfig, unanswered_line, unanswered_note
+from paperbench.llm import ModelConfig
 from paperbench.papers import PaperSource
 
 GRADE_STAGES = {"leaves": DEFAULT_LEAVES_AT_ONCE}

@@ -35,8 +35,6 @@ from paperbench.llm._costs import (
     ModelPrice,
     PriceTable,
     read_cost_journal,
-    unanswered_line,
-    unanswered_note,
 )
 from paperbench.llm._limits import context_window, max_output_tokens, takes_reasoning_effort
 from paperbench.llm._model import Model
@@ -124,6 +122,4 @@ __all__ = [
     "set_coordinator",
     "takes_reasoning_effort",
     "token_count_kind",
-    "unanswered_line",
-    "unanswered_note",
 ]

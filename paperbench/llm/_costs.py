@@ -22,7 +22,6 @@ from typing import Any, Self, TextIO
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from paperbench._console import plural
 from paperbench._io import atomic_write_json, json_path, read_json, read_text
 from paperbench.errors import ConfigError, InputError
 from paperbench.llm._budget import BudgetCaps
@@ -206,24 +205,6 @@ class CostTotal(BaseModel):
         else:
             self.cost_usd += record.cost_usd
         self.saved_usd += record.saved_usd or 0.0
-
-
-UNANSWERED_WHY = "a refused, reset or dropped connection, a timeout"
-"""What an attempt with no HTTP answer is, for the notes that count such attempts."""
-
-
-def unanswered_note(count: int) -> str:
-    """How a table cell says that ``count`` attempts got no HTTP answer: they are not in the
-    requests beside it."""
-    return f"+{count} unanswered"
-
-
-def unanswered_line(who: str, count: int) -> str:
-    """The line under a table that explains :func:`unanswered_note`."""
-    return (
-        f"{who}: {plural(count, 'attempt')} got no HTTP answer ({UNANSWERED_WHY}); the "
-        "server may never have received them, so they are not counted as requests"
-    )
 
 
 class CostReport(BaseModel):

@@ -9,10 +9,19 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from paperbench._console import console, error, plural, print_table, printable, warning
+from paperbench._console import (
+    console,
+    error,
+    plural,
+    print_table,
+    printable,
+    unanswered_line,
+    unanswered_note,
+    warning,
+)
 from paperbench._options import Json, Out
 from paperbench.errors import UsageError
-from paperbench.llm import CostTotal, unanswered_line, unanswered_note
+from paperbench.llm import CostTotal
 from paperbench.report._metrics import Estimate, Summary
 from paperbench.report._write import INDEX_FILE, html_dir, summary_path, write_report
 
