@@ -75,3 +75,22 @@ def print_wide(renderable: RenderableType) -> None:
 def plural(count: int, word: str, many: str | None = None) -> str:
     """``1 file``, ``2 files``; ``many`` for a word whose plural is not ``word + 's'``."""
     return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
+UNANSWERED_WHY = "a refused, reset or dropped connection, a timeout"
+"""What an attempt with no HTTP answer is, for the notes that count such attempts."""
+
+
+def unanswered_note(count: int) -> str:
+    """How a table cell says that ``count`` attempts got no HTTP answer: they are not in the
+    requests beside it."""
+    return f"+{count} unanswered"
+
+
+def unanswered_line(who: str, count: int) -> str:
+    """The line under a table that explains :func:`unanswered_note`."""
+    them, they = ("it", "it is") if count == 1 else ("them", "they are")
+    return (
+        f"{who}: {plural(count, 'attempt')} got no HTTP answer ({UNANSWERED_WHY}); the "
+        f"server may never have received {them}, so {they} not counted as requests"
+    )

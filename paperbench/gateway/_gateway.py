@@ -263,14 +263,17 @@ class ModelGateway:
         outcome: Any,
         error: str,
         ledger: bool = False,
+        tried: bool = False,
     ) -> web.Response:
-        """Answer with the gateway's own error; recorded, and in the ledger as unsent."""
+        """Answer with the gateway's own error; recorded, and in the ledger as unsent, or
+        with ``tried`` as an attempt sent upstream that got no HTTP answer (a refused or
+        dropped connection: not billed; a timeout: the cost unknown)."""
         call.status, call.outcome, call.error = status, outcome, error
         call.answer, call.answer_cut_at = kept_body(body, as_json=True)
         call.latency_s = time.perf_counter() - started
         if ledger:
-            call.cost_usd = 0.0
-            self._ledger_add(call, sent=False)
+            call.cost_usd = None if tried and status == 504 else 0.0
+            self._ledger_add(call, sent=tried, answered=not tried)
         self._finish(call)
         return web.Response(status=status, body=body, headers=_NO_RETRY)
 
@@ -324,7 +327,9 @@ class ModelGateway:
             what = "timed out" if status == 504 else f"failed: {type(exc).__name__}: {exc}"
             message = f"the gateway's request to the {family} API {what}"
             body = error_body(family, status, message)
-            return self._refuse(call, started, status, body, "failed", message, model_call)
+            return self._refuse(
+                call, started, status, body, "failed", message, model_call, tried=True
+            )
         async with upstream_response:
             return await self._relay(request, call, upstream, upstream_response, started, parsed)
 
@@ -433,7 +438,7 @@ class ModelGateway:
         self._ledger_add(call, sent=True)
         self._finish(call)
 
-    def _ledger_add(self, call: GatewayCall, *, sent: bool) -> None:
+    def _ledger_add(self, call: GatewayCall, *, sent: bool, answered: bool = True) -> None:
         outcome = cast(CallOutcome, call.outcome)  # never "unauthorized" nor "passed" here
         self.ledger.add(
             CostRecord(
@@ -448,6 +453,7 @@ class ModelGateway:
                 stop_reason=call.stop_reason,
                 error=call.error,
                 sent=sent,
+                answered=answered,
             )
         )
 

@@ -38,6 +38,8 @@ from paperbench._console import (
     plural,
     print_table,
     printable,
+    unanswered_line,
+    unanswered_note,
     warning,
 )
 from paperbench._io import atomic_write_text
@@ -253,6 +255,8 @@ def _table(result: GradeResult, out: Path) -> Table:
     cost = "unknown (unpriced model)" if result.cost_usd is None else f"${result.cost_usd:.4f}"
     table.add_row("cost", cost)
     requests = str(result.requests)
+    if result.unanswered_attempts:
+        requests += f" ({unanswered_note(result.unanswered_attempts)})"
     if result.refused_calls:
         requests += f" ({result.refused_calls} more refused before sending)"
     table.add_row("requests sent", requests)
@@ -267,6 +271,8 @@ def _say_failures(results: list[GradeResult]) -> None:
     """The invalid leaves of each grading by reason; exit 1 when a judging graded nothing."""
     for result in results:
         name = str(result.judge["name"])
+        if result.unanswered_attempts:
+            warning(unanswered_line(name, result.unanswered_attempts))
         report_invalid(name, result.leaves, result.invalid_reasons, result.invalid_messages)
         if result.unscored_reason:
             warning(f"{name} unscored: {result.unscored_reason}")
@@ -487,7 +493,8 @@ def report_table(report: JudgeEvalReport) -> Table:
             _num(m.recall),
             _num(m.f1),
             *[_num(result.categories[c].f1) if c in result.categories else "-" for c in categories],
-            str(result.cost.requests),
+            str(result.cost.requests)
+            + (f" ({unanswered_note(result.cost.unanswered)})" if result.cost.unanswered else ""),
             f"{result.cost.input_tokens / subs:,.0f}" if subs else "-",
             "?" if usd is None else f"{usd / subs:.4f}" if subs else "-",
             f"{result.wall_time_s:.1f}",
@@ -595,6 +602,8 @@ def judge_eval_command(
         for line in _agreement_lines(report):
             console.print(Text(line))
     for result in report.configs:
+        if result.cost.unanswered:
+            warning(unanswered_line(result.judge.name, result.cost.unanswered))
         report_invalid(
             result.judge.name,
             result.overall.leaves,

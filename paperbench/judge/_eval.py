@@ -371,6 +371,7 @@ def tree_cost(tree: GradedTaskNode) -> CallCost:
         usd = None if usd is None or cost.cost_usd is None else usd + cost.cost_usd
         total = CallCost(
             requests=total.requests + cost.requests,
+            unanswered=total.unanswered + cost.unanswered,
             input_tokens=total.input_tokens + cost.input_tokens,
             cached_input_tokens=total.cached_input_tokens + cost.cached_input_tokens,
             output_tokens=total.output_tokens + cost.output_tokens,
@@ -458,6 +459,7 @@ def _sum_costs(costs: Sequence[CallCost]) -> CallCost:
         usd = None if usd is None or cost.cost_usd is None else usd + cost.cost_usd
     return CallCost(
         requests=sum(c.requests for c in costs),
+        unanswered=sum(c.unanswered for c in costs),
         input_tokens=sum(c.input_tokens for c in costs),
         cached_input_tokens=sum(c.cached_input_tokens for c in costs),
         output_tokens=sum(c.output_tokens for c in costs),

@@ -72,7 +72,8 @@ def _grading_cost(out_dir: Path) -> CallCost:
     resumed grading included)."""
     total = CostLedger(read_cost_journal(out_dir / "grading" / COSTS_JOURNAL)).report().total
     return CallCost(
-        requests=total.sent,
+        requests=total.requests,
+        unanswered=total.unanswered,
         input_tokens=total.usage.input_tokens,
         cached_input_tokens=total.usage.cached_input_tokens,
         output_tokens=total.usage.output_tokens,

@@ -122,8 +122,11 @@ class GradeResult(BaseModel):
     scores_by_category: dict[str, float]
     cost_usd: float | None
     requests: int
-    """Requests sent to a provider (retried attempts included; cache hits and calls refused
-    before sending are not)."""
+    """Requests a provider answered, with any HTTP status (retried attempts included; cache
+    hits, calls refused before sending and attempts that got no answer are not)."""
+    unanswered_attempts: int = 0
+    """Attempts sent that got no HTTP answer (a refused, reset or dropped connection, a
+    timeout): the server may never have received them."""
     refused_calls: int = 0
     """Calls refused before anything was sent (no key, the budget reached...)."""
     input_tokens: int
@@ -544,7 +547,8 @@ def _result(
         sources=dict(sorted(sources.items())),
         scores_by_category=_category_scores(tree),
         cost_usd=total.cost_usd if not total.unpriced_calls else None,
-        requests=total.sent,
+        requests=total.requests,
+        unanswered_attempts=total.unanswered,
         refused_calls=total.refused,
         input_tokens=total.usage.input_tokens,
         graded_leaves_this_run=graded,

@@ -199,6 +199,7 @@ def add_cost(cost: CallCost, out: ModelOutput, share: int = 1, first: bool = Tru
 def sum_cost(a: CallCost, b: CallCost) -> CallCost:
     return CallCost(
         requests=a.requests + b.requests,
+        unanswered=a.unanswered + b.unanswered,
         input_tokens=a.input_tokens + b.input_tokens,
         cached_input_tokens=a.cached_input_tokens + b.cached_input_tokens,
         output_tokens=a.output_tokens + b.output_tokens,

@@ -83,9 +83,13 @@ ADDRESSED_KEY = "addressed_to_judge"
 
 
 class CallCost(_Record):
-    """What grading one leaf took from the model layer (its share of a shared call)."""
+    """What grading one leaf took from the model layer (its share of a shared call), or a
+    whole grading (from its ledger). ``requests`` are those a server answered, with any
+    HTTP status; ``unanswered`` the attempts sent that got no HTTP answer (counted only for
+    a whole grading); ``attempts`` every attempt."""
 
     requests: int = 0
+    unanswered: int = 0
     input_tokens: int = 0
     cached_input_tokens: int = 0
     output_tokens: int = 0

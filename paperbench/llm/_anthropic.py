@@ -79,10 +79,12 @@ class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
         except json.JSONDecodeError as exc:
             # A body that is not JSON at all (a proxy hiccup): worth a retry. Only the SDK
             # call is guarded: an error in reading a parsed response is a bug and propagates.
-            raise TransientError(f"malformed response body (not JSON): {exc}") from exc
+            raise TransientError(
+                f"malformed response body (not JSON): {exc}", answered=True
+            ) from exc
         if not isinstance(response, AnthropicMessage) or response.content is None:
             peek = " ".join(repr(response)[:120].split())
-            raise TransientError(f"malformed response: not a message: {peek}")
+            raise TransientError(f"malformed response: not a message: {peek}", answered=True)
         return self._output(response)
 
     def params(self, request: ModelRequest) -> dict[str, Any]:
@@ -262,4 +264,4 @@ def _translate(exc: anthropic.APIError, target: Target) -> Exception:
             model=target.model,
             key_hint="ANTHROPIC_API_KEY",
         )
-    return TransientError(f"malformed response: {exc}")
+    return TransientError(f"malformed response: {exc}", answered=True)

@@ -151,21 +151,30 @@ class CostRecord(BaseModel):
     sent: bool = True
     """False for a call refused before anything was sent (no key, no provider, the budget
     reached); ``budget_exhausted`` and ``cache_hit`` records are never sent."""
+    answered: bool = True
+    """For an attempt sent: whether any HTTP answer came back (an answer, an error status,
+    a broken body). False for a refused, reset or dropped connection, a timeout or a
+    cancellation: the server may never have received the request."""
     time: float = Field(default_factory=time.time)
 
 
 class CostTotal(BaseModel):
     """The sum over a group of records. ``calls`` counts every record but the ``retried``
-    attempts, which ``retried`` counts; ``sent`` counts the requests that reached the wire
-    (retried attempts included), ``refused`` the calls refused before anything was sent (no
-    key, the budget reached), ``cache_hits`` the calls answered from the cache; ``cost_usd``
-    sums the known costs; ``unpriced_calls`` counts the records whose cost is unknown, so a
-    total is never silently low."""
+    attempts, which ``retried`` counts; ``sent`` counts the attempts put on the wire (retried
+    ones included): ``requests`` those a server answered, with any HTTP status (what a
+    server's log counts), and ``unanswered`` those that got no HTTP answer (a refused, reset
+    or dropped connection, a timeout), which the server may never have received.
+    ``refused`` counts the calls refused before anything was sent (no key, the budget
+    reached), ``cache_hits`` the calls answered from the cache; ``cost_usd`` sums the known
+    costs; ``unpriced_calls`` counts the records whose cost is unknown, so a total is never
+    silently low."""
 
     model_config = ConfigDict(extra="forbid")
 
     calls: int = 0
     sent: int = 0
+    requests: int = 0
+    unanswered: int = 0
     refused: int = 0
     cache_hits: int = 0
     incomplete: int = 0
@@ -181,7 +190,10 @@ class CostTotal(BaseModel):
         self.calls += record.outcome != "retried"
         unsent = not record.sent or record.outcome == "budget_exhausted"
         self.refused += unsent and record.outcome != "cache_hit"
-        self.sent += not unsent and record.outcome != "cache_hit"
+        sent = not unsent and record.outcome != "cache_hit"
+        self.sent += sent
+        self.requests += sent and record.answered
+        self.unanswered += sent and not record.answered
         self.retried += record.outcome == "retried"
         self.cache_hits += record.outcome == "cache_hit"
         self.incomplete += record.outcome == "incomplete"

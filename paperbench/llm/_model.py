@@ -10,10 +10,11 @@ the same steps whatever the provider:
     → (retry after a wait, outside the slot)
     → completeness and structured-output checks (re-ask a bounded number of times) → cache
 
-Every attempt that reaches the provider is one record in the ledger (``ok``, ``incomplete``,
-``retried`` or ``failed``). A call that cannot give an answer raises a
-:class:`~paperbench.errors.ModelError` subclass: callers record it as *invalid*, never as an
-answer.
+Every attempt sent is one record in the ledger (``ok``, ``incomplete``, ``retried`` or
+``failed``); one that got no HTTP answer (a refused, reset or dropped connection, a timeout)
+says so (``answered=False``), and the ledger counts it apart from the requests. A call that
+cannot give an answer raises a :class:`~paperbench.errors.ModelError` subclass: callers
+record it as *invalid*, never as an answer.
 """
 
 from __future__ import annotations
@@ -402,6 +403,7 @@ class Model:
                 # an error answer is not billed; no answer at all may have been
                 cost_usd=0.0 if exc.status is not None else None,
                 latency_s=time.perf_counter() - sent,
+                answered=exc.answered,
             )
             if wait is None:
                 failure = clock.give_up(exc)
@@ -421,7 +423,7 @@ class Model:
             raise
         except BaseException as exc:
             # A bug or a cancellation: never retried, but the request may have reached the
-            # provider, so it is on the record (cost unknown).
+            # provider, so it is on the record (cost unknown, no answer).
             why = "cancelled" if isinstance(exc, asyncio.CancelledError) else repr(exc)
             self._record(
                 label,
@@ -429,6 +431,7 @@ class Model:
                 outcome="failed",
                 latency_s=time.perf_counter() - sent,
                 error=f"{config.model}: {why}",
+                answered=False,
             )
             raise
         latency = time.perf_counter() - sent

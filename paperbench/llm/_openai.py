@@ -123,7 +123,9 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
             raise _translate(exc, self.target) from exc
         except json.JSONDecodeError as exc:
             # A body that is not JSON at all (a proxy hiccup): worth a retry.
-            raise TransientError(f"malformed response body (not JSON): {exc}") from exc
+            raise TransientError(
+                f"malformed response body (not JSON): {exc}", answered=True
+            ) from exc
 
     def _schema(self, request: ModelRequest) -> tuple[dict[str, Any], bool] | None:
         if request.output is None:
@@ -176,9 +178,11 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
             params["prompt_cache_key"] = cache_key
         response = await self._send(self.client.chat.completions.create, params)
         if not isinstance(response, ChatCompletion):
-            raise TransientError(f"malformed response: not a chat completion: {_peek(response)}")
+            raise TransientError(
+                f"malformed response: not a chat completion: {_peek(response)}", answered=True
+            )
         if not response.choices or response.choices[0].message is None:
-            raise TransientError("malformed response: no choices")
+            raise TransientError("malformed response: no choices", answered=True)
         choice = response.choices[0]
         message = choice.message
         calls = [
@@ -245,7 +249,9 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
             params["prompt_cache_key"] = cache_key
         response = await self._send(self.client.responses.create, params)
         if not isinstance(response, Response) or response.output is None:
-            raise TransientError(f"malformed response: not a response object: {_peek(response)}")
+            raise TransientError(
+                f"malformed response: not a response object: {_peek(response)}", answered=True
+            )
         texts: list[str] = []
         reasoning: list[ReasoningItem] = []
         calls: list[ToolCall] = []
@@ -383,7 +389,7 @@ def _translate(exc: openai.APIError, target: Target) -> Exception:
             key_hint="OPENAI_API_KEY",
             code=_error_code(exc),
         )
-    return TransientError(f"malformed response: {exc}")
+    return TransientError(f"malformed response: {exc}", answered=True)
 
 
 def _error_code(exc: openai.APIStatusError) -> str | None:

@@ -35,14 +35,25 @@ log = logging.getLogger("paperbench.llm")
 class TransientError(Exception):
     """A failure worth retrying. ``retry_after`` is the server's requested wait, if any;
     ``status`` the HTTP status when the server answered with an error (nothing is billed
-    then), ``None`` when no answer came (a timeout, a dropped connection, a broken body)."""
+    then), ``None`` otherwise (a timeout, a dropped connection, a broken body).
+
+    ``answered`` says whether an HTTP answer came at all: an error status, or a 200 whose
+    body was broken (by default: whether there is a ``status``). Without one (a refused,
+    reset or dropped connection, a timeout) the server may never have received the request,
+    so the ledger counts the attempt apart from the requests (``CostTotal.unanswered``)."""
 
     def __init__(
-        self, message: str, *, retry_after: float | None = None, status: int | None = None
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        status: int | None = None,
+        answered: bool | None = None,
     ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.status = status
+        self.answered = status is not None if answered is None else answered
 
 
 _CONNECTION_REASONS = {

@@ -9,7 +9,16 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from paperbench._console import console, error, plural, print_table, printable, warning
+from paperbench._console import (
+    console,
+    error,
+    plural,
+    print_table,
+    printable,
+    unanswered_line,
+    unanswered_note,
+    warning,
+)
 from paperbench._options import Json, Out
 from paperbench.errors import UsageError
 from paperbench.llm import CostTotal
@@ -142,8 +151,9 @@ def _costs(s: Summary) -> Table:
     table = Table(title="costs")
     table.add_column("by", overflow="fold")
     table.add_column("name", overflow="fold")
-    # requests that reached a provider apart from calls refused before sending (no key,
-    # budget reached): a run with no key sent nothing, however many calls it tried
+    # requests a provider answered apart from calls refused before sending (no key, budget
+    # reached): a run with no key sent nothing, however many calls it tried; attempts that
+    # got no HTTP answer are shown beside them, not in them
     table.add_column("requests sent", justify="right")
     table.add_column("refused unsent", justify="right")
     table.add_column("cost", justify="right", no_wrap=True)
@@ -154,13 +164,20 @@ def _costs(s: Summary) -> Table:
             table.add_row(
                 Text(printable(by)),
                 Text(printable(name)),
-                str(total.sent),
+                _requests(total),
                 str(total.refused),
                 _usd(total),
             )
     total = s.costs.total
-    table.add_row("all", "total", str(total.sent), str(total.refused), _usd(total))
+    table.add_row("all", "total", _requests(total), str(total.refused), _usd(total))
+    if total.unanswered:
+        table.caption = unanswered_line("total", total.unanswered)
     return table
+
+
+def _requests(total: CostTotal) -> str:
+    note = f" ({unanswered_note(total.unanswered)})" if total.unanswered else ""
+    return f"{total.requests}{note}"
 
 
 def _hours(s: Summary) -> Table:

@@ -14,7 +14,8 @@ context window, ...) get the real APIs' 400 and error body. Usage is counted fro
 request, with simulated prompt caches (OpenAI's automatic prefix cache, Anthropic's
 breakpoints: :mod:`paperbench.testing._prompt`). Faults on
 demand: any HTTP status with headers (429 with ``retry-after``, 500, 401, ...), a slow
-answer, a malformed body, an HTML page, a dropped connection; a schema mismatch is simply a
+answer, a malformed body, an HTML page, a dropped connection (the request received, no
+answer), a reset one (the request never received); a schema mismatch is simply a
 :class:`FakeReply` whose ``text`` does not fit.
 
 ``"stream": true`` gets the answer as each API streams it (server-sent events rendered from
@@ -38,6 +39,7 @@ import itertools
 import json
 import secrets
 import socket
+import struct
 import sys
 import threading
 import time
@@ -117,7 +119,7 @@ class FakeReply:
 class Fault:
     """A failure to inject. Build one with the class methods."""
 
-    kind: Literal["status", "malformed", "html", "drop", "cut", "stream_error"] = "status"
+    kind: Literal["status", "malformed", "html", "drop", "reset", "cut", "stream_error"] = "status"
     status: int = 500
     message: str = "injected failure"
     headers: tuple[tuple[str, str], ...] = ()
@@ -159,6 +161,14 @@ class Fault:
     def drop(cls) -> Fault:
         """Close the connection without answering (for a stream too: before any event)."""
         return cls(kind="drop")
+
+    @classmethod
+    def reset(cls) -> Fault:
+        """Reset the connection before the request is read (a server over its connection
+        limit, a keep-alive connection it closed as the request came): the server never
+        receives the request, so it is not in ``server.requests``. It is taken by the next
+        model request (POST), whatever its route."""
+        return cls(kind="reset")
 
     @classmethod
     def stream_cut(cls, after_events: int = 2, reply: FakeReply | None = None) -> Fault:
@@ -348,6 +358,15 @@ class FakeLLMServer:
                 self.requests.append(request)
         return refusal
 
+    def _unheard(self) -> bool:
+        """Take a scripted :meth:`Fault.reset` if it comes next: the request is not read."""
+        with self._lock:
+            head = self._script[0] if self._script else None
+            if isinstance(head, Fault) and head.kind == "reset":
+                self._script.popleft()
+                return True
+        return False
+
     def _answer_for(self, request: RecordedRequest) -> FakeReply | Fault:
         with self._lock:
             self.requests.append(request)
@@ -432,6 +451,9 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": "not found", "type": "invalid_request"}})
 
         def do_POST(self) -> None:
+            if server._unheard():
+                self._reset()
+                return
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
             path = self.path.split("?")[0]
@@ -494,6 +516,15 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                     self._send(200, late)
                 return
             self._send(fault.status, _error_body(protocol, fault), dict(fault.headers))
+
+        def _reset(self) -> None:
+            """Close the connection with a reset (RST), the request's body unread."""
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.connection.close()
 
         def _send_stream(self, events: list[Event], *, cut: bool = False) -> None:
             """Send ``events`` as ``text/event-stream`` in HTTP chunks; ``cut`` closes the

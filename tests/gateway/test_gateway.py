@@ -285,6 +285,10 @@ def test_an_unreachable_upstream_is_a_502_in_the_providers_shape(tmp_path: Path)
     gw = run(body())
     [record] = gw.ledger.records
     assert record.outcome == "failed" and "ClientConnectorError" in (record.error or "")
+    # tried, but no HTTP answer: an attempt counted apart, not a request nor a refusal
+    assert (record.sent, record.answered, record.cost_usd) == (True, False, 0.0)
+    total = gw.ledger.report().total
+    assert (total.requests, total.unanswered, total.refused) == (0, 1, 0)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -430,6 +434,9 @@ def test_an_upstream_timeout_is_a_504(fake_llm: FakeLLMServer, tmp_path: Path) -
     gw = run(body())
     [record] = gw.ledger.records
     assert record.outcome == "failed" and "timed out" in (record.error or "")
+    # the server had the request and may have billed it: sent, no answer, cost unknown
+    assert (record.sent, record.answered, record.cost_usd) == (True, False, None)
+    assert len(fake_llm.requests) == 1
 
 
 @asynccontextmanager

@@ -63,6 +63,7 @@ def test_grade_the_bundled_examples_with_the_dummy_judge(
 
 
 def test_grade_with_a_fake_server_llm_judge(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    fake_llm.script(Fault.reset())  # a first attempt the server never receives, then retried
     fake_llm.handler = ScriptedJudge(lambda text: 1.0)
     example = EXAMPLES / "calibration-binning" / "partial"
     args = _args(example, tmp_path / "o", "--base-url", fake_llm.openai_url)
@@ -76,6 +77,11 @@ def test_grade_with_a_fake_server_llm_judge(fake_llm: FakeLLMServer, tmp_path: P
     assert checks and all(not g.valid and g.reason == "not_graded" for g in checks)
     assert "coverage" in result.stdout and "not_graded" in result.stdout
     assert len(fake_llm.requests) < len(llm)  # sibling leaves share calls
+    # the requests the server received; the reset attempt is shown apart
+    received = len(fake_llm.requests)
+    [row] = [line for line in result.stdout.splitlines() if "requests sent" in line]
+    assert row.replace("│", " ").split()[2:] == [str(received), "(+1", "unanswered)"]
+    assert "1 attempt got no HTTP answer" in " ".join(result.stderr.split())
 
 
 def test_grade_without_a_key_leaves_model_leaves_invalid_and_says_how_to_set_it(

@@ -45,15 +45,32 @@ def test_rate_limit_honours_retry_after(fake_llm: FakeLLMServer, protocol: str) 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize(
-    "fault",
-    [Fault.server_error(500), Fault.server_error(503), Fault.malformed(), Fault.drop()],
-    ids=["500", "503", "malformed", "dropped"],
+    ("fault", "answered"),
+    [
+        (Fault.server_error(500), True),
+        (Fault.server_error(503), True),
+        (Fault.malformed(), True),
+        (Fault.drop(), False),
+        (Fault.reset(), False),
+    ],
+    ids=["500", "503", "malformed", "dropped", "reset"],
 )
-def test_transient_faults_are_retried(fake_llm: FakeLLMServer, protocol: str, fault: Fault) -> None:
+def test_transient_faults_are_retried(
+    fake_llm: FakeLLMServer, protocol: str, fault: Fault, answered: bool
+) -> None:
     fake_llm.script(fault, fault, FakeReply(text="recovered"))
-    out = gen(Model(config_for(protocol, fake_llm)), "hi")
+    model = Model(config_for(protocol, fake_llm))
+    out = gen(model, "hi")
     assert out.text == "recovered"
-    assert len(fake_llm.requests) == 3
+    # a reset request never reaches the server; a dropped one does, and gets no answer
+    assert len(fake_llm.requests) == (3 if fault.kind != "reset" else 1)
+    # every attempt is on the record, and says whether an HTTP answer came
+    records = model.ledger.records
+    assert [r.answered for r in records] == [answered, answered, True]
+    total = model.ledger.report().total
+    assert (total.sent, total.requests, total.unanswered) == (3, 1 + 2 * answered, 2 - 2 * answered)
+    # the SDK never retries on its own: each attempt the server saw is one of the ledger's
+    assert {r.headers.get("x-stainless-retry-count") for r in fake_llm.requests} == {"0"}
 
 
 @pytest.mark.parametrize("protocol", ["chat", "messages"])

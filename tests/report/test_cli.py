@@ -281,7 +281,9 @@ def test_the_judge_models_line_is_true_per_role_under_judge_model(tmp_path: Path
     assert identity.index("openai/o3-mini") > identity.index("instead of the config's")
 
 
-def test_the_costs_table_shows_requests_sent_apart_from_calls_refused(tmp_path: Path) -> None:
+def test_the_costs_table_shows_requests_apart_from_calls_refused_and_unanswered(
+    tmp_path: Path,
+) -> None:
     from paperbench.llm import CostRecord
 
     group = build_group(tmp_path)
@@ -296,8 +298,18 @@ def test_the_costs_table_shows_requests_sent_apart_from_calls_refused(tmp_path: 
         error="set OPENAI_API_KEY",
         sent=False,
     )
+    # and an attempt whose connection was reset: sent, but no HTTP answer, so no request
+    reset = CostRecord(
+        model="openai/o3-mini",
+        label="judge_grading",
+        stage="grading",
+        outcome="retried",
+        cost_usd=None,
+        error="cannot reach http://127.0.0.1:9/v1: Connection reset by peer",
+        answered=False,
+    )
     with folder.open("a", encoding="utf-8") as handle:
-        handle.write((refused.model_dump_json() + "\n") * 3)
+        handle.write((refused.model_dump_json() + "\n") * 3 + reset.model_dump_json() + "\n")
     result = _run(str(group))
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
@@ -305,9 +317,17 @@ def test_the_costs_table_shows_requests_sent_apart_from_calls_refused(tmp_path: 
     assert "refused unsent" in header
     summary = Summary.model_validate_json((group / "summary.json").read_text())
     total = summary.costs.total
-    assert total.refused == 3 and total.sent == total.calls - 3
+    assert total.refused == 3 and total.sent == total.calls - 3 + 1
+    assert (total.unanswered, total.requests) == (1, total.sent - 1)
     cells = [line.replace("│", " ").split() for line in lines]
-    assert ["all", "total", str(total.sent), "3"] in [c[:4] for c in cells]
+    assert ["all", "total", str(total.requests), "(+1", "unanswered)", "3"] in [
+        c[:6] for c in cells
+    ]
+    said = " ".join(result.stdout.split())
+    assert "total: 1 attempt got no HTTP answer" in said
+    page = " ".join((group / "report" / "index.html").read_text().split())
+    assert f"{total.requests} (+1 unanswered)" in page
+    assert "1 attempt got no HTTP answer" in page
 
 
 def test_one_agent_config_whose_runs_ran_two_models_is_two_rows(tmp_path: Path) -> None:
