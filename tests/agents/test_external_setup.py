@@ -85,6 +85,32 @@ def test_codex_json_events_become_messages_and_tool_calls() -> None:
     assert usage and usage[0].data["input_tokens"] == 15241
 
 
+# what Codex 0.169.0 printed for a model it has no metadata for (openai/gpt-5), and went on
+FALLBACK_ITEM = (
+    '{"type":"item.completed","item":{"id":"item_0","type":"error","message":"Model metadata '
+    "for `gpt-5` not found. Defaulting to fallback metadata; this can degrade performance and "
+    'cause issues."}}'
+)
+
+
+def test_codexs_errors_are_kept_and_its_failure_is_the_error_it_gave_up_on() -> None:
+    """``codex_exec_json_failed.jsonl``: what Codex printed when every answer was a 401 (five
+    announced retries, the error, ``turn.failed``)."""
+    lines = (DATA / "codex_exec_json_failed.jsonl").read_text().splitlines()
+    reader = CodexJsonReader()
+    events = reader.feed_all([lines[0], FALLBACK_ITEM, *lines[1:]])
+    errors = [e for e in events if isinstance(e, NoteEvent) and e.kind == "agent_error"]
+    assert [e.data["event"] for e in errors] == ["item", *["error"] * 6, "turn.failed"]
+    assert errors[0].text.startswith("Model metadata for `gpt-5` not found")
+    assert errors[1].text.startswith("Reconnecting... 1/5 (unexpected status 401")
+    assert reader.failure is not None and reader.failure == errors[-1].text
+    assert reader.failure.startswith("unexpected status 401 Unauthorized: Incorrect API key")
+    # the failure is the error it gave up on, not a retry nor the item it went on from
+    reader = CodexJsonReader()
+    reader.feed_all([FALLBACK_ITEM, *lines[:-1]])
+    assert reader.failure == errors[-1].text
+
+
 def test_a_mini_swe_agent_trajectory_becomes_messages_and_tool_calls() -> None:
     trajectory = json.loads((DATA / "mini_swe_agent_trajectory.json").read_text())
     events = mini_trajectory_events(trajectory)
