@@ -28,7 +28,7 @@ import pytest
 
 from paperbench.agents import AgentLimits, load_agent, read_transcript
 from paperbench.agents._rollout import rollout
-from paperbench.agents._transcript import EndEvent, ModelCallEvent, ToolEvent
+from paperbench.agents._transcript import EndEvent, ModelCallEvent, NoteEvent, ToolEvent
 from paperbench.llm import ModelConfig, read_cost_journal
 from paperbench.papers import PaperSource
 from paperbench.sandbox import NetworkPolicy, SandboxConfig
@@ -103,15 +103,13 @@ def _builder(first: FakeToolCall | None = None) -> Callable[[RecordedRequest], F
 def _rollout(
     out: Path, agent: str, server: FakeLLMServer, *, resume: bool = False, **limits: Any
 ) -> Any:
-    model = (
-        ModelConfig(model="anthropic/claude-sonnet-4-5", base_url=server.anthropic_url)
-        if agent == "claude-code"
-        else ModelConfig(model="openai/gpt-5", base_url=server.openai_url)
-    )
+    loaded = load_agent(agent)  # its catalog's model
+    url = server.anthropic_url if agent == "claude-code" else server.openai_url
+    model = ModelConfig(model=str(loaded.config.model), base_url=url)
     return asyncio.run(
         rollout(
             PaperSource(repo_root=REPO).load("calibration-binning"),
-            load_agent(agent),
+            loaded,
             out_dir=out,
             model_config=model,
             sandbox=SandboxConfig(backend="docker"),
@@ -166,6 +164,8 @@ def test_a_cli_agent_builds_a_submission_behind_the_gateway(
     assert len(calls) == 2 and all(c.label == "gateway" and c.usage.input_tokens for c in calls)
     tools = [e for e in events if isinstance(e, ToolEvent)]
     assert [t.name for t in tools] == [tool]
+    # no error of its own (Codex: none for its model, which it knows: no fallback metadata)
+    assert [e.text for e in events if isinstance(e, NoteEvent) and e.kind == "agent_error"] == []
     ledger = [r for r in read_cost_journal(out / "costs.jsonl") if r.label == "gateway"]
     assert len(ledger) == 2 and all(r.outcome == "ok" for r in ledger)
     assert (ledger[0].cost_usd or 0) > 0
