@@ -5,11 +5,16 @@ own event streams (the samples the real CLIs printed) read into transcript event
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from paperbench.agents import read_transcript
+from paperbench.agents._base import AgentOutcome, AgentSetup
+from paperbench.agents._config import CommandConfig
+from paperbench.agents._external import ExternalAgent
 from paperbench.agents._external_events import (
     ClaudeStreamReader,
     CodexJsonReader,
@@ -17,7 +22,9 @@ from paperbench.agents._external_events import (
 )
 from paperbench.agents._transcript import MessageEvent, NoteEvent, ToolEvent
 from paperbench.cli import app
-from paperbench.llm import AssistantMessage
+from paperbench.llm import AssistantMessage, Model, ModelConfig
+from paperbench.testing import FakeLLMServer
+from tests.agents.conftest import Rig, run, with_context
 
 DATA = Path(__file__).resolve().parents[1] / "testing" / "data"
 runner = CliRunner()
@@ -118,3 +125,39 @@ def test_a_mini_swe_agent_trajectory_becomes_messages_and_tool_calls() -> None:
     assert [(t.name, t.output, t.exit_code) for t in tools] == [("bash", "hello\n", 0)]
     result = [e for e in events if isinstance(e, NoteEvent) and e.kind == "agent_result"]
     assert result and result[0].text == "Submitted"
+
+
+def test_a_command_agent_that_fails_on_its_own_is_an_error_in_its_own_words(
+    tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    """A command (in a local sandbox) that prints Codex's events of a failed turn, a line on
+    its stderr, and exits 1: the run's error is the failure its stream gave, not its stderr;
+    the gateway's record holds nothing outside it (no model call), so nothing is raised."""
+    failed = {
+        "type": "turn.failed",
+        "error": {"message": "stream closed before response.completed"},
+    }
+    launch = (
+        f"echo {shlex.quote(json.dumps(failed))}; "
+        "echo 'Reading additional input from stdin...' >&2; exit 1"
+    )
+    config = CommandConfig(type="command", name="fake-codex", api="openai", launch=launch)
+    config = config.model_copy(update={"events": "codex-json", "poll_s": 0.2})
+    model = Model(ModelConfig(model="openai/gpt-5.5", base_url=fake_llm.openai_url, api_key="x"))
+    agent = ExternalAgent(config, model)
+
+    async def body(rig: Rig) -> AgentOutcome:
+        await agent.prepare(AgentSetup(tmp_path / "run", rig.ctx.transcript, rig.ctx.limits))
+        try:
+            return await agent.run(rig.ctx)
+        finally:
+            await agent.release()
+
+    outcome = run(with_context(tmp_path, body, model=model))
+    assert outcome.status == "error"
+    assert outcome.error == "fake-codex exited with code 1: stream closed before response.completed"
+    events = read_transcript(tmp_path / "run" / "transcript.jsonl")
+    assert [(e.kind, e.data) for e in events if isinstance(e, NoteEvent)] == [
+        ("agent_error", {"event": "turn.failed"})
+    ]
+    assert fake_llm.requests == []
