@@ -1,6 +1,7 @@
 """External agents' set-up refused before any work, in one line: a command agent reaches its
 model only through the gateway, by the egress proxy, and speaks one provider's API. And their
-own event streams (the samples the real CLIs printed) read into transcript events."""
+own event streams (the samples the real CLIs printed) read into transcript events, and a
+command that fails on its own an error in its own words."""
 
 from __future__ import annotations
 
