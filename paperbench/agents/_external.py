@@ -107,6 +107,7 @@ class ExternalAgent(Agent):
 
         config = self.model.config
         self._setup = setup
+        self._calls = max(self._calls, setup.limits.steps)  # a resume counts on from its steps
         upstream = {self.config.api: config}
         self.gateway = ModelGateway(
             **upstream,  # type: ignore[arg-type]
@@ -214,6 +215,7 @@ class ExternalAgent(Agent):
         reader = reader_for(self.config.events, ctx.limits.steps)
         offset, stopped = 0, None
         saved, saved_calls = asyncio.get_running_loop().time(), self._calls
+        began = self._calls  # the calls of earlier sessions (a restart, a resume)
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self.config.poll_s)
@@ -221,9 +223,9 @@ class ExternalAgent(Agent):
                 if done:
                     break
                 # the session is kept once a model call has been answered since the last
-                # time, at most every session_every_s (and right after the first call)
+                # time, at most every session_every_s (and right after this session's first)
                 now = asyncio.get_running_loop().time()
-                first = saved_calls == 0 and self._calls > 0
+                first = saved_calls == began and self._calls > began
                 due = now - saved >= self.config.session_every_s and self._calls > saved_calls
                 if first or due:
                     saved, saved_calls = now, self._calls

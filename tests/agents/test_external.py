@@ -333,6 +333,9 @@ def test_a_rejected_key_fails_a_cli_agents_run_and_the_resume_puts_it_on_the_lea
     outcome = RunOutcome.model_validate_json((run / "outcome.json").read_text())
     assert outcome.status == "scored", outcome
     assert _submitted(run)["reproduce.sh"].strip() == SCRIPT.strip()
+    # a step is a model call: the first session's, then the resumed one's
+    status = json.loads((run / "status.json").read_text())
+    assert status["steps"] == len(server.requests) == len(calls) + 2
     summary = json.loads((runs / "g" / "summary.json").read_text())
     [row] = summary["agents"]
     assert row["agent"] == "codex" and row["by_status"]["scored"] == 1
