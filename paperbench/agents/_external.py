@@ -18,7 +18,11 @@ part of its stdout is read every ``poll_s`` seconds into transcript events
 the command exits, or when a limit is reached: the time (``timeout`` sends SIGTERM, then
 SIGKILL after ``grace_s``), the steps or tokens (the agent's process group gets SIGTERM, then
 SIGKILL), or the budget (the gateway refused a call: ``limit`` ``dollars``). The raw stream is
-kept as ``agent_stdout.jsonl`` and ``agent_stderr.log`` in the run folder.
+kept as ``agent_stdout.jsonl`` and ``agent_stderr.log`` in the run folder. An agent that fails
+is an ``error`` in its own words (the failure its stream gave, else its stderr's end), unless
+the gateway's record shows that its last model calls failed at the provider (a rejected key,
+an outage past its retries: :mod:`paperbench.gateway._verdict`): then the model layer's error
+is raised, and the run pauses as it does for any agent, nothing graded.
 
 A new session after a restart or a resume gets the instructions again with a note of the time
 left; the gateway answers a request it already answered from its record, so nothing answered
@@ -47,7 +51,7 @@ from paperbench.agents._base import (
 from paperbench.agents._config import CommandConfig
 from paperbench.agents._external_events import EventReader, mini_trajectory_events, reader_for
 from paperbench.agents._transcript import ModelCallEvent, NoteEvent
-from paperbench.errors import SandboxError
+from paperbench.errors import ModelAuthError, ModelError, ModelUnavailableError, SandboxError
 from paperbench.llm import Model, Usage
 from paperbench.sandbox import HostService, safe_extract
 
@@ -106,6 +110,7 @@ class ExternalAgent(Agent):
 
         config = self.model.config
         self._setup = setup
+        self._calls = max(self._calls, setup.limits.steps)  # a resume counts on from its steps
         upstream = {self.config.api: config}
         self.gateway = ModelGateway(
             **upstream,  # type: ignore[arg-type]
@@ -213,6 +218,7 @@ class ExternalAgent(Agent):
         reader = reader_for(self.config.events, ctx.limits.steps)
         offset, stopped = 0, None
         saved, saved_calls = asyncio.get_running_loop().time(), self._calls
+        began = self._calls  # the calls of earlier sessions (a restart, a resume)
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self.config.poll_s)
@@ -220,9 +226,9 @@ class ExternalAgent(Agent):
                 if done:
                     break
                 # the session is kept once a model call has been answered since the last
-                # time, at most every session_every_s (and right after the first call)
+                # time, at most every session_every_s (and right after this session's first)
                 now = asyncio.get_running_loop().time()
-                first = saved_calls == 0 and self._calls > 0
+                first = saved_calls == began and self._calls > began
                 due = now - saved >= self.config.session_every_s and self._calls > saved_calls
                 if first or due:
                     saved, saved_calls = now, self._calls
@@ -242,7 +248,7 @@ class ExternalAgent(Agent):
             await self._save_session(ctx, home)
         if self.config.events == "mini-swe-agent" and self.config.trajectory:
             await self._trajectory(ctx, values)
-        return await self._outcome(ctx, result.exit_code, stopped)
+        return await self._outcome(ctx, result.exit_code, stopped, reader)
 
     def _limit(self, ctx: RunContext) -> LimitReached | None:
         """The limit reached, if any: the budget (the gateway refused a call), then the
@@ -355,8 +361,16 @@ class ExternalAgent(Agent):
             ctx.transcript.append(event)
 
     async def _outcome(
-        self, ctx: RunContext, exit_code: int | None, stopped: LimitReached | None
+        self,
+        ctx: RunContext,
+        exit_code: int | None,
+        stopped: LimitReached | None,
+        reader: EventReader | None,
     ) -> AgentOutcome:
+        """How the agent's run ended: a limit, its own end (its failure in its own words: the
+        failure its stream gave, else the end of its stderr), or, when the gateway's record
+        shows that its last model calls failed at the provider (a rejected key, an outage),
+        the model layer's error for that, raised (the rollout pauses, as for any agent)."""
         assert self.gateway is not None
         if self.gateway.exhausted is not None:
             return AgentOutcome(status="limit", limit="dollars", summary=self.gateway.exhausted)
@@ -364,13 +378,28 @@ class ExternalAgent(Agent):
             return AgentOutcome(status="limit", limit=stopped.kind, summary=str(stopped))
         if exit_code == 124:  # timeout's own code: the time was up
             return AgentOutcome(status="limit", limit="wall_time", summary="the time was up")
+        words = reader.failure if reader is not None else None
+        cause = self.gateway.upstream.error()
+        if cause is not None:
+            raise _in_its_words(cause, self.name, words)
         if exit_code == 0:
             return AgentOutcome(status="submitted", summary=f"{self.name} finished")
-        tail = ""
-        with contextlib.suppress(SandboxError):
-            out = await ctx.sandbox.exec(f"tail -c 2000 {self._dir}/stderr.log", timeout=30)
-            tail = " ".join(out.stdout.split())[-500:]
+        if words is None:
+            with contextlib.suppress(SandboxError):
+                out = await ctx.sandbox.exec(f"tail -c 2000 {self._dir}/stderr.log", timeout=30)
+                words = " ".join(out.stdout.split())[-500:] or None
         return AgentOutcome(
             status="error",
-            error=f"{self.name} exited with code {exit_code}" + (f": {tail}" if tail else ""),
+            error=f"{self.name} exited with code {exit_code}" + (f": {words}" if words else ""),
         )
+
+
+def _in_its_words(error: ModelError, name: str, words: str | None) -> ModelError:
+    """``error`` with what the agent itself said of its failure, when it said something."""
+    if not words:
+        return error
+    said = " ".join(words.split())
+    text = f"{error} ({name}: {said if len(said) <= 300 else said[:299] + '…'})"
+    if isinstance(error, ModelAuthError):
+        return ModelAuthError(text, status=error.status)
+    return ModelUnavailableError(text)

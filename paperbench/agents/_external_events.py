@@ -9,11 +9,15 @@ events, so the monitor scans them and the report shows them like any agent's:
   MessageEvent with an AssistantMessage (text, reasoning, tool calls); a ``user`` line holding
   ``tool_result`` blocks gives a ToolEvent per result (its call's name and input, its output)
   and the ToolMessage; ``system``/``init`` and ``result`` are notes (``agent_started``,
-  ``agent_result`` with the agent's own view of its cost and turns).
+  ``agent_result`` with the agent's own view of its cost and turns; an error result is the
+  agent's own account of its failure, :attr:`EventReader.failure`).
 - ``codex-json``: Codex CLI's ``exec --json``. ``agent_message`` and ``reasoning`` items are
   AssistantMessages; ``command_execution``, ``file_change``, ``mcp_tool_call`` and
   ``web_search`` items are ToolEvents (a call and its result, paired by the item id);
-  ``turn.completed`` usage and ``error``/``turn.failed`` are notes.
+  ``turn.completed`` usage is an ``agent_usage`` note. Its errors are ``agent_error`` notes
+  (``data.event`` says which): the ``error`` events (each retry it announces, then the error
+  it gives up on), ``turn.failed`` (the turn's error: :attr:`EventReader.failure`) and the
+  ``error`` items (what it reports and goes on from, e.g. a model it has no metadata for).
 - ``mini-swe-agent``: its trajectory JSON (``messages``: system, user, then assistant answers
   with bash tool calls, or one fenced command in its text format, and the observations):
   AssistantMessages and a ``bash`` ToolEvent per action with the observation as its output.
@@ -66,6 +70,8 @@ class EventReader:
     def __init__(self, step: int = 0) -> None:
         self.step = step
         """Model answers seen so far (an answer's events share its step)."""
+        self.failure: str | None = None
+        """The agent's own account of why it failed, from its stream (the last one given)."""
 
     def feed(self, line: str) -> list[TranscriptEvent]:
         """The events of one line of the agent's output."""
@@ -112,6 +118,8 @@ class ClaudeStreamReader(EventReader):
             keep = ("subtype", "is_error", "num_turns", "total_cost_usd", "stop_reason")
             info = {k: data[k] for k in keep if k in data}
             text = str(data.get("result") or data.get("subtype") or "")
+            if data.get("is_error") is True:
+                self.failure = _cap(text, 2_000)
             return [
                 NoteEvent(step=self.step, kind="agent_result", text=_cap(text, 4_000), data=info)
             ]
@@ -205,14 +213,19 @@ class CodexJsonReader(EventReader):
             return [
                 NoteEvent(step=self.step, kind="agent_usage", text="turn completed", data=usage)
             ]
-        if kind in ("turn.failed", "error"):
-            error = data.get("error") or {}
-            text = str(error.get("message") if isinstance(error, dict) else error) or str(data)
-            return [NoteEvent(step=self.step, kind="agent_error", text=_cap(text, 2_000))]
+        if kind == "error":  # {"type": "error", "message": ...}
+            return [self._error(kind, data.get("message", data))]
+        if kind == "turn.failed":  # {"type": "turn.failed", "error": {"message": ...}}
+            error = data.get("error")
+            note = self._error(kind, error.get("message") if isinstance(error, dict) else error)
+            self.failure = note.text
+            return [note]
         if kind != "item.completed":
             return []
         item = data.get("item") or {}
         item_type = item.get("type")
+        if item_type == "error":  # an error it reports and goes on from
+            return [self._error("item", item.get("message", item))]
         if item_type in ("agent_message", "reasoning"):
             self.step += 1
             text = str(item.get("text", ""))
@@ -226,6 +239,13 @@ class CodexJsonReader(EventReader):
         if item_type == "todo_list":
             return [NoteEvent(step=self.step, kind="agent_plan", data={"items": item.get("items")})]
         return []
+
+    def _error(self, event: str, message: Any) -> NoteEvent:
+        text = message if isinstance(message, str) else json.dumps(message)
+        text = _cap(text, 2_000)
+        if event == "error" and not text.startswith("Reconnecting..."):
+            self.failure = text  # the error it gave up on (turn.failed repeats it)
+        return NoteEvent(step=self.step, kind="agent_error", text=text, data={"event": event})
 
     def _tool(self, item: dict[str, Any], name: str) -> list[TranscriptEvent]:
         self.step += 1

@@ -45,6 +45,7 @@ from paperbench.gateway._shapes import (
 )
 from paperbench.gateway._upstream import Upstream, passed_headers, upstream_for
 from paperbench.gateway._usage import AnswerFacts, StreamTap, read_json_answer, upstream_message
+from paperbench.gateway._verdict import UpstreamRecord
 from paperbench.llm import CallOutcome, CostLedger, CostRecord, ModelConfig, PriceTable, Usage
 
 log = logging.getLogger("paperbench.gateway")
@@ -106,6 +107,9 @@ class ModelGateway:
         ``budget_exhausted``."""
         self.exhausted_event = asyncio.Event()
         """Set when :attr:`exhausted` is."""
+        self.upstream = UpstreamRecord()
+        """What the upstream answered to the last model calls: whether an agent that gave up
+        did so for a cause outside it (:meth:`UpstreamRecord.error`)."""
         self._prices = {
             family: prices or PriceTable.load(up.config.prices_path)
             for family, up in self._upstreams.items()
@@ -293,6 +297,7 @@ class ModelGateway:
         call.latency_s = time.perf_counter() - started
         self._ledger_add(call, sent=False)
         self._finish(call)
+        self.upstream.note(call, family_of(call.route), reached=True, message="")
         return response
 
     async def _forward(
@@ -327,9 +332,12 @@ class ModelGateway:
             what = "timed out" if status == 504 else f"failed: {type(exc).__name__}: {exc}"
             message = f"the gateway's request to the {family} API {what}"
             body = error_body(family, status, message)
-            return self._refuse(
+            response = self._refuse(
                 call, started, status, body, "failed", message, model_call, tried=True
             )
+            if model_call:
+                self.upstream.note(call, family, reached=False, message=message)
+            return response
         async with upstream_response:
             return await self._relay(request, call, upstream, upstream_response, started, parsed)
 
@@ -386,6 +394,10 @@ class ModelGateway:
         else:
             facts = read_json_answer(protocol, body)
         self._settle(call, upstream, facts, cut, client_gone, parsed)
+        message = upstream_message(body) if answer.status >= 400 else call.error or ""
+        self.upstream.note(
+            call, upstream.family, reached=True, message=message, client_gone=client_gone
+        )
         if call.outcome == "ok" and call.replay_key is not None and self._replay is not None:
             stored = StoredAnswer(
                 status=answer.status,

@@ -6,8 +6,9 @@ fake server (streaming, refusing what the real APIs refuse) with the host's key.
 Checked: the submission each writes with its own tools, the transcript (their tool calls and
 outputs, a model call per request with its usage), the cost ledger, that the provider saw the
 real key and never the run's token, that the agent never saw the key, the budget cap stopping
-a run, the step limit stopping one from outside, and a run killed with SIGKILL mid-way and
-resumed to the end."""
+a run, the step limit stopping one from outside, a run killed with SIGKILL mid-way and
+resumed to the end, and, through the real CLI, a key the provider rejects failing the run
+(nothing graded) until the resume puts it on the leaderboard."""
 
 from __future__ import annotations
 
@@ -29,13 +30,13 @@ import pytest
 from paperbench.agents import AgentLimits, load_agent, read_transcript
 from paperbench.agents._monitor import monitor_run, paper_rules
 from paperbench.agents._rollout import rollout
-from paperbench.agents._transcript import EndEvent, ModelCallEvent, ToolEvent
+from paperbench.agents._transcript import EndEvent, ModelCallEvent, NoteEvent, ToolEvent
 from paperbench.llm import ModelConfig, read_cost_journal
 from paperbench.papers import PaperSource
 from paperbench.sandbox import NetworkPolicy, SandboxConfig
 from paperbench.sandbox._gc import find_orphans, reap
 from paperbench.sandbox._images import ensure_images
-from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, RecordedRequest
+from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, Fault, RecordedRequest
 from tests.sandbox.docker_fixtures import docker_client  # noqa: F401
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -104,15 +105,13 @@ def _builder(first: FakeToolCall | None = None) -> Callable[[RecordedRequest], F
 def _rollout(
     out: Path, agent: str, server: FakeLLMServer, *, resume: bool = False, **limits: Any
 ) -> Any:
-    model = (
-        ModelConfig(model="anthropic/claude-sonnet-4-5", base_url=server.anthropic_url)
-        if agent == "claude-code"
-        else ModelConfig(model="openai/gpt-5", base_url=server.openai_url)
-    )
+    loaded = load_agent(agent)  # its catalog's model
+    url = server.anthropic_url if agent == "claude-code" else server.openai_url
+    model = ModelConfig(model=str(loaded.config.model), base_url=url)
     return asyncio.run(
         rollout(
             PaperSource(repo_root=REPO).load("calibration-binning"),
-            load_agent(agent),
+            loaded,
             out_dir=out,
             model_config=model,
             sandbox=SandboxConfig(backend="docker"),
@@ -167,6 +166,8 @@ def test_a_cli_agent_builds_a_submission_behind_the_gateway(
     assert len(calls) == 2 and all(c.label == "gateway" and c.usage.input_tokens for c in calls)
     tools = [e for e in events if isinstance(e, ToolEvent)]
     assert [t.name for t in tools] == [tool]
+    # no error of its own (Codex: none for its model, which it knows: no fallback metadata)
+    assert [e.text for e in events if isinstance(e, NoteEvent) and e.kind == "agent_error"] == []
     ledger = [r for r in read_cost_journal(out / "costs.jsonl") if r.label == "gateway"]
     assert len(ledger) == 2 and all(r.outcome == "ok" for r in ledger)
     assert (ledger[0].cost_usd or 0) > 0
@@ -289,24 +290,62 @@ _rollout(__import__("pathlib").Path({str(out)!r}), {agent!r}, Server())
     assert [e for e in events if getattr(e, "kind", None) == "agent_session_restored"]
 
 
-def test_a_cli_agent_is_on_the_leaderboard_with_the_gateways_costs(
+def test_a_rejected_key_fails_a_cli_agents_run_and_the_resume_puts_it_on_the_leaderboard(
     agent_image: str, server: FakeLLMServer, tmp_path: Path
 ) -> None:
-    """`paperbench run --agent claude-code` through the real CLI: rollout, monitor,
-    reproduction and grading (the dummy judge); its row and costs are the gateway's."""
+    """`paperbench run --agent codex` through the real CLI whose provider first answers every
+    call with a 401: Codex retries, then gives up. The gateway's record of the upstream's
+    answers (not what Codex said) fails the run with the model layer's reason, Codex's own
+    words beside it, nothing graded; its errors are in the transcript. With the key fixed, the
+    resume runs rollout, monitor, reproduction and grading (the dummy judge); its row and costs
+    are the gateway's."""
     from typer.testing import CliRunner
 
     from paperbench.cli import app
+    from paperbench.gateway import GatewayCall
+    from paperbench.runs import RunOutcome
 
-    server.handler = _builder()
-    args = ["run", "--agent", "claude-code", "--agent-model", "anthropic/claude-sonnet-4-5"]
-    args += ["--agent-base-url", server.anthropic_url, "--papers", "calibration-binning"]
-    args += ["--judge", "dummy", "--runs-dir", str(tmp_path / "runs"), "--sandbox", "docker"]
-    result = CliRunner().invoke(app, [*args, "--group", "g"])
+    server.handler = lambda request: Fault.http(401, "Incorrect API key provided")
+    runs = tmp_path / "runs"
+    args = ["run", "--agent", "codex", "--agent-base-url", server.openai_url]
+    args += ["--papers", "calibration-binning", "--judge", "dummy", "--sandbox", "docker"]
+    # the default monitor policy (disqualify): Codex's own refused traffic is not a hit
+    result = CliRunner().invoke(app, [*args, "--runs-dir", str(runs), "--group", "g"])
+    assert result.exit_code == 3, result.output  # some runs failed
+    run = runs / "g" / "calibration-binning" / "codex" / "seed-0"
+    outcome = RunOutcome.model_validate_json((run / "outcome.json").read_text())
+    assert (outcome.status, outcome.failed_stage) == ("failed", "rollout"), outcome
+    reason = outcome.reason or ""
+    assert (
+        "openai/gpt-5.5: the API key was rejected (HTTP 401: Incorrect API key provided); "
+        "check OPENAI_API_KEY (codex: unexpected status 401 Unauthorized: Incorrect API key"
+    ) in reason
+    assert "Reading additional input" not in reason and "WARNING" not in reason  # its stderr
+    assert "the API key was rejected" in " ".join(result.output.split())
+    assert not (run / "status.json").exists() and not (run / "grading").exists()
+    calls = [
+        GatewayCall.model_validate_json(line)
+        for line in (run / "gateway" / "gateway.jsonl").read_text().splitlines()
+    ]
+    assert len(calls) == len(server.requests) > 1  # Codex's own retries, each one recorded
+    assert {(c.status, c.outcome) for c in calls} == {(401, "failed")}
+    events = read_transcript(run / "transcript.jsonl")
+    errors = [e for e in events if isinstance(e, NoteEvent) and e.kind == "agent_error"]
+    assert errors[-1].data["event"] == "turn.failed" and "401 Unauthorized" in errors[-1].text
+
+    server.handler = _builder()  # the key fixed: the provider answers
+    result = CliRunner().invoke(app, ["run", "--resume", str(runs / "g")])
     assert result.exit_code == 0, result.output
-    summary = json.loads((tmp_path / "runs" / "g" / "summary.json").read_text())
+    outcome = RunOutcome.model_validate_json((run / "outcome.json").read_text())
+    assert outcome.status == "scored", outcome
+    assert _submitted(run)["reproduce.sh"].strip() == SCRIPT.strip()
+    # a step is a model call: the first session's, then the resumed one's
+    status = json.loads((run / "status.json").read_text())
+    assert status["steps"] == len(server.requests) == len(calls) + 2
+    summary = json.loads((runs / "g" / "summary.json").read_text())
     [row] = summary["agents"]
-    assert row["agent"] == "claude-code" and row["by_status"]["scored"] == 1
+    assert row["agent"] == "codex" and row["by_status"]["scored"] == 1
     rollout = row["costs"]["by_stage"]["rollout"]
-    assert rollout["sent"] == len(server.requests) == 2 and rollout["cost_usd"] > 0
-    assert "claude-code" in (tmp_path / "runs" / "g" / "report" / "index.html").read_text()
+    assert rollout["sent"] == len(server.requests) == len(calls) + 2  # the 401s, then 2 answers
+    assert rollout["cost_usd"] > 0
+    assert "codex" in (runs / "g" / "report" / "index.html").read_text()

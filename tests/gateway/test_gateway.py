@@ -4,6 +4,7 @@ model server behind it: forwarding, keys, usage and costs, budget, faults, repla
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
@@ -14,6 +15,7 @@ import anthropic
 import openai
 import pytest
 
+from paperbench.errors import ModelAuthError, ModelUnavailableError
 from paperbench.gateway import GatewayCall, ModelGateway
 from paperbench.llm import BudgetCaps, CostLedger, CostRecord, ModelConfig, PriceTable, Usage
 from paperbench.testing import FakeLLMServer, FakeReply, FakeUsage, Fault
@@ -271,6 +273,44 @@ def test_upstream_errors_pass_through(
     assert second.outcome == "failed" and second.model == f"anthropic/{CLAUDE}"
 
 
+def test_the_upstreams_last_answers_say_whether_an_agent_gave_up_for_a_cause_outside_it(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """A rejected key is the model layer's ModelAuthError, failures at the provider in a row
+    its ModelUnavailableError; an answer, or a refusal of what the agent sent, clears it."""
+    fake_llm.script(
+        Fault.http(401, "Incorrect API key provided"),
+        FakeReply(text="ok"),
+        Fault.server_error(503),
+        Fault.rate_limit(),
+        Fault.http(400, "bad input"),
+        Fault.http(403, "no access to the model"),
+    )
+    verdicts: list[Exception | None] = []
+
+    async def body() -> None:
+        async with gateway(fake_llm, tmp_path) as gw:
+            for n in range(6):  # each a new request (an answered one would be replayed)
+                with contextlib.suppress(openai.APIError):
+                    await ask(gw, "responses", False, input=f"hi {n}")
+                verdicts.append(gw.upstream.error())
+
+    run(body())
+    key, answered, down, still_down, refused, denied = verdicts
+    assert isinstance(key, ModelAuthError) and key.status == 401
+    assert str(key) == (
+        f"openai/{GPT}: the API key was rejected (HTTP 401: Incorrect API key provided); "
+        "check OPENAI_API_KEY"
+    )
+    assert answered is None and refused is None
+    assert isinstance(down, ModelUnavailableError) and "1 model call in a row" in str(down)
+    assert isinstance(still_down, ModelUnavailableError)
+    assert "2 model calls in a row failed at the provider (the last: HTTP 429: rate limit" in str(
+        still_down
+    )
+    assert isinstance(denied, ModelAuthError) and denied.status == 403
+
+
 def test_an_unreachable_upstream_is_a_502_in_the_providers_shape(tmp_path: Path) -> None:
     with FakeLLMServer() as dead:
         pass  # stopped: its port refuses connections
@@ -289,6 +329,10 @@ def test_an_unreachable_upstream_is_a_502_in_the_providers_shape(tmp_path: Path)
     assert (record.sent, record.answered, record.cost_usd) == (True, False, 0.0)
     total = gw.ledger.report().total
     assert (total.requests, total.unanswered, total.refused) == (0, 1, 0)
+    outage = gw.upstream.error()
+    assert isinstance(outage, ModelUnavailableError), outage
+    assert "1 model call in a row failed at the provider" in str(outage)
+    assert "the gateway's request to the anthropic API failed: ClientConnectorError" in str(outage)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -310,6 +354,7 @@ def test_a_stream_cut_upstream_is_cut_for_the_client_and_recorded_incomplete(
     gw = run(body())
     [record] = gw.ledger.records
     assert record.outcome == "incomplete" and record.error
+    assert isinstance(gw.upstream.error(), ModelUnavailableError)  # the provider broke it off
     if protocol == "messages":  # message_start carried the input tokens
         assert record.usage.input_tokens > 0
     assert not (tmp_path / "gateway" / "replay").exists() or not any(

@@ -178,6 +178,29 @@ def test_codex_against_the_fake_server(
     assert ("file_change" if tool == "apply_patch" else "command_execution") in done
 
 
+@pytest.mark.docker
+def test_the_catalogs_codex_model_is_one_the_pinned_codex_knows(cli_image: str) -> None:
+    """The image's Codex is the pinned version, and the codex agent's model is in the model
+    catalogue that Codex ships (``codex debug models --bundled``): a model not there runs on
+    fallback metadata, with a warning. The model has a price, so its calls have a cost."""
+    from paperbench.agents import load_agent
+    from paperbench.llm import PriceTable
+    from paperbench.sandbox._images import BUILD_ARGS
+
+    docker = ["docker", "run", "--rm", "--network=none", cli_image]
+    script = "codex --version && codex debug models --bundled"
+    result = subprocess.run(
+        [*docker, "bash", "-c", script], capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    version, _, listing = result.stdout.partition("\n")
+    assert version == f"codex-cli {BUILD_ARGS[IMAGE]['CODEX_VERSION']}"
+    known = {m["slug"] for m in json.loads(listing)["models"] if m["supported_in_api"]}
+    model = load_agent("codex").config.model
+    assert model is not None and model.split("/", 1)[1] in known, (model, sorted(known))
+    assert PriceTable.load().lookup(model) is not None
+
+
 def test_the_mini_swe_agent_sample_trajectory() -> None:
     """What a reader of mini-SWE-agent's trajectories can count on (format 1.1)."""
     traj = json.loads((DATA / "mini_swe_agent_trajectory.json").read_text())
