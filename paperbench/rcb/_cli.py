@@ -29,6 +29,7 @@ from paperbench._options import (
     parse_duration,
 )
 from paperbench.errors import UsageError
+from paperbench.rcb._environment import advice
 from paperbench.rcb._html import read_summary, write_rcb_report
 from paperbench.rcb._load import load_problem_set
 from paperbench.rcb._models import TEST_ENTRY, Mode, ProblemSet, RcbSummary, TestOutcome
@@ -207,6 +208,14 @@ def rcb_validate(
             f"{sum(r.reference.passed for r in rows)}, empty fills failing "
             f"{sum(not r.empty.passed and r.empty.error_class != 'sandbox_error' for r in rows)}"
         )
+        hint = advice(
+            [r.reference for r in rows],
+            sandbox=_sandbox(sandbox, allow_unsandboxed),
+            image=image,
+            timeout_s=timeout,
+        )
+        if hint:
+            console.print(Text(f"for the failing references: {hint}"))
     if any(not r.ok for r in rows):
         raise typer.Exit(1)
 
@@ -393,4 +402,26 @@ def _print_summary(summary: RcbSummary) -> None:
         console.print(
             f"not run yet ({plural(len(summary.not_run), 'problem')}: a model or sandbox "
             f"failure; --resume runs them): {', '.join(summary.not_run[:10])}"
+        )
+    _print_unrunnable(summary)
+
+
+def _print_unrunnable(summary: RcbSummary) -> None:
+    """The problems that cannot run here, by reason, and the rates' denominator."""
+    by_reason: dict[str, list[str]] = {}
+    for problem, why in summary.not_runnable.items():
+        by_reason.setdefault(why, []).append(problem)
+    for why, problems in by_reason.items():
+        more = f" and {len(problems) - 10} more" if len(problems) > 10 else ""
+        console.print(
+            Text(
+                f"not runnable in this environment ({plural(len(problems), 'problem')}): "
+                f"{printable(why)}: {', '.join(problems[:10])}{more}"
+            )
+        )
+    if summary.environment_advice:
+        console.print(Text(f"to run them: {printable(summary.environment_advice)}"))
+    if summary.listed is not None and summary.listed != summary.overall.problems:
+        console.print(
+            f"rates over {summary.overall.problems} of the {summary.listed} problems listed"
         )

@@ -6,6 +6,8 @@ The run folder::
     OUT/
       run.json                        RcbRunOptions: what was asked (a resume must match)
       costs.jsonl                     every model call, one record a line
+      problems/<paper>/reference.json the paper's reference solution tested in the run's
+                                      environment: a problem it fails for is not run
       problems/<paper>/<snippet>/
         problem.json                  ProblemRecord: the masked file, the reference code
         empty.json                    the test with the snippet left empty (``pass``): a
@@ -33,6 +35,15 @@ from paperbench.agents import AgentLimits, LoadedAgent, load_agent
 from paperbench.errors import BudgetExhaustedError, ModelError, SandboxError, UsageError
 from paperbench.llm import BudgetCaps, CostJournal, CostLedger, Model, ModelConfig
 from paperbench.rcb._agent import AGENT_CONFIG, AgentAnswer, agent_limits, run_agent
+from paperbench.rcb._environment import (
+    advice,
+    environment_of,
+    nothing_runs,
+    reference_job,
+    store_reference,
+    stored_references,
+    why_not_runnable,
+)
 from paperbench.rcb._load import load_problem_set
 from paperbench.rcb._mask import extract_code, fill, mask
 from paperbench.rcb._models import (
@@ -293,6 +304,7 @@ def _result(run: _Run, pending: _Pending, outcome: TestOutcome) -> SampleResult:
 
 
 def _check_out(out: Path, opts: RcbRunOptions, resume: bool) -> None:
+    """Refuse a folder the run cannot use (nothing is written)."""
     run_file = out / "run.json"
     if resume:
         if not run_file.is_file():
@@ -305,8 +317,64 @@ def _check_out(out: Path, opts: RcbRunOptions, resume: bool) -> None:
         return
     if out.is_dir() and any(out.iterdir()):
         raise UsageError(f"--out {out}: the folder is not empty; pass --resume to continue it")
+
+
+def _start_out(out: Path, opts: RcbRunOptions) -> None:
+    """A new run's folder and its run.json (a resume's are there)."""
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_file, opts.model_dump_json(indent=2) + "\n")
+    run_file = out / "run.json"
+    if not run_file.is_file():
+        atomic_write_text(run_file, opts.model_dump_json(indent=2) + "\n")
+
+
+async def _references(
+    problem_set: ProblemSet,
+    papers: Sequence[str],
+    out: Path,
+    opts: RcbRunOptions,
+    sandbox: SandboxConfig,
+    concurrency: int,
+) -> dict[str, TestOutcome]:
+    """Each paper's reference solution tested in this environment: kept in the run folder
+    (a resume reads it), else tested now in one batch, as ``rcb validate`` tests it."""
+    environment = environment_of(sandbox, opts.image)
+    found = stored_references(out, papers, environment)
+    todo = [p for p in papers if p not in found]
+    outcomes = await run_tests(
+        [reference_job(problem_set, p) for p in todo],
+        concurrency=concurrency,
+        sandbox=sandbox,
+        image=opts.image,
+        timeout_s=opts.timeout_s,
+    )
+    return {**found, **dict(zip(todo, outcomes, strict=True))}
+
+
+def _runnable(
+    snippets: Sequence[Snippet],
+    references: dict[str, TestOutcome],
+    opts: RcbRunOptions,
+    sandbox: SandboxConfig,
+) -> tuple[dict[str, str], str]:
+    """The problems that cannot run here (id → why) and what would make them run.
+
+    Raises:
+        SandboxError: no problem can run here (one line: why, the image to build, the option
+            to raise).
+    """
+    why = {p: why_not_runnable(o, timeout_s=opts.timeout_s) for p, o in references.items()}
+    unrunnable = {s.id: r for s in snippets if (r := why[s.paper]) is not None}
+    failing = [references[p] for p, r in why.items() if r is not None]
+    hint = advice(failing, sandbox=sandbox, image=opts.image, timeout_s=opts.timeout_s)
+    if snippets and len(unrunnable) == len(snippets):
+        raise SandboxError(nothing_runs({p: r for p, r in why.items() if r is not None}, hint))
+    if unrunnable:
+        warning(
+            f"{plural(len(unrunnable), 'problem')} of {len(snippets)} cannot run in this "
+            "environment (their reference solution fails here too): not run, in no rate"
+            + (f"; to run them, {hint}" if hint else "")
+        )
+    return unrunnable, hint
 
 
 async def run_rcb(
@@ -333,6 +401,13 @@ async def run_rcb(
     loaded = load_agent(AGENT_CONFIG) if opts.mode == "agent" else None
     backend = await sandbox.build() if opts.mode == "agent" else None
     _check_out(out, opts, resume)
+    papers = sorted({s.paper for s in snippets})
+    references = await _references(problem_set, papers, out, opts, sandbox, concurrency)
+    unrunnable, hint = _runnable(snippets, references, opts, sandbox)
+    _start_out(out, opts)
+    environment = environment_of(sandbox, opts.image)
+    for paper, outcome in references.items():
+        store_reference(out, paper, environment, outcome)
     journal = CostJournal.open(out / "costs.jsonl", caps=BudgetCaps(run_usd=opts.budget_dollars))
     config = ModelConfig(
         model=opts.model, base_url=opts.base_url, api_key=SecretStr(api_key) if api_key else None
@@ -358,10 +433,12 @@ async def run_rcb(
     failures: list[ModelError] = []
     for snippet in snippets:
         write_problem_record(problem_set, snippet, _folder(out, snippet))
-    # 1. the empty fills, in one batch: a problem whose test passes so is broken
-    empties = await _empty_tests(run, snippets)
-    broken = [s.id for s in snippets if empties[s.id].passed]
-    usable = [s for s in snippets if empties[s.id].error_class not in ("sandbox_error", None)]
+    # 1. the empty fills of the problems that can run here, in one batch: a problem whose
+    # test passes so is broken
+    testable = [s for s in snippets if references[s.paper].passed]
+    empties = await _empty_tests(run, testable)
+    broken = [s.id for s in testable if empties[s.id].passed]
+    usable = [s for s in testable if empties[s.id].error_class not in ("sandbox_error", None)]
 
     # 2. the answers (model calls or agents), each kept as it comes
     async def answer(snippet: Snippet, k: int) -> _Pending | None:
@@ -411,6 +488,8 @@ async def run_rcb(
         with_paper=opts.with_paper,
         samples=opts.samples,
         broken=broken,
+        not_runnable=unrunnable,
+        environment_advice=hint,
     )
     atomic_write_text(out / "summary.json", summary.model_dump_json(indent=2) + "\n")
     return summary
@@ -452,7 +531,7 @@ async def validate(
     problem_set = load_problem_set(rcb_dir)
     snippets = selected(problem_set, papers)
     papers_run = sorted({s.paper for s in snippets})
-    jobs = [RcbJob(problem_set.paper(p).folder, {}) for p in papers_run]
+    jobs = [reference_job(problem_set, p) for p in papers_run]
     jobs += [_job(problem_set, s, EMPTY_FILL) for s in snippets]
     outcomes = await run_tests(
         jobs, concurrency=concurrency, sandbox=sandbox, image=image, timeout_s=timeout_s

@@ -1,0 +1,118 @@
+"""``rcb run`` in an environment that cannot run some problems' tests (a library missing, a
+machine too slow for ``--timeout``): each paper's reference solution is tested first, as
+``rcb validate`` does; a problem whose reference fails here too is not run (no model call, no
+test), listed with the reason on the console, in summary.json and the HTML, and in no rate;
+when no problem can run, the command fails in one line naming the image to build and the
+option to raise, before anything is asked of the model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from paperbench.cli import app
+from paperbench.rcb._models import RcbSummary
+from paperbench.testing.fake_llm import FakeLLMServer
+from tests.rcb.broken import copy_pset, reference_bodies
+from tests.rcb.test_run import ASKED, _answers, _user_text
+
+pytestmark = pytest.mark.slow
+
+runner = CliRunner()
+MISSING = "rcb_absent_library"
+"""A module no environment of these tests has (as torch is missing from a small image)."""
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeLLMServer]:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PAPERBENCH_PRICES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PAPERBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    with FakeLLMServer() as fake:
+        fake.handler = _answers(reference_bodies())
+        yield fake
+
+
+def _needs(root: Path, paper: str, line: str) -> None:
+    """Make ``paper``'s test start with ``line`` (a missing import, a sleep)."""
+    test = root / "pset" / paper / "paper2code_test.py"
+    test.write_text(f"{line}\n{test.read_text()}")
+
+
+def _args(root: Path, server: FakeLLMServer, *more: str) -> list[str]:
+    return [
+        "rcb", "run", "--rcb-dir", str(root), "--model", "openai/gpt-4o", "--base-url",
+        server.openai_url, "--sandbox", "local", *more,
+    ]  # fmt: skip
+
+
+def test_a_problem_whose_reference_fails_here_too_is_not_run_and_is_listed(
+    server: FakeLLMServer, tmp_path: Path
+) -> None:
+    root = copy_pset(tmp_path)
+    _needs(root, "ema-smoothing", f"import {MISSING}")
+    out = tmp_path / "out"
+    result = runner.invoke(app, _args(root, server, "--out", str(out)), env={"OPENAI_API_KEY": "k"})
+    assert result.exit_code == 0, result.output
+    asked = {ASKED.search(_user_text(r)).group(1) for r in server.requests}  # type: ignore[union-attr]
+    assert len(server.requests) == 4 and "ema" not in asked  # no call for what cannot run
+    summary = RcbSummary.model_validate_json((out / "summary.json").read_text())
+    ema = [p for p in json.loads(runner.invoke(app, ["rcb", "list", "--rcb-dir", str(root),
+           "--json"]).stdout) if p["paper"] == "ema-smoothing"]  # fmt: skip
+    assert sorted(summary.not_runnable) == sorted(p["id"] for p in ema) and len(ema) == 4
+    missing = f"ModuleNotFoundError: No module named '{MISSING}'"
+    reason = f"its reference solution also fails here (import: {missing})"
+    assert set(summary.not_runnable.values()) == {reason}
+    assert "paperbench images build paperbench-rcb" in summary.environment_advice
+    assert "--image paperbench-rcb" in summary.environment_advice
+    assert summary.overall.problems == 4 and summary.listed == 8
+    assert summary.errors == {"assertion": 1, "no_code": 1}  # the softmax answers only
+    rates = {score.paper: score.rate for score in summary.papers}
+    assert rates["ema-smoothing"].problems == 0 and rates["ema-smoothing"].line_weighted is None
+    said = " ".join(result.output.split())
+    assert "not runnable in this environment (4 problems): " + reason in said
+    assert "rates over 4 of the 8 problems listed" in said
+    assert "paperbench images build paperbench-rcb" in said
+    index = (out / "report" / "index.html").read_text()
+    assert "Problems that cannot run in this environment (4)" in index
+    assert "Rates over 4 of the 8 problems listed." in index and MISSING in index
+    page = (out / "report" / "problems" / "ema-smoothing" / "ema update.html").read_text()
+    assert "Not runnable in this environment" in page
+    assert not list((out / "problems" / "ema-smoothing").glob("*/empty.json"))  # nor tested
+    record = json.loads((out / "problems" / "ema-smoothing" / "reference.json").read_text())
+    assert record["environment"] == "sandbox local, image default"
+
+    # a resume in the same environment reads the references it kept: not tested again
+    (root / "pset" / "ema-smoothing" / "paper2code_test.py").write_text("raise SystemExit(0)\n")
+    again = runner.invoke(
+        app,
+        [*_args(root, server, "--resume", str(out))],
+        env={"OPENAI_API_KEY": "k"},
+    )
+    assert again.exit_code == 0, again.output
+    resumed = RcbSummary.model_validate_json((out / "summary.json").read_text())
+    assert resumed.not_runnable == summary.not_runnable and len(server.requests) == 4
+
+
+def test_when_no_problem_can_run_the_command_names_the_image_and_the_option(
+    server: FakeLLMServer, tmp_path: Path
+) -> None:
+    root = copy_pset(tmp_path)
+    _needs(root, "softmax-temperature", f"import {MISSING}")
+    _needs(root, "ema-smoothing", "import time; time.sleep(30)")
+    out = tmp_path / "out"
+    args = _args(root, server, "--out", str(out), "--timeout", "2")
+    result = runner.invoke(app, args, env={"OPENAI_API_KEY": "k"})
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no problem can run in this environment")
+    line = lines[0]
+    assert "softmax-temperature: its reference solution also fails here (import: " in line
+    assert "ema-smoothing: its reference solution also runs past the 2 s --timeout here" in line
+    assert "`paperbench images build paperbench-rcb`" in line and "--image paperbench-rcb" in line
+    assert "raise --timeout (now 2 s)" in line
+    assert not server.requests and not out.exists()
