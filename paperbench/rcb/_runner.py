@@ -84,10 +84,12 @@ class RcbRunOptions(BaseModel):
     """Agent mode: steps of each agent run (None: the agent config's)."""
     max_time_s: float | None = Field(default=None, gt=0)
     """Agent mode: wall time of each agent run (None: the agent config's)."""
+    rcb_dir: str | None = None
+    """The problem set as given (``--rcb-dir``): a resume without one reads it there."""
 
     def comparable(self) -> dict[str, object]:
         """What a resume must match (everything that changes an answer or its grade)."""
-        return self.model_dump(mode="json", exclude={"budget_dollars"})
+        return self.model_dump(mode="json", exclude={"budget_dollars", "rcb_dir"})
 
 
 class _Answer(BaseModel):

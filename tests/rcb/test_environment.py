@@ -86,16 +86,34 @@ def test_a_problem_whose_reference_fails_here_too_is_not_run_and_is_listed(
     record = json.loads((out / "problems" / "ema-smoothing" / "reference.json").read_text())
     assert record["environment"] == "sandbox local, image default"
 
-    # a resume in the same environment reads the references it kept: not tested again
+    # a resume takes the run's own options (problem set, model, server); in the same
+    # environment it reads the references it kept: not tested again
     (root / "pset" / "ema-smoothing" / "paper2code_test.py").write_text("raise SystemExit(0)\n")
-    again = runner.invoke(
-        app,
-        [*_args(root, server, "--resume", str(out))],
-        env={"OPENAI_API_KEY": "k"},
-    )
+    resume = ["rcb", "run", "--resume", str(out), "--sandbox", "local"]
+    env = {"OPENAI_API_KEY": "k", "PAPERBENCH_RCB_DIR": None}
+    again = runner.invoke(app, resume, env=env)
     assert again.exit_code == 0, again.output
     resumed = RcbSummary.model_validate_json((out / "summary.json").read_text())
     assert resumed.not_runnable == summary.not_runnable and len(server.requests) == 4
+    assert resumed.overall == summary.overall
+
+    # an option given that differs from the run's is named (one that matches is not)
+    other = [
+        *resume,
+        "--model",
+        "openai/gpt-4o-mini",
+        "--timeout",
+        "60",
+        "--papers",
+        "ema-smoothing",
+    ]
+    refused = runner.invoke(app, other, env=env)
+    assert refused.exit_code == 2, refused.output
+    line = " ".join(refused.output.split())
+    assert line.startswith("error: --resume takes the run's own options"), line
+    assert "--model openai/gpt-4o-mini (the run's: openai/gpt-4o)" in line
+    assert "--papers ema-smoothing (the run's: not given)" in line and "--timeout" not in line
+    assert len(server.requests) == 4
 
 
 def test_when_no_problem_can_run_the_command_names_the_image_and_the_option(
