@@ -54,6 +54,7 @@ from paperbench.rcb._models import (
     Snippet,
     TestOutcome,
 )
+from paperbench.rcb._progress import Progress, verdict
 from paperbench.rcb._prompt import prompt
 from paperbench.rcb._record import write_problem_record
 from paperbench.rcb._score import score
@@ -154,7 +155,8 @@ async def _empty_tests(run: _Run, snippets: Sequence[Snippet]) -> dict[str, Test
                 outcomes[snippet.id] = stored
                 continue
         todo.append((snippet, _job(run.problem_set, snippet, EMPTY_FILL)))
-    for (snippet, _), outcome in zip(todo, await _tests(run, [j for _, j in todo]), strict=True):
+    tested = await _tests(run, [j for _, j in todo], "empty fills", [s.id for s, _ in todo])
+    for (snippet, _), outcome in zip(todo, tested, strict=True):
         path = _folder(run.out, snippet) / "empty.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, outcome.model_dump_json(indent=2) + "\n")
@@ -169,16 +171,38 @@ def _job(problem_set: ProblemSet, snippet: Snippet, code: str) -> RcbJob:
     return RcbJob(paper.folder, {snippet.file: fill(text, snippet, code)})
 
 
-async def _tests(run: _Run, jobs: Sequence[RcbJob]) -> list[TestOutcome]:
+async def _tests(
+    run: _Run, jobs: Sequence[RcbJob], what: str, labels: Sequence[str]
+) -> list[TestOutcome]:
     """``jobs`` in one batch: ``--concurrency tests=N`` at once, the next ones' sandboxes
-    prepared meanwhile."""
-    return await run_tests(
-        jobs,
-        concurrency=run.concurrency,
-        sandbox=run.sandbox,
-        image=run.opts.image,
-        timeout_s=run.opts.timeout_s,
+    prepared meanwhile; each one's end said as progress (``what``, its label)."""
+    return await _batch(
+        jobs, what, labels, sandbox=run.sandbox, opts=run.opts, concurrency=run.concurrency
     )
+
+
+async def _batch(
+    jobs: Sequence[RcbJob],
+    what: str,
+    labels: Sequence[str],
+    *,
+    sandbox: SandboxConfig,
+    opts: RcbRunOptions,
+    concurrency: int,
+) -> list[TestOutcome]:
+    with Progress(what, len(jobs)) as progress:
+        return await run_tests(
+            jobs,
+            concurrency=concurrency,
+            sandbox=sandbox,
+            image=opts.image,
+            timeout_s=opts.timeout_s,
+            on_done=lambda i, outcome: progress.step(labels[i], verdict(outcome)),
+        )
+
+
+def _label(snippet: Snippet, k: int, samples: int) -> str:
+    return snippet.id if samples == 1 else f"{snippet.id} sample {k}"
 
 
 async def _answer(
@@ -342,12 +366,13 @@ async def _references(
     environment = environment_of(sandbox, opts.image)
     found = stored_references(out, papers, environment)
     todo = [p for p in papers if p not in found]
-    outcomes = await run_tests(
+    outcomes = await _batch(
         [reference_job(problem_set, p) for p in todo],
-        concurrency=concurrency,
+        "reference solutions",
+        todo,
         sandbox=sandbox,
-        image=opts.image,
-        timeout_s=opts.timeout_s,
+        opts=opts,
+        concurrency=concurrency,
     )
     return {**found, **dict(zip(todo, outcomes, strict=True))}
 
@@ -445,26 +470,38 @@ async def run_rcb(
     # 2. the answers (model calls or agents), each kept as it comes
     async def answer(snippet: Snippet, k: int) -> _Pending | None:
         path = _folder(out, snippet) / f"sample-{k}.json"
+        label = _label(snippet, k, opts.samples)
         if path.is_file():
             results.append(SampleResult.model_validate(read_json(path)))
+            progress.step(label, "tested before")
             return None
         try:
-            return await _answered(run, snippet, k)
+            pending = await _answered(run, snippet, k)
         except ModelError as exc:
             failures.append(exc)
+            progress.step(label, "not answered (the model failed)")
             return None
+        said = "not run" if pending is None else "answered"
+        progress.step(label, said if pending is None or pending.code else "answered, no code")
+        return pending
 
     try:
-        answered = await asyncio.gather(
-            *(answer(s, k) for s in usable for k in range(opts.samples))
-        )
+        with Progress("answers", len(usable) * opts.samples) as progress:
+            answered = await asyncio.gather(
+                *(answer(s, k) for s in usable for k in range(opts.samples))
+            )
     finally:
         await run.model.aclose()
         journal.close()
     pending = [p for p in answered if p is not None]
     # 3. the answers with code, tested in one batch; those without fail as no_code
     coded = [p for p in pending if p.code is not None]
-    outcomes = await _tests(run, [_job(problem_set, p.snippet, p.code or "") for p in coded])
+    outcomes = await _tests(
+        run,
+        [_job(problem_set, p.snippet, p.code or "") for p in coded],
+        "tests of the answers",
+        [_label(p.snippet, p.sample, opts.samples) for p in coded],
+    )
     for p, outcome in zip(coded, outcomes, strict=True):
         if outcome.error_class != "sandbox_error":  # else not run: a resume tests it again
             results.append(_result(run, p, outcome))
@@ -535,9 +572,16 @@ async def validate(
     papers_run = sorted({s.paper for s in snippets})
     jobs = [reference_job(problem_set, p) for p in papers_run]
     jobs += [_job(problem_set, s, EMPTY_FILL) for s in snippets]
-    outcomes = await run_tests(
-        jobs, concurrency=concurrency, sandbox=sandbox, image=image, timeout_s=timeout_s
-    )
+    labels = [f"{p} reference" for p in papers_run] + [f"{s.id} empty" for s in snippets]
+    with Progress("tests", len(jobs)) as progress:
+        outcomes = await run_tests(
+            jobs,
+            concurrency=concurrency,
+            sandbox=sandbox,
+            image=image,
+            timeout_s=timeout_s,
+            on_done=lambda i, outcome: progress.step(labels[i], verdict(outcome)),
+        )
     references = dict(zip(papers_run, outcomes[: len(papers_run)], strict=True))
     empties = outcomes[len(papers_run) :]
     return [

@@ -8,6 +8,7 @@ option to raise, before anything is asked of the model."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,6 +78,17 @@ def test_a_problem_whose_reference_fails_here_too_is_not_run_and_is_listed(
     assert "not runnable in this environment (4 problems): " + reason in said
     assert "rates over 4 of the 8 problems listed" in said
     assert "paperbench images build paperbench-rcb" in said
+    # piped (not a terminal), each finished item is a plain line: which, how, how far
+    lines = result.output.splitlines()
+    for what, total in (("reference solutions", 2), ("empty fills", 4), ("answers", 4)):
+        assert sum(line.startswith(f"{what}: ") for line in lines) == total, result.output
+    test_line = r"tests of the answers: \d/3 done, \d+ s: softmax-temperature/scale logits failed"
+    assert any(re.match(test_line, x) for x in lines), result.output
+    assert any(x.endswith("softmax-temperature/entropy answered, no code") for x in lines)
+    assert any(
+        x.startswith("reference solutions: ") and "ema-smoothing failed (import)" in x
+        for x in lines
+    )
     index = (out / "report" / "index.html").read_text()
     assert "Problems that cannot run in this environment (4)" in index
     assert "Rates over 4 of the 8 problems listed." in index and MISSING in index
@@ -126,9 +138,10 @@ def test_when_no_problem_can_run_the_command_names_the_image_and_the_option(
     args = _args(root, server, "--out", str(out), "--timeout", "2")
     result = runner.invoke(app, args, env={"OPENAI_API_KEY": "k"})
     assert result.exit_code == 1, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: no problem can run in this environment")
-    line = lines[0]
+    lines = result.output.strip().splitlines()  # the references' progress, then one error
+    assert all(x.startswith("reference solutions: ") for x in lines[:-1]) and len(lines) == 3
+    line = lines[-1]
+    assert line.startswith("error: no problem can run in this environment"), result.output
     assert "softmax-temperature: its reference solution also fails here (import: " in line
     assert "ema-smoothing: its reference solution also runs past the 2 s --timeout here" in line
     assert "`paperbench images build paperbench-rcb`" in line and "--image paperbench-rcb" in line

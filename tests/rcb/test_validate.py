@@ -48,3 +48,7 @@ def test_a_problem_its_test_does_not_check_is_reported(tmp_path: Path) -> None:
               "softmax-temperature"],
     )  # fmt: skip
     assert result.exit_code == 1 and "3/4 problems sound" in result.stdout, result.output
+    # piped, each finished test is a plain progress line on stderr
+    progress = [x for x in result.stderr.splitlines() if x.startswith("tests: ")]
+    assert len(progress) == 5 and progress[-1].startswith("tests: 5/5 done, "), result.stderr
+    assert any(x.endswith("softmax-temperature reference passed") for x in progress), progress
