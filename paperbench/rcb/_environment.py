@@ -102,9 +102,19 @@ def advice(
     return "; ".join(said)
 
 
+SHOWN_PAPERS = 5
+"""Papers named per reason in the one line of :func:`nothing_runs` (the others counted)."""
+
+
 def nothing_runs(reasons: Mapping[str, str], hint: str) -> str:
-    """The one line of a run none of whose problems can run here: the reasons by paper and
-    what to do."""
-    by_paper = "; ".join(f"{paper}: {why}" for paper, why in reasons.items())
-    line = f"no problem can run in this environment: {by_paper}"
+    """The one line of a run none of whose problems can run here: each reason with the
+    papers it holds for, and what to do."""
+    papers: dict[str, list[str]] = {}
+    for paper, why in reasons.items():
+        papers.setdefault(why, []).append(paper)
+    said = []
+    for why, mine in papers.items():
+        more = f" and {len(mine) - SHOWN_PAPERS} more" if len(mine) > SHOWN_PAPERS else ""
+        said.append(f"{', '.join(mine[:SHOWN_PAPERS])}{more}: {why}")
+    line = f"no problem can run in this environment: {'; '.join(said)}"
     return f"{line}. To run them, {hint}" if hint else line

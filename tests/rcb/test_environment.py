@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from paperbench.cli import app
+from paperbench.rcb._environment import nothing_runs
 from paperbench.rcb._models import RcbSummary
 from paperbench.testing.fake_llm import FakeLLMServer
 from tests.rcb.broken import copy_pset, reference_bodies
@@ -147,3 +148,13 @@ def test_when_no_problem_can_run_the_command_names_the_image_and_the_option(
     assert "`paperbench images build paperbench-rcb`" in line and "--image paperbench-rcb" in line
     assert "raise --timeout (now 2 s)" in line
     assert not server.requests and not out.exists()
+
+
+def test_the_one_line_names_each_reason_once_with_its_papers() -> None:
+    torch = "its reference solution also fails here (import: No module named 'torch')"
+    reasons = {f"paper-{i}": torch for i in range(7)} | {"slow": "past --timeout"}
+    line = nothing_runs(reasons, "")
+    assert line == (
+        "no problem can run in this environment: paper-0, paper-1, paper-2, paper-3, paper-4 "
+        f"and 2 more: {torch}; slow: past --timeout"
+    )
