@@ -214,6 +214,7 @@ def rcb_validate(
             sandbox=_sandbox(sandbox, allow_unsandboxed),
             image=image,
             timeout_s=timeout,
+            command="rcb validate",
         )
         if hint:
             console.print(Text(f"for the failing references: {hint}"))

@@ -85,17 +85,22 @@ def why_not_runnable(outcome: TestOutcome, *, timeout_s: float) -> str | None:
 
 
 def advice(
-    outcomes: Iterable[TestOutcome], *, sandbox: SandboxConfig, image: str | None, timeout_s: float
+    outcomes: Iterable[TestOutcome],
+    *,
+    sandbox: SandboxConfig,
+    image: str | None,
+    timeout_s: float,
+    command: str = "rcb run",
 ) -> str:
-    """What makes failing references run: the image to build and pass, the option to raise
-    ("" when neither would help)."""
+    """What makes failing references run: the image to build and give ``command``, the
+    option to raise ("" when neither would help)."""
     classes = {o.error_class for o in outcomes if not o.passed}
     said = []
     if "import" in classes and image != RCB_IMAGE:
         docker = " --sandbox docker" if sandbox.backend == "local" else ""
         said.append(
             f"build ResearchCodeBench's image with `{BUILD_RCB_IMAGE}` and give "
-            f"`rcb run{docker} --image {RCB_IMAGE}`"
+            f"`{command}{docker} --image {RCB_IMAGE}`"
         )
     if "timeout" in classes:
         said.append(f"raise --timeout (now {timeout_s:g} s) on a small machine")
