@@ -404,6 +404,62 @@ def _runnable(
     return unrunnable, hint
 
 
+async def _answers(
+    run: _Run,
+    usable: Sequence[Snippet],
+    results: list[SampleResult],
+    failures: list[ModelError],
+) -> list[_Pending | None]:
+    """Every sample of ``usable`` answered (stored or asked now), its progress said; a sample
+    tested before goes to ``results``, a model failure to ``failures``."""
+    samples = run.opts.samples
+
+    async def answer(snippet: Snippet, k: int) -> _Pending | None:
+        path = _folder(run.out, snippet) / f"sample-{k}.json"
+        label = _label(snippet, k, samples)
+        if path.is_file():
+            results.append(SampleResult.model_validate(read_json(path)))
+            progress.step(label, "tested before")
+            return None
+        try:
+            pending = await _answered(run, snippet, k)
+        except ModelError as exc:
+            failures.append(exc)
+            progress.step(label, "not answered (the model failed)")
+            return None
+        said = "not run" if pending is None else "answered"
+        progress.step(label, said if pending is None or pending.code else "answered, no code")
+        return pending
+
+    with Progress("answers", len(usable) * samples) as progress:
+        return await asyncio.gather(*(answer(s, k) for s in usable for k in range(samples)))
+
+
+async def _environment(
+    problem_set: ProblemSet,
+    snippets: Sequence[Snippet],
+    out: Path,
+    opts: RcbRunOptions,
+    sandbox: SandboxConfig,
+    concurrency: int,
+) -> tuple[dict[str, TestOutcome], dict[str, str], str]:
+    """Each paper's reference solution tested here (kept in the run folder, which is made
+    now: nothing is written when no problem can run), the problems that cannot run (id →
+    why) and what would make them run.
+
+    Raises:
+        SandboxError: no problem can run here (see :func:`_runnable`).
+    """
+    papers = sorted({s.paper for s in snippets})
+    references = await _references(problem_set, papers, out, opts, sandbox, concurrency)
+    unrunnable, hint = _runnable(snippets, references, opts, sandbox)
+    _start_out(out, opts)
+    environment = environment_of(sandbox, opts.image)
+    for paper, outcome in references.items():
+        store_reference(out, paper, environment, outcome)
+    return references, unrunnable, hint
+
+
 async def run_rcb(
     rcb_dir: Path,
     out: Path,
@@ -421,20 +477,18 @@ async def run_rcb(
     Raises:
         UsageError: a bad option, naming it.
         InputError: a malformed problem set (file and line named).
-        SandboxError: agent mode, and the sandbox backend cannot be had.
+        SandboxError: agent mode, and the sandbox backend cannot be had; or no problem can
+            run in this environment (their reference solutions fail here too: one line with
+            the image to build and the option to raise).
     """
     problem_set = load_problem_set(rcb_dir)
     snippets = selected(problem_set, opts.papers)
     loaded = load_agent(AGENT_CONFIG) if opts.mode == "agent" else None
     backend = await sandbox.build() if opts.mode == "agent" else None
     _check_out(out, opts, resume)
-    papers = sorted({s.paper for s in snippets})
-    references = await _references(problem_set, papers, out, opts, sandbox, concurrency)
-    unrunnable, hint = _runnable(snippets, references, opts, sandbox)
-    _start_out(out, opts)
-    environment = environment_of(sandbox, opts.image)
-    for paper, outcome in references.items():
-        store_reference(out, paper, environment, outcome)
+    references, unrunnable, hint = await _environment(
+        problem_set, snippets, out, opts, sandbox, concurrency
+    )
     journal = CostJournal.open(out / "costs.jsonl", caps=BudgetCaps(run_usd=opts.budget_dollars))
     config = ModelConfig(
         model=opts.model, base_url=opts.base_url, api_key=SecretStr(api_key) if api_key else None
@@ -468,28 +522,8 @@ async def run_rcb(
     usable = [s for s in testable if empties[s.id].error_class not in ("sandbox_error", None)]
 
     # 2. the answers (model calls or agents), each kept as it comes
-    async def answer(snippet: Snippet, k: int) -> _Pending | None:
-        path = _folder(out, snippet) / f"sample-{k}.json"
-        label = _label(snippet, k, opts.samples)
-        if path.is_file():
-            results.append(SampleResult.model_validate(read_json(path)))
-            progress.step(label, "tested before")
-            return None
-        try:
-            pending = await _answered(run, snippet, k)
-        except ModelError as exc:
-            failures.append(exc)
-            progress.step(label, "not answered (the model failed)")
-            return None
-        said = "not run" if pending is None else "answered"
-        progress.step(label, said if pending is None or pending.code else "answered, no code")
-        return pending
-
     try:
-        with Progress("answers", len(usable) * opts.samples) as progress:
-            answered = await asyncio.gather(
-                *(answer(s, k) for s in usable for k in range(opts.samples))
-            )
+        answered = await _answers(run, usable, results, failures)
     finally:
         await run.model.aclose()
         journal.close()
