@@ -158,3 +158,11 @@ def test_the_one_line_names_each_reason_once_with_its_papers() -> None:
         "no problem can run in this environment: paper-0, paper-1, paper-2, paper-3, paper-4 "
         f"and 2 more: {torch}; slow: past --timeout"
     )
+
+
+def test_a_new_run_without_a_model_is_one_line(tmp_path: Path) -> None:
+    args = ["rcb", "run", "--rcb-dir", str(tmp_path), "--out", str(tmp_path / "out")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output == "error: --model: give the model that answers (PROVIDER/MODEL)\n"
+    assert not (tmp_path / "out").exists()
