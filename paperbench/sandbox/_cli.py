@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,6 +14,7 @@ from rich.text import Text
 
 from paperbench._console import console, err_console, is_piped, printable, warning
 from paperbench._options import Json
+from paperbench.sandbox._heartbeat import HEARTBEAT_S, Heartbeat
 from paperbench.sandbox._images import DEFAULT_IMAGES, IMAGES, ImageOptions
 
 app = typer.Typer(help="Manage sandboxes: reap what crashed runs left behind.")
@@ -68,10 +68,6 @@ def gc(
         raise typer.Exit(1)
 
 
-HEARTBEAT_S = 30.0
-"""Piped, how long a build step may print nothing before a line says it is still running."""
-
-
 class BuildLog:
     """An image build's lines (each step as it starts) on ``console``. On a terminal a status
     line shows the latest and each is printed dim; piped, where a status line prints
@@ -81,50 +77,31 @@ class BuildLog:
 
     def __init__(self, console: Console, interval: float = HEARTBEAT_S) -> None:
         self.console = console
-        self.interval = interval
-        self.piped = is_piped(console)
-        self.started = time.monotonic()
-        self.last = "starting"
-        self.said_at = self.started
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._beat: threading.Thread | None = None
+        self._beat = Heartbeat(self._print, interval) if is_piped(console) else None
         self._status: Any = None
 
     def _print(self, line: str) -> None:
         self.console.print(Text(printable(line)), soft_wrap=True)
 
     def __call__(self, line: str) -> None:
-        with self._lock:
-            self.last, self.said_at = line, time.monotonic()
-            if self._status is not None:
-                self._status.update(Text(printable(line)))
-                self.console.print(Text(printable(line), style="dim"))
-            else:
-                self._print(f"{line} ({self.said_at - self.started:.0f} s)")
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.interval / 4):
-            with self._lock:
-                now = time.monotonic()
-                if now - self.said_at >= self.interval:
-                    self._print(f"still {self.last} ({now - self.started:.0f} s so far)")
-                    self.said_at = now
+        if self._beat is not None:
+            self._beat(line)
+        else:
+            self._status.update(Text(printable(line)))
+            self.console.print(Text(printable(line), style="dim"))
 
     def __enter__(self) -> BuildLog:
-        if self.piped:
-            self._beat = threading.Thread(target=self._heartbeat, daemon=True)
-            self._beat.start()
+        if self._beat is not None:
+            self._beat.__enter__()
         else:
             self._status = self.console.status("building images")
             self._status.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
         if self._beat is not None:
-            self._beat.join()
-        if self._status is not None:
+            self._beat.__exit__()
+        else:
             self._status.__exit__(None, None, None)
 
 
