@@ -182,6 +182,14 @@ RequiredModel = Annotated[
     str,
     typer.Option(metavar="PROVIDER/MODEL", callback=_check_model, help="The model that answers."),
 ]
+ResumableModel = Annotated[
+    str | None,
+    typer.Option(
+        metavar="PROVIDER/MODEL",
+        callback=_check_model,
+        help="The model that answers (required; a --resume takes the run's).",
+    ),
+]
 BaseUrl = Annotated[
     str | None,
     typer.Option(

@@ -22,17 +22,19 @@ from paperbench._options import (
     MaxSteps,
     MaxTime,
     Out,
-    RequiredModel,
+    ResumableModel,
     Resume,
     Sandbox,
     parse_concurrency,
     parse_duration,
 )
 from paperbench.errors import UsageError
+from paperbench.rcb._environment import advice
 from paperbench.rcb._html import read_summary, write_rcb_report
 from paperbench.rcb._load import load_problem_set
 from paperbench.rcb._models import TEST_ENTRY, Mode, ProblemSet, RcbSummary, TestOutcome
 from paperbench.rcb._published import load_published
+from paperbench.rcb._resume import resumed_options
 from paperbench.rcb._runner import RcbRunOptions, run_rcb, validate
 from paperbench.sandbox import SandboxConfig
 
@@ -207,6 +209,15 @@ def rcb_validate(
             f"{sum(r.reference.passed for r in rows)}, empty fills failing "
             f"{sum(not r.empty.passed and r.empty.error_class != 'sandbox_error' for r in rows)}"
         )
+        hint = advice(
+            [r.reference for r in rows],
+            sandbox=_sandbox(sandbox, allow_unsandboxed),
+            image=image,
+            timeout_s=timeout,
+            command="rcb validate",
+        )
+        if hint:
+            console.print(Text(f"for the failing references: {hint}"))
     if any(not r.ok for r in rows):
         raise typer.Exit(1)
 
@@ -221,7 +232,8 @@ def _verdict(outcome: TestOutcome, *, want_pass: bool) -> Text:
 
 @app.command("run")
 def rcb_run(
-    model: RequiredModel,
+    ctx: typer.Context,
+    model: ResumableModel = None,
     rcb_dir_opt: RcbDir = None,
     base_url: BaseUrl = None,
     papers: Papers = None,
@@ -254,31 +266,30 @@ def rcb_run(
     """Ask a model for every problem's missing code, put it in the snippet's place and run
     the paper's test in a fresh sandbox with no network; write OUT/summary.json with the
     line-weighted and plain pass rates. Answers and tests are kept per problem: kill it at any
-    moment and continue with --resume OUT."""
-    if mode != "agent" and (max_steps is not None or max_time is not None):
-        flag = "--max-steps" if max_steps is not None else "--max-time"
-        raise UsageError(f"{flag}: limits an agent; give it with --mode agent")
+    moment and continue with --resume OUT (the run's own options: an option given that
+    differs is refused, naming it)."""
     if resume is not None and out is not None:
         raise UsageError("--resume FOLDER continues the run in FOLDER; drop --out")
-    folder = Path(resume) if resume else out or Path("rcb-runs") / model.replace("/", "_")
-    opts = RcbRunOptions(
-        model=model,
-        base_url=base_url,
-        papers=_papers(papers),
-        samples=samples or 1,
-        with_paper=not without_paper,
-        mode=mode,
-        timeout_s=timeout,
-        image=image,
-        budget_dollars=budget_dollars,
-        max_steps=max_steps,
-        max_time_s=max_time,
-    )
+    asked: dict[str, tuple[str, str, object]] = {
+        "model": ("--model", "model", model),
+        "rcb_dir_opt": ("--rcb-dir", "rcb_dir", str(rcb_dir_opt) if rcb_dir_opt else None),
+        "base_url": ("--base-url", "base_url", base_url),
+        "papers": ("--papers", "papers", _papers(papers)),
+        "samples": ("--samples", "samples", samples or 1),
+        "without_paper": ("--without-paper", "with_paper", not without_paper),
+        "mode": ("--mode", "mode", mode),
+        "max_steps": ("--max-steps", "max_steps", max_steps),
+        "max_time": ("--max-time", "max_time_s", max_time),
+        "image": ("--image", "image", image),
+        "timeout": ("--timeout", "timeout_s", timeout),
+        "budget_dollars": ("--budget-dollars", "budget_dollars", budget_dollars),
+    }
+    opts, root, folder = _run_options(ctx, asked, resume, out)
     slots = parse_concurrency(concurrency, {"tests": 4, "agents": 2})
-    _probe_server(model, base_url)
+    _probe_server(opts.model, opts.base_url)
     summary = asyncio.run(
         run_rcb(
-            rcb_dir(rcb_dir_opt),
+            root,
             folder,
             opts,
             sandbox=_sandbox(sandbox, allow_unsandboxed),
@@ -294,6 +305,47 @@ def rcb_run(
     _print_summary(summary)
     console.print(f"summary: {folder / 'summary.json'}")
     console.print(f"report: {index}")
+
+
+def _run_options(
+    ctx: typer.Context,
+    asked: dict[str, tuple[str, str, object]],
+    resume: str | None,
+    out: Path | None,
+) -> tuple[RcbRunOptions, Path, Path]:
+    """The run's options, its problem set and its folder: those given (a new run), or the
+    run's own (a resume: an option given that differs is refused, naming it).
+
+    ``asked``: parameter → (flag, field of :class:`RcbRunOptions`, value).
+    """
+    rcb_dir_opt = asked["rcb_dir_opt"][2]
+    model = asked["model"][2]
+    if resume is not None:
+        given = {
+            field: (flag, value)
+            for param, (flag, field, value) in asked.items()
+            if param != "rcb_dir_opt" and _on_command_line(ctx, param)
+        }
+        opts = resumed_options(Path(resume), given)
+        stored = Path(opts.rcb_dir) if opts.rcb_dir else None
+        root = Path(str(rcb_dir_opt)) if rcb_dir_opt else stored or rcb_dir(None)
+        folder = Path(resume)
+    else:
+        if model is None:
+            raise UsageError("--model: give the model that answers (PROVIDER/MODEL)")
+        root = rcb_dir(Path(str(rcb_dir_opt)) if rcb_dir_opt else None)
+        values = {field: value for _, field, value in asked.values()}
+        opts = RcbRunOptions.model_validate({**values, "rcb_dir": str(root.resolve())})
+        folder = out or Path("rcb-runs") / str(model).replace("/", "_")
+    if opts.mode != "agent" and (opts.max_steps is not None or opts.max_time_s is not None):
+        flag = "--max-steps" if opts.max_steps is not None else "--max-time"
+        raise UsageError(f"{flag}: limits an agent; give it with --mode agent")
+    return opts, root, folder
+
+
+def _on_command_line(ctx: typer.Context, param: str) -> bool:
+    source = ctx.get_parameter_source(param)
+    return source is not None and source.name == "COMMANDLINE"
 
 
 def _probe_server(model: str, base_url: str | None) -> None:
@@ -393,4 +445,26 @@ def _print_summary(summary: RcbSummary) -> None:
         console.print(
             f"not run yet ({plural(len(summary.not_run), 'problem')}: a model or sandbox "
             f"failure; --resume runs them): {', '.join(summary.not_run[:10])}"
+        )
+    _print_unrunnable(summary)
+
+
+def _print_unrunnable(summary: RcbSummary) -> None:
+    """The problems that cannot run here, by reason, and the rates' denominator."""
+    by_reason: dict[str, list[str]] = {}
+    for problem, why in summary.not_runnable.items():
+        by_reason.setdefault(why, []).append(problem)
+    for why, problems in by_reason.items():
+        more = f" and {len(problems) - 10} more" if len(problems) > 10 else ""
+        console.print(
+            Text(
+                f"not runnable in this environment ({plural(len(problems), 'problem')}): "
+                f"{printable(why)}: {', '.join(problems[:10])}{more}"
+            )
+        )
+    if summary.environment_advice:
+        console.print(Text(f"to run them: {printable(summary.environment_advice)}"))
+    if summary.listed is not None and summary.listed != summary.overall.problems:
+        console.print(
+            f"rates over {summary.overall.problems} of the {summary.listed} problems listed"
         )

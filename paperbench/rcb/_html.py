@@ -151,7 +151,7 @@ class ProblemView:
     page: Path
     """The page, relative to the report folder."""
     status: str
-    """``passed``, ``failed``, ``broken``, ``not run`` or ``no result``."""
+    """``passed``, ``failed``, ``broken``, ``not runnable``, ``not run`` or ``no result``."""
     record: ProblemRecord | None = None
     empty: TestOutcome | None = None
     samples: list[SampleView] = field(default_factory=list)
@@ -244,7 +244,9 @@ def problem_view(out: Path, problem_id: str, summary: RcbSummary) -> ProblemView
             _transcript(sample, transcript, notes)
         view.samples.append(sample)
     first = view.samples[0].result if view.samples else None
-    if problem_id in summary.broken:
+    if problem_id in summary.not_runnable:
+        view.status = "not runnable"
+    elif problem_id in summary.broken:
         view.status = "broken"
     elif problem_id in summary.not_run:
         view.status = "not run"
@@ -256,7 +258,7 @@ def problem_view(out: Path, problem_id: str, summary: RcbSummary) -> ProblemView
 def problem_ids(out: Path, summary: RcbSummary) -> list[str]:
     """Every problem of the run: its folders, and the broken and not-run ones of the summary
     (a problem never started has no folder), in the order of the summary's papers."""
-    ids = set(summary.broken) | set(summary.not_run)
+    ids = set(summary.broken) | set(summary.not_run) | set(summary.not_runnable)
     root = out / "problems"
     if root.is_dir():
         for paper in root.iterdir():

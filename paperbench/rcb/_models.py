@@ -165,6 +165,15 @@ class RcbSummary(_Model):
     reference (found by ``rcb validate``)."""
     not_run: list[str] = Field(default_factory=list)
     """Problems with no result yet (an infrastructure failure, an interrupted run)."""
+    not_runnable: dict[str, str] = Field(default_factory=dict)
+    """Problems that cannot run in this environment, with the reason: their reference
+    solution fails here too (a missing library, a timeout); not run, in no rate."""
+    environment_advice: str = ""
+    """What would make the ``not_runnable`` problems run (the image to build, the option to
+    raise); "" when nothing is known to."""
+    listed: int | None = None
+    """Problems the run was asked for (the rates are over ``overall.problems`` of them);
+    None in a summary from before it was recorded."""
     cost_usd: float | None = None
     cost_per_problem_usd: float | None = None
 

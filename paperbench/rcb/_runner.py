@@ -6,6 +6,8 @@ The run folder::
     OUT/
       run.json                        RcbRunOptions: what was asked (a resume must match)
       costs.jsonl                     every model call, one record a line
+      problems/<paper>/reference.json the paper's reference solution tested in the run's
+                                      environment: a problem it fails for is not run
       problems/<paper>/<snippet>/
         problem.json                  ProblemRecord: the masked file, the reference code
         empty.json                    the test with the snippet left empty (``pass``): a
@@ -33,6 +35,15 @@ from paperbench.agents import AgentLimits, LoadedAgent, load_agent
 from paperbench.errors import BudgetExhaustedError, ModelError, SandboxError, UsageError
 from paperbench.llm import BudgetCaps, CostJournal, CostLedger, Model, ModelConfig
 from paperbench.rcb._agent import AGENT_CONFIG, AgentAnswer, agent_limits, run_agent
+from paperbench.rcb._environment import (
+    advice,
+    environment_of,
+    nothing_runs,
+    reference_job,
+    store_reference,
+    stored_references,
+    why_not_runnable,
+)
 from paperbench.rcb._load import load_problem_set
 from paperbench.rcb._mask import extract_code, fill, mask
 from paperbench.rcb._models import (
@@ -43,6 +54,7 @@ from paperbench.rcb._models import (
     Snippet,
     TestOutcome,
 )
+from paperbench.rcb._progress import Progress, verdict
 from paperbench.rcb._prompt import prompt
 from paperbench.rcb._record import write_problem_record
 from paperbench.rcb._score import score
@@ -73,10 +85,12 @@ class RcbRunOptions(BaseModel):
     """Agent mode: steps of each agent run (None: the agent config's)."""
     max_time_s: float | None = Field(default=None, gt=0)
     """Agent mode: wall time of each agent run (None: the agent config's)."""
+    rcb_dir: str | None = None
+    """The problem set as given (``--rcb-dir``): a resume without one reads it there."""
 
     def comparable(self) -> dict[str, object]:
         """What a resume must match (everything that changes an answer or its grade)."""
-        return self.model_dump(mode="json", exclude={"budget_dollars"})
+        return self.model_dump(mode="json", exclude={"budget_dollars", "rcb_dir"})
 
 
 class _Answer(BaseModel):
@@ -141,7 +155,8 @@ async def _empty_tests(run: _Run, snippets: Sequence[Snippet]) -> dict[str, Test
                 outcomes[snippet.id] = stored
                 continue
         todo.append((snippet, _job(run.problem_set, snippet, EMPTY_FILL)))
-    for (snippet, _), outcome in zip(todo, await _tests(run, [j for _, j in todo]), strict=True):
+    tested = await _tests(run, [j for _, j in todo], "empty fills", [s.id for s, _ in todo])
+    for (snippet, _), outcome in zip(todo, tested, strict=True):
         path = _folder(run.out, snippet) / "empty.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, outcome.model_dump_json(indent=2) + "\n")
@@ -156,16 +171,38 @@ def _job(problem_set: ProblemSet, snippet: Snippet, code: str) -> RcbJob:
     return RcbJob(paper.folder, {snippet.file: fill(text, snippet, code)})
 
 
-async def _tests(run: _Run, jobs: Sequence[RcbJob]) -> list[TestOutcome]:
+async def _tests(
+    run: _Run, jobs: Sequence[RcbJob], what: str, labels: Sequence[str]
+) -> list[TestOutcome]:
     """``jobs`` in one batch: ``--concurrency tests=N`` at once, the next ones' sandboxes
-    prepared meanwhile."""
-    return await run_tests(
-        jobs,
-        concurrency=run.concurrency,
-        sandbox=run.sandbox,
-        image=run.opts.image,
-        timeout_s=run.opts.timeout_s,
+    prepared meanwhile; each one's end said as progress (``what``, its label)."""
+    return await _batch(
+        jobs, what, labels, sandbox=run.sandbox, opts=run.opts, concurrency=run.concurrency
     )
+
+
+async def _batch(
+    jobs: Sequence[RcbJob],
+    what: str,
+    labels: Sequence[str],
+    *,
+    sandbox: SandboxConfig,
+    opts: RcbRunOptions,
+    concurrency: int,
+) -> list[TestOutcome]:
+    with Progress(what, len(jobs)) as progress:
+        return await run_tests(
+            jobs,
+            concurrency=concurrency,
+            sandbox=sandbox,
+            image=opts.image,
+            timeout_s=opts.timeout_s,
+            on_done=lambda i, outcome: progress.step(labels[i], verdict(outcome)),
+        )
+
+
+def _label(snippet: Snippet, k: int, samples: int) -> str:
+    return snippet.id if samples == 1 else f"{snippet.id} sample {k}"
 
 
 async def _answer(
@@ -293,6 +330,7 @@ def _result(run: _Run, pending: _Pending, outcome: TestOutcome) -> SampleResult:
 
 
 def _check_out(out: Path, opts: RcbRunOptions, resume: bool) -> None:
+    """Refuse a folder the run cannot use (nothing is written)."""
     run_file = out / "run.json"
     if resume:
         if not run_file.is_file():
@@ -305,8 +343,121 @@ def _check_out(out: Path, opts: RcbRunOptions, resume: bool) -> None:
         return
     if out.is_dir() and any(out.iterdir()):
         raise UsageError(f"--out {out}: the folder is not empty; pass --resume to continue it")
+
+
+def _start_out(out: Path, opts: RcbRunOptions) -> None:
+    """A new run's folder and its run.json (a resume's are there)."""
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_file, opts.model_dump_json(indent=2) + "\n")
+    run_file = out / "run.json"
+    if not run_file.is_file():
+        atomic_write_text(run_file, opts.model_dump_json(indent=2) + "\n")
+
+
+async def _references(
+    problem_set: ProblemSet,
+    papers: Sequence[str],
+    out: Path,
+    opts: RcbRunOptions,
+    sandbox: SandboxConfig,
+    concurrency: int,
+) -> dict[str, TestOutcome]:
+    """Each paper's reference solution tested in this environment: kept in the run folder
+    (a resume reads it), else tested now in one batch, as ``rcb validate`` tests it."""
+    environment = environment_of(sandbox, opts.image)
+    found = stored_references(out, papers, environment)
+    todo = [p for p in papers if p not in found]
+    outcomes = await _batch(
+        [reference_job(problem_set, p) for p in todo],
+        "reference solutions",
+        todo,
+        sandbox=sandbox,
+        opts=opts,
+        concurrency=concurrency,
+    )
+    return {**found, **dict(zip(todo, outcomes, strict=True))}
+
+
+def _runnable(
+    snippets: Sequence[Snippet],
+    references: dict[str, TestOutcome],
+    opts: RcbRunOptions,
+    sandbox: SandboxConfig,
+) -> tuple[dict[str, str], str]:
+    """The problems that cannot run here (id → why) and what would make them run.
+
+    Raises:
+        SandboxError: no problem can run here (one line: why, the image to build, the option
+            to raise).
+    """
+    why = {p: why_not_runnable(o, timeout_s=opts.timeout_s) for p, o in references.items()}
+    unrunnable = {s.id: r for s in snippets if (r := why[s.paper]) is not None}
+    failing = [references[p] for p, r in why.items() if r is not None]
+    hint = advice(failing, sandbox=sandbox, image=opts.image, timeout_s=opts.timeout_s)
+    if snippets and len(unrunnable) == len(snippets):
+        raise SandboxError(nothing_runs({p: r for p, r in why.items() if r is not None}, hint))
+    if unrunnable:
+        warning(
+            f"{plural(len(unrunnable), 'problem')} of {len(snippets)} cannot run in this "
+            "environment (their reference solution fails here too): not run, in no rate"
+            + (f"; to run them, {hint}" if hint else "")
+        )
+    return unrunnable, hint
+
+
+async def _answers(
+    run: _Run,
+    usable: Sequence[Snippet],
+    results: list[SampleResult],
+    failures: list[ModelError],
+) -> list[_Pending | None]:
+    """Every sample of ``usable`` answered (stored or asked now), its progress said; a sample
+    tested before goes to ``results``, a model failure to ``failures``."""
+    samples = run.opts.samples
+
+    async def answer(snippet: Snippet, k: int) -> _Pending | None:
+        path = _folder(run.out, snippet) / f"sample-{k}.json"
+        label = _label(snippet, k, samples)
+        if path.is_file():
+            results.append(SampleResult.model_validate(read_json(path)))
+            progress.step(label, "tested before")
+            return None
+        try:
+            pending = await _answered(run, snippet, k)
+        except ModelError as exc:
+            failures.append(exc)
+            progress.step(label, "not answered (the model failed)")
+            return None
+        said = "not run" if pending is None else "answered"
+        progress.step(label, said if pending is None or pending.code else "answered, no code")
+        return pending
+
+    with Progress("answers", len(usable) * samples) as progress:
+        return await asyncio.gather(*(answer(s, k) for s in usable for k in range(samples)))
+
+
+async def _environment(
+    problem_set: ProblemSet,
+    snippets: Sequence[Snippet],
+    out: Path,
+    opts: RcbRunOptions,
+    sandbox: SandboxConfig,
+    concurrency: int,
+) -> tuple[dict[str, TestOutcome], dict[str, str], str]:
+    """Each paper's reference solution tested here (kept in the run folder, which is made
+    now: nothing is written when no problem can run), the problems that cannot run (id →
+    why) and what would make them run.
+
+    Raises:
+        SandboxError: no problem can run here (see :func:`_runnable`).
+    """
+    papers = sorted({s.paper for s in snippets})
+    references = await _references(problem_set, papers, out, opts, sandbox, concurrency)
+    unrunnable, hint = _runnable(snippets, references, opts, sandbox)
+    _start_out(out, opts)
+    environment = environment_of(sandbox, opts.image)
+    for paper, outcome in references.items():
+        store_reference(out, paper, environment, outcome)
+    return references, unrunnable, hint
 
 
 async def run_rcb(
@@ -326,13 +477,18 @@ async def run_rcb(
     Raises:
         UsageError: a bad option, naming it.
         InputError: a malformed problem set (file and line named).
-        SandboxError: agent mode, and the sandbox backend cannot be had.
+        SandboxError: agent mode, and the sandbox backend cannot be had; or no problem can
+            run in this environment (their reference solutions fail here too: one line with
+            the image to build and the option to raise).
     """
     problem_set = load_problem_set(rcb_dir)
     snippets = selected(problem_set, opts.papers)
     loaded = load_agent(AGENT_CONFIG) if opts.mode == "agent" else None
     backend = await sandbox.build() if opts.mode == "agent" else None
     _check_out(out, opts, resume)
+    references, unrunnable, hint = await _environment(
+        problem_set, snippets, out, opts, sandbox, concurrency
+    )
     journal = CostJournal.open(out / "costs.jsonl", caps=BudgetCaps(run_usd=opts.budget_dollars))
     config = ModelConfig(
         model=opts.model, base_url=opts.base_url, api_key=SecretStr(api_key) if api_key else None
@@ -358,34 +514,28 @@ async def run_rcb(
     failures: list[ModelError] = []
     for snippet in snippets:
         write_problem_record(problem_set, snippet, _folder(out, snippet))
-    # 1. the empty fills, in one batch: a problem whose test passes so is broken
-    empties = await _empty_tests(run, snippets)
-    broken = [s.id for s in snippets if empties[s.id].passed]
-    usable = [s for s in snippets if empties[s.id].error_class not in ("sandbox_error", None)]
+    # 1. the empty fills of the problems that can run here, in one batch: a problem whose
+    # test passes so is broken
+    testable = [s for s in snippets if references[s.paper].passed]
+    empties = await _empty_tests(run, testable)
+    broken = [s.id for s in testable if empties[s.id].passed]
+    usable = [s for s in testable if empties[s.id].error_class not in ("sandbox_error", None)]
 
     # 2. the answers (model calls or agents), each kept as it comes
-    async def answer(snippet: Snippet, k: int) -> _Pending | None:
-        path = _folder(out, snippet) / f"sample-{k}.json"
-        if path.is_file():
-            results.append(SampleResult.model_validate(read_json(path)))
-            return None
-        try:
-            return await _answered(run, snippet, k)
-        except ModelError as exc:
-            failures.append(exc)
-            return None
-
     try:
-        answered = await asyncio.gather(
-            *(answer(s, k) for s in usable for k in range(opts.samples))
-        )
+        answered = await _answers(run, usable, results, failures)
     finally:
         await run.model.aclose()
         journal.close()
     pending = [p for p in answered if p is not None]
     # 3. the answers with code, tested in one batch; those without fail as no_code
     coded = [p for p in pending if p.code is not None]
-    outcomes = await _tests(run, [_job(problem_set, p.snippet, p.code or "") for p in coded])
+    outcomes = await _tests(
+        run,
+        [_job(problem_set, p.snippet, p.code or "") for p in coded],
+        "tests of the answers",
+        [_label(p.snippet, p.sample, opts.samples) for p in coded],
+    )
     for p, outcome in zip(coded, outcomes, strict=True):
         if outcome.error_class != "sandbox_error":  # else not run: a resume tests it again
             results.append(_result(run, p, outcome))
@@ -411,6 +561,8 @@ async def run_rcb(
         with_paper=opts.with_paper,
         samples=opts.samples,
         broken=broken,
+        not_runnable=unrunnable,
+        environment_advice=hint,
     )
     atomic_write_text(out / "summary.json", summary.model_dump_json(indent=2) + "\n")
     return summary
@@ -452,11 +604,18 @@ async def validate(
     problem_set = load_problem_set(rcb_dir)
     snippets = selected(problem_set, papers)
     papers_run = sorted({s.paper for s in snippets})
-    jobs = [RcbJob(problem_set.paper(p).folder, {}) for p in papers_run]
+    jobs = [reference_job(problem_set, p) for p in papers_run]
     jobs += [_job(problem_set, s, EMPTY_FILL) for s in snippets]
-    outcomes = await run_tests(
-        jobs, concurrency=concurrency, sandbox=sandbox, image=image, timeout_s=timeout_s
-    )
+    labels = [f"{p} reference" for p in papers_run] + [f"{s.id} empty" for s in snippets]
+    with Progress("tests", len(jobs)) as progress:
+        outcomes = await run_tests(
+            jobs,
+            concurrency=concurrency,
+            sandbox=sandbox,
+            image=image,
+            timeout_s=timeout_s,
+            on_done=lambda i, outcome: progress.step(labels[i], verdict(outcome)),
+        )
     references = dict(zip(papers_run, outcomes[: len(papers_run)], strict=True))
     empties = outcomes[len(papers_run) :]
     return [

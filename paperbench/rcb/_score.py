@@ -18,7 +18,7 @@ outcome is ``sandbox_error`` is not a result: the infrastructure failed, not the
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from math import comb
 
 from paperbench.rcb._models import Mode, PaperScore, Rate, RcbSummary, SampleResult, Snippet
@@ -86,6 +86,8 @@ def score(
     with_paper: bool,
     samples: int,
     broken: Collection[str] = (),
+    not_runnable: Mapping[str, str] | None = None,
+    environment_advice: str = "",
 ) -> RcbSummary:
     """The summary of a run: rates per paper and overall, pass@k, errors and cost.
 
@@ -113,7 +115,9 @@ def score(
         raise ValueError(f"samples={samples} must be at least 1")
     known = {s.id for s in snippets}
     kept = _kept(r for r in results if r.problem in known and r.sample < samples)
-    left_out = set(broken)
+    unrunnable = dict(not_runnable or {})
+    said_broken = set(broken)
+    left_out = said_broken | set(unrunnable)
 
     papers: dict[str, list[Snippet]] = {}
     for snippet in snippets:
@@ -156,8 +160,11 @@ def score(
         pass_at_k=_weighted_pass_at_k(every, samples),
         papers=paper_scores,
         errors=dict(sorted(errors.items())),
-        broken=[s.id for s in snippets if s.id in left_out],
+        broken=[s.id for s in snippets if s.id in said_broken],
         not_run=not_run,
+        not_runnable={s.id: unrunnable[s.id] for s in snippets if s.id in unrunnable},
+        environment_advice=environment_advice if unrunnable else "",
+        listed=len(snippets),
         cost_usd=cost,
         cost_per_problem_usd=cost / with_result if cost is not None and with_result else None,
     )

@@ -61,7 +61,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, NamedTuple, TypeVar
 
@@ -471,6 +471,17 @@ async def _run_job(
     )
 
 
+async def _told(
+    index: int,
+    job: Awaitable[TestOutcome],
+    on_done: Callable[[int, TestOutcome], None] | None,
+) -> TestOutcome:
+    outcome = await job
+    if on_done is not None:
+        on_done(index, outcome)
+    return outcome
+
+
 async def run_tests(
     jobs: Sequence[JobLike],
     *,
@@ -481,14 +492,15 @@ async def run_tests(
     limits: SandboxLimits | None = None,
     labels: Mapping[str, str] | None = None,
     prepare_ahead: int | None = None,
+    on_done: Callable[[int, TestOutcome], None] | None = None,
 ) -> list[TestOutcome]:
     """Run every job's test (see the module docstring), each in a fresh sandbox, at most
     ``concurrency`` at once, with up to ``prepare_ahead`` more sandboxes (default:
     ``concurrency``, at least :data:`PREPARE_AHEAD`) started and filled meanwhile for the jobs
     next in line; the outcomes in the jobs' order. A job is an :class:`RcbJob` or a
     ``(paper_folder, files)`` pair. ``labels`` are added to every sandbox (e.g. the run it
-    belongs to). Every sandbox is removed before this returns, also when a job fails or this
-    is cancelled.
+    belongs to). ``on_done(index, outcome)`` is called as each job ends (for progress).
+    Every sandbox is removed before this returns, also when a job fails or this is cancelled.
 
     Raises:
         InputError: a paper folder without its test (nothing has run then).
@@ -512,7 +524,11 @@ async def run_tests(
         resolved = await resolve_image(backend, image)
     except SandboxError as exc:
         share = (time.monotonic() - started) / len(todo)
-        return [_sandbox_error(_reason(exc), share) for _ in todo]
+        failed = [_sandbox_error(_reason(exc), share) for _ in todo]
+        for i, outcome in enumerate(failed):
+            if on_done is not None:
+                on_done(i, outcome)
+        return failed
     spec = SandboxSpec(
         image=resolved,
         limits=cap,
@@ -537,16 +553,20 @@ async def run_tests(
         async with asyncio.TaskGroup() as group:
             tasks = [
                 group.create_task(
-                    _run_job(
-                        job,
-                        staged[_stage_key(job)],
-                        backend,
-                        spec,
-                        timeout_s=timeout_s,
-                        setup_s=setup_s,
-                        gates=gates,
-                        scratch=Path(tmp) / "jobs" / str(i),
-                        ended=ended,
+                    _told(
+                        i,
+                        _run_job(
+                            job,
+                            staged[_stage_key(job)],
+                            backend,
+                            spec,
+                            timeout_s=timeout_s,
+                            setup_s=setup_s,
+                            gates=gates,
+                            scratch=Path(tmp) / "jobs" / str(i),
+                            ended=ended,
+                        ),
+                        on_done,
                     )
                 )
                 for i, job in enumerate(todo)

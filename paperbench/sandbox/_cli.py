@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from paperbench._console import console, err_console, warning
+from paperbench._console import console, err_console, is_piped, printable, warning
 from paperbench._options import Json
+from paperbench.sandbox._heartbeat import HEARTBEAT_S, Heartbeat
 from paperbench.sandbox._images import DEFAULT_IMAGES, IMAGES, ImageOptions
 
 app = typer.Typer(help="Manage sandboxes: reap what crashed runs left behind.")
@@ -65,6 +68,43 @@ def gc(
         raise typer.Exit(1)
 
 
+class BuildLog:
+    """An image build's lines (each step as it starts) on ``console``. On a terminal a status
+    line shows the latest and each is printed dim; piped, where a status line prints
+    nothing, each is a plain line with the time so far, and a step that says nothing for
+    ``interval`` seconds gets a line saying it is still running (a large image's package
+    install runs for minutes)."""
+
+    def __init__(self, console: Console, interval: float = HEARTBEAT_S) -> None:
+        self.console = console
+        self._beat = Heartbeat(self._print, interval) if is_piped(console) else None
+        self._status: Any = None
+
+    def _print(self, line: str) -> None:
+        self.console.print(Text(printable(line)), soft_wrap=True)
+
+    def __call__(self, line: str) -> None:
+        if self._beat is not None:
+            self._beat(line)
+        else:
+            self._status.update(Text(printable(line)))
+            self.console.print(Text(printable(line), style="dim"))
+
+    def __enter__(self) -> BuildLog:
+        if self._beat is not None:
+            self._beat.__enter__()
+        else:
+            self._status = self.console.status("building images")
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._beat is not None:
+            self._beat.__exit__()
+        else:
+            self._status.__exit__(None, None, None)
+
+
 @images_app.command("build")
 def build(
     names: Annotated[
@@ -109,12 +149,7 @@ def build(
         proxy_env=host_proxy() if proxy_from_host else {},
     )
     started = time.monotonic()
-    with err_console.status("building images") as status:
-
-        def log(line: str) -> None:
-            status.update(line)
-            err_console.print(f"[dim]{line}[/]")
-
+    with BuildLog(err_console) as log:
         tags = ensure_images(tuple(names or DEFAULT_IMAGES), opts, log=log)
     elapsed = time.monotonic() - started
     if as_json:

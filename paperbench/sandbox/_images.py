@@ -389,7 +389,11 @@ def build_image(
             ),
         ):
             if "stream" in chunk:
-                lines.extend(chunk["stream"].splitlines())
+                new = chunk["stream"].splitlines()
+                lines.extend(new)
+                for line in new:
+                    if _STEP.match(_ANSI.sub("", line)):  # what the build is at, as it starts
+                        log(_step_line(name, _ANSI.sub("", line)))
             if "error" in chunk:
                 tail = " | ".join([*lines[-4:], chunk["error"].strip()])
                 raise ImageBuildError(f"building {tag} failed: {tail}")
@@ -399,6 +403,14 @@ def build_image(
         raise ImageBuildError(f"building {tag} failed: {exc}") from exc
     repo = tag.partition(":")[0]
     client.api.tag(tag, repo, "latest")
+
+
+def _step_line(name: str, line: str) -> str:
+    """``building paperbench-rcb: step 3/9: RUN pip install ...`` (cut at 160 characters)."""
+    match = re.match(r"^Step (\d+/\d+) : (.*)$", line)
+    said = f"step {match.group(1)}: {match.group(2)}" if match else line
+    said = " ".join(said.split())
+    return f"building {name}: " + (said if len(said) <= 160 else said[:157] + "...")
 
 
 def ensure_images(

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.errors import SandboxUnavailableError
 from paperbench.sandbox._base import SandboxBackend
+from paperbench.sandbox._heartbeat import Heartbeat
 from paperbench.sandbox._local import Isolation, LocalBackend
 
 log = logging.getLogger("paperbench.sandbox")
@@ -175,9 +176,12 @@ async def stage_image(backend: SandboxBackend, name: str, image: str | None = No
     from paperbench.sandbox._images import ensure_images
 
     wanted = image or name
-    if image:
-        log.warning("the image %s is missing: building it (once)", image)
-    tags = await asyncio.to_thread(ensure_images, (wanted,), log=_say if image else None)
+    if not image:
+        tags = await asyncio.to_thread(ensure_images, (wanted,))
+        return tags[wanted]
+    log.warning("the image %s is missing: building it (once)", image)
+    with Heartbeat(_say) as say:  # its steps, and a line while one runs for minutes
+        tags = await asyncio.to_thread(ensure_images, (wanted,), log=say)
     return tags[wanted]
 
 

@@ -179,13 +179,14 @@ class _Docker:
 
 
 def test_stage_image_builds_an_own_image_named_without_a_tag_when_missing(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     present: dict[str, bool] = {"paperbench-agent-cli": False}
     built: list[tuple[str, ...]] = []
 
-    def ensure(names: tuple[str, ...], **_: Any) -> dict[str, str]:
+    def ensure(names: tuple[str, ...], **kw: Any) -> dict[str, str]:
         built.append(names)
+        kw["log"]("building paperbench-agent-cli: step 1/9: ARG BASE")
         return {n: f"{n}:0123456789ab" for n in names}
 
     monkeypatch.setattr(_images, "image_present", lambda ref, **_: present.get(ref, True))
@@ -195,6 +196,8 @@ def test_stage_image_builds_an_own_image_named_without_a_tag_when_missing(
     # missing: built, and its tag is what the stage runs
     tag = asyncio.run(stage_image(backend, "paperbench-agent", "paperbench-agent-cli"))
     assert (tag, built) == ("paperbench-agent-cli:0123456789ab", [("paperbench-agent-cli",)])
+    said = [r.getMessage() for r in caplog.records]  # its steps, with the time so far
+    assert "building paperbench-agent-cli: step 1/9: ARG BASE (0 s)" in said, said
     # present: used as it is
     present["paperbench-agent-cli"] = True
     assert asyncio.run(stage_image(backend, "paperbench-agent", "paperbench-agent-cli")) == (

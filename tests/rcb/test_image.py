@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from paperbench.cli import app
+from paperbench.sandbox._cli import BuildLog
 from paperbench.sandbox._egress import DEFAULT_HOST_CA_BUNDLE
 from paperbench.sandbox._images import (
     DEFAULT_IMAGES,
     IMAGES,
     ImageOptions,
     base_tag,
+    build_image,
     dockerfile,
     ensure_images,
     image_tag,
@@ -96,3 +102,47 @@ def test_images_build_with_no_names_does_not_build_rcb() -> None:
     result = runner.invoke(app, ["images", "build", "--json"])
     assert result.exit_code == 0, result.output
     assert set(json.loads(result.stdout)["images"]) == set(DEFAULT_IMAGES)
+    # piped, what the build does is plain lines on stderr with the time so far
+    said = result.stderr.splitlines()
+    assert said and all(re.search(r" is up to date \(\d+ s\)$", line) for line in said), said
+
+
+class _Building(_Api):
+    """An engine whose build streams the classic builder's step lines."""
+
+    def build(self, **_: Any) -> Any:
+        yield {"stream": "Step 1/3 : ARG BASE\n"}
+        yield {"stream": " ---> Running in 1234\n"}
+        yield {
+            "stream": "\x1b[1mStep 2/3 : RUN pip install --no-cache-dir torch==2.5.1 timm\x1b[0m\n"
+        }
+        yield {"stream": "Collecting torch\nSuccessfully built 0123\n"}
+
+    def tag(self, *_: Any) -> None:
+        return None
+
+
+def test_a_build_says_each_step_as_it_starts() -> None:
+    client: Any = _Client()
+    client.api = _Building()
+    said: list[str] = []
+    build_image(client, "paperbench-rcb", "paperbench-rcb:x", "base", ImageOptions(), said.append)
+    assert said == [
+        "building paperbench-rcb:x",
+        "building paperbench-rcb: step 1/3: ARG BASE",
+        "building paperbench-rcb: step 2/3: RUN pip install --no-cache-dir torch==2.5.1 timm",
+    ]
+
+
+def test_piped_a_build_step_that_says_nothing_gets_a_line_that_it_is_still_running() -> None:
+    out = io.StringIO()
+    with BuildLog(Console(file=out, width=200), interval=0.05) as log:
+        log("building paperbench-rcb: step 2/3: RUN pip install torch")
+        for _ in range(400):  # until the heartbeat has spoken (at most 4 s)
+            if "still" in out.getvalue():
+                break
+            time.sleep(0.01)
+    lines = out.getvalue().splitlines()
+    step = r"building paperbench-rcb: step 2/3: RUN pip install torch"
+    assert re.fullmatch(rf"{step} \(0 s\)", lines[0]), lines
+    assert re.fullmatch(rf"still {step} \(\d+ s so far\)", lines[1]), lines

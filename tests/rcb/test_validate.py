@@ -48,3 +48,21 @@ def test_a_problem_its_test_does_not_check_is_reported(tmp_path: Path) -> None:
               "softmax-temperature"],
     )  # fmt: skip
     assert result.exit_code == 1 and "3/4 problems sound" in result.stdout, result.output
+    # piped, each finished test is a plain progress line on stderr
+    progress = [x for x in result.stderr.splitlines() if x.startswith("tests: ")]
+    assert len(progress) == 5 and progress[-1].startswith("tests: 5/5 done, "), result.stderr
+    assert any(x.endswith("softmax-temperature reference passed") for x in progress), progress
+
+
+def test_a_reference_that_fails_for_a_missing_library_names_the_image(tmp_path: Path) -> None:
+    root = copy_pset(tmp_path)
+    test = root / "pset" / "ema-smoothing" / "paper2code_test.py"
+    test.write_text(f"import rcb_absent_library\n{test.read_text()}")
+    args = ["rcb", "validate", "--rcb-dir", str(root), "--sandbox", "local", "--papers"]
+    result = runner.invoke(app, [*args, "ema-smoothing"])
+    assert result.exit_code == 1, result.output
+    assert "0/4 problems sound" in result.stdout
+    assert (
+        "for the failing references: build ResearchCodeBench's image with `paperbench images "
+        "build paperbench-rcb` and give `rcb validate --sandbox docker --image paperbench-rcb`"
+    ) in " ".join(result.stdout.split())
