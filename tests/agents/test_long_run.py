@@ -118,6 +118,6 @@ def test_a_hundred_and_fifty_steps_of_dense_outputs_stay_inside_a_32k_window(
 def test_reasoning_turns_survive_trimming(
     tmp_path: Path, fake_llm: FakeLLMServer, protocol: str, model: dict[str, Any]
 ) -> None:
-    outcome, notes = _long_run(tmp_path, fake_llm, protocol, 120, window=24_000, **model)
+    outcome, notes = _long_run(tmp_path, fake_llm, protocol, 60, window=16_000, **model)
     assert outcome.status == "submitted", outcome
     assert [n for n in notes if n.kind == "context_trimmed" and n.data["turns_dropped"]]
