@@ -812,7 +812,7 @@ _FIELDS = st.sampled_from(
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.booleans(), st.integers(0, 5), _FIELDS, _VALUES, st.booleans())
 def test_any_one_field_changed_is_accepted_or_named(

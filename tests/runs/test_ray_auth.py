@@ -56,7 +56,7 @@ def token_head() -> Iterator[str]:
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:
-            head.wait(timeout=15)
+            head.wait(timeout=2)  # a throwaway head: no need to wait out Ray's shutdown
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=10)
