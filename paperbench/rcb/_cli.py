@@ -286,7 +286,6 @@ def rcb_run(
     }
     opts, root, folder = _run_options(ctx, asked, resume, out)
     slots = parse_concurrency(concurrency, {"tests": 4, "agents": 2})
-    _probe_server(opts.model, opts.base_url)
     summary = asyncio.run(
         run_rcb(
             root,
@@ -346,15 +345,6 @@ def _run_options(
 def _on_command_line(ctx: typer.Context, param: str) -> bool:
     source = ctx.get_parameter_source(param)
     return source is not None and source.name == "COMMANDLINE"
-
-
-def _probe_server(model: str, base_url: str | None) -> None:
-    """A server that does not answer fails the run before the fan-out of calls."""
-    from paperbench.llm import ModelConfig
-    from paperbench.llm._probe import probe_servers
-
-    flag = "--base-url" if base_url else "--model"
-    asyncio.run(probe_servers([(flag, ModelConfig(model=model, base_url=base_url))]))
 
 
 @app.command("report")

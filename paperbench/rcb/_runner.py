@@ -32,7 +32,13 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from paperbench._console import plural, warning
 from paperbench._io import atomic_write_text, read_json
 from paperbench.agents import AgentLimits, LoadedAgent, load_agent
-from paperbench.errors import BudgetExhaustedError, ModelError, SandboxError, UsageError
+from paperbench.errors import (
+    BudgetExhaustedError,
+    MissingKeyError,
+    ModelError,
+    SandboxError,
+    UsageError,
+)
 from paperbench.llm import BudgetCaps, CostJournal, CostLedger, Model, ModelConfig
 from paperbench.rcb._agent import AGENT_CONFIG, AgentAnswer, agent_limits, run_agent
 from paperbench.rcb._environment import (
@@ -460,6 +466,27 @@ async def _environment(
     return references, unrunnable, hint
 
 
+async def _check_model(config: ModelConfig) -> None:
+    """A model whose key is not set, or a server that does not answer, fails the run before
+    anything is tested, written or called.
+
+    Raises:
+        MissingKeyError: naming the variable to set and the flag that chose the model.
+        ModelError: the server does not answer (one plain request, as ``models check``).
+    """
+    from paperbench.llm._probe import probe_servers
+    from paperbench.llm._registry import resolve
+
+    _, target = resolve(config, require_key=False)
+    if target.missing_key is not None:
+        raise MissingKeyError(
+            f"--model: {config.model} needs {target.missing_key}, which is not set; set it in "
+            "the environment or a .env file, or give --base-url for a server that needs no key"
+        )
+    flag = "--base-url" if config.base_url else "--model"
+    await probe_servers([(flag, config)])
+
+
 async def run_rcb(
     rcb_dir: Path,
     out: Path,
@@ -486,13 +513,14 @@ async def run_rcb(
     loaded = load_agent(AGENT_CONFIG) if opts.mode == "agent" else None
     backend = await sandbox.build() if opts.mode == "agent" else None
     _check_out(out, opts, resume)
+    config = ModelConfig(
+        model=opts.model, base_url=opts.base_url, api_key=SecretStr(api_key) if api_key else None
+    )
+    await _check_model(config)
     references, unrunnable, hint = await _environment(
         problem_set, snippets, out, opts, sandbox, concurrency
     )
     journal = CostJournal.open(out / "costs.jsonl", caps=BudgetCaps(run_usd=opts.budget_dollars))
-    config = ModelConfig(
-        model=opts.model, base_url=opts.base_url, api_key=SecretStr(api_key) if api_key else None
-    )
     run = _Run(
         problem_set=problem_set,
         out=out,

@@ -198,6 +198,17 @@ def classify_failure(output: str) -> tuple[ErrorClass, str]:
     return "runtime", _one_line(last) if last else "no output"
 
 
+async def _gone(sb: Sandbox, wait_s: float = 2.0) -> bool:
+    """Whether a sandbox whose test was killed is gone: the exec's end can be seen before
+    the engine says the container stopped, so it is asked for up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while await sb.alive():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.2)
+    return True
+
+
 def _outcome_of(
     result: ExecResult, *, timeout_s: float, limits: SandboxLimits, disk_full: bool
 ) -> tuple[bool, ErrorClass | None, str | None]:
@@ -436,6 +447,8 @@ async def _run_job(
                         )
                         usage = sb.disk_usage()
                         disk_full = usage is not None and usage.full
+                        if result.exit_code in _KILLED and await _gone(sb):
+                            error = "the sandbox stopped while the test ran (exit 137)"
                 except SandboxError as exc:
                     error = _reason(exc, spec.limits.disk_mb)
                 except TimeoutError:

@@ -139,7 +139,7 @@ def test_a_problem_whose_test_passes_empty_is_left_out_as_broken(
     assert summary.overall.problems == 3
 
 
-def test_a_run_whose_model_answers_nothing_fails_saying_why(
+def test_a_model_without_its_key_is_refused_before_anything_is_tested_or_written(
     server: FakeLLMServer, tmp_path: Path
 ) -> None:
     root = copy_pset(tmp_path)
@@ -147,5 +147,7 @@ def test_a_run_whose_model_answers_nothing_fails_saying_why(
     args += ["softmax-temperature", "--out", str(tmp_path / "out"), "--sandbox", "local"]
     result = runner.invoke(app, args, env={"OPENAI_API_KEY": None})  # no key, no base URL
     assert result.exit_code == 1, result.output
-    assert "OPENAI_API_KEY" in result.output and "Traceback" not in result.output
-    assert not server.requests and not (tmp_path / "out" / "summary.json").exists()
+    assert result.output.count("\n") == 1 and "--model: openai/gpt-4o needs OPENAI_API_KEY" in (
+        result.output
+    )
+    assert not server.requests and not (tmp_path / "out").exists()
