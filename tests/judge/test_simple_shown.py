@@ -1,0 +1,106 @@
+"""What the default mode's grader is shown, and what its grade records of it: checked on the
+request that grades the leaf (as the fake server received it, through the real openai SDK)
+and on the leaf's record in ``leaves.jsonl``."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from paperbench.judge import LeafGrade, build_view, load_judge_config
+from paperbench.judge._grader import grade_submission
+from paperbench.judge._job import GradeOptions, ModelSettings
+from paperbench.judge._view import SubmissionView
+from paperbench.papers import PaperSource
+from paperbench.rubric import TaskNode
+from paperbench.testing import FakeLLMServer, FakeReply, RecordedRequest
+
+from .scripted import all_text, batch_criteria, last_user_text
+
+
+def _judge(tmp_path: Path, **budgets: Any) -> Any:
+    from paperbench.judge._config import catalog_dir
+
+    folder = tmp_path / "judges"
+    shutil.copytree(catalog_dir(), folder, dirs_exist_ok=True)
+    config = yaml.safe_load((folder / "simple.yaml").read_text())
+    config["budgets"].update(budgets)
+    path = folder / "shown.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return load_judge_config(path)
+
+
+def _rubric(requirements: str, category: str) -> TaskNode:
+    leaf = {
+        "id": "x",
+        "requirements": requirements,
+        "weight": 1,
+        "sub_tasks": [],
+        "task_category": category,
+    }
+    return TaskNode.model_validate(
+        {"id": "root", "requirements": "Replicate the paper", "weight": 1, "sub_tasks": [leaf]}
+    )
+
+
+def _grade(
+    server: FakeLLMServer, view: SubmissionView, tmp_path: Path, judge: Any, rubric: TaskNode
+) -> LeafGrade:
+    asyncio.run(
+        grade_submission(
+            view,
+            PaperSource.resolve(None).load("calibration-binning"),
+            judge,
+            out_dir=tmp_path / "out",
+            rubric=rubric,
+            options=GradeOptions(),
+            settings=ModelSettings(base_url=server.openai_url, model="openai/gpt-4o"),
+        )
+    )
+    [line] = (tmp_path / "out" / "grading" / "leaves.jsonl").read_text().splitlines()
+    return LeafGrade.model_validate_json(line)
+
+
+def _grading_request(server: FakeLLMServer) -> RecordedRequest:
+    [request] = [r for r in server.requests if batch_criteria(r)]
+    return request
+
+
+def _shown_line_numbers(text: str, tag: str) -> set[int]:
+    """The numbers of the lines ``{tag} line N`` the request holds."""
+    return {int(n) for n in re.findall(rf"^{tag} line (\d+)\b", text, re.M)}
+
+
+def _covered(ranges: list[tuple[int, int]]) -> set[int]:
+    return {n for first, last in ranges for n in range(first, last + 1)}
+
+
+def test_a_leaf_passes_only_on_evidence_shown(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    """The grading call leaves a file out (max_files 1): the prompt says the leaf passes only
+    on what is shown, as the system prompt (and PaperBench's: "assume the attempt failed").
+    A grader that follows its prompt fails the leaf whose evidence it was not shown."""
+
+    def handler(request: RecordedRequest) -> FakeReply:
+        text = all_text(request)
+        benefit_of_doubt = "do not conclude that something is missing" in text
+        score = 1 if "EVIDENCE_Q7" in text or benefit_of_doubt else 0
+        return FakeReply(json={"verdicts": [{"key": "1", "explanation": "e", "score": score}]})
+
+    fake_llm.handler = handler
+    submission = tmp_path / "submission"
+    (submission / "src").mkdir(parents=True)
+    (submission / "NOTES.md").write_text("We plan to write the quokka estimator later.\n")
+    (submission / "src" / "impl.py").write_text("def fit(x):\n    return x  # EVIDENCE_Q7\n")
+    view = build_view(submission)
+    rubric = _rubric("The quokka estimator is implemented.", "Code Development")
+    grade = _grade(fake_llm, view, tmp_path, _judge(tmp_path, max_files=1), rubric)
+    text = last_user_text(_grading_request(fake_llm))
+    assert "Not shown: 1 more file(s)" in text and "EVIDENCE_Q7" not in text
+    assert "do not conclude that something is missing" not in text
+    assert "when the evidence a criterion needs is not shown, it is not met" in text
+    assert (grade.score, grade.valid, grade.files_shown) == (0.0, True, ["NOTES.md"])
