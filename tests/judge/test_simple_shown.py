@@ -20,7 +20,7 @@ from paperbench.papers import PaperSource
 from paperbench.rubric import TaskNode
 from paperbench.testing import FakeLLMServer, FakeReply, RecordedRequest
 
-from .scripted import all_text, batch_criteria, last_user_text
+from .scripted import ScriptedJudge, all_text, batch_criteria, last_user_text
 
 
 def _judge(tmp_path: Path, **budgets: Any) -> Any:
@@ -104,3 +104,58 @@ def test_a_leaf_passes_only_on_evidence_shown(fake_llm: FakeLLMServer, tmp_path:
     assert "do not conclude that something is missing" not in text
     assert "when the evidence a criterion needs is not shown, it is not met" in text
     assert (grade.score, grade.valid, grade.files_shown) == (0.0, True, ["NOTES.md"])
+
+
+def test_a_file_shown_in_part_is_recorded_with_exactly_the_lines_sent(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """A file too big for the budget is shown in chunks: the grade lists it not among the
+    files shown whole but with the line ranges the request held, and the report's leaf view
+    shows those ranges."""
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    submission = tmp_path / "submission"
+    submission.mkdir()
+    lines = [f"BIG line {n} filler value {n * 7}" for n in range(1, 401)]
+    for n in (130, 131, 300):
+        lines[n - 1] = f"BIG line {n} the quokka estimator update"
+    (submission / "big.py").write_text("\n".join(lines) + "\n")
+    (submission / "README.md").write_text("# quokka\n")
+    rubric = _rubric("The quokka estimator update is implemented.", "Code Development")
+    grade = _grade(
+        fake_llm, build_view(submission), tmp_path, _judge(tmp_path, submission_tokens=1200), rubric
+    )
+    text = last_user_text(_grading_request(fake_llm))
+    sent = _shown_line_numbers(text, "BIG")
+    assert {130, 131} <= sent and len(sent) < 400  # excerpts, the quokka lines among them
+    assert grade.files_shown == ["README.md"]
+    assert list(grade.file_lines_shown) == ["big.py"]
+    assert _covered(grade.file_lines_shown["big.py"]) == sent
+    from paperbench.report._html import shown_files  # the report's leaf view
+
+    ranges = ", ".join(f"{a}-{b}" for a, b in grade.file_lines_shown["big.py"])
+    assert shown_files(grade) == ["README.md", f"big.py (lines {ranges})"]
+
+
+def test_a_file_over_200_kb_shows_its_head_recorded_as_a_range(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """A 260 kB text file (PaperBench shows its first 200,000 characters): the grader is
+    shown lines of its head, never past it, and the grade records them as ranges."""
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    submission = tmp_path / "submission"
+    submission.mkdir()
+    lines = [f"HUGE line {n} " + "x" * 40 for n in range(1, 5001)]
+    lines[9] = "HUGE line 10 the wombat sampler is defined here"
+    lines[4999] = "HUGE line 5000 the wombat sampler is defined here too"  # past 200 kB
+    (submission / "huge.py").write_text("\n".join(lines) + "\n")
+    view = build_view(submission)
+    assert view.files[0].size > 200_000 and view.files[0].text is None
+    rubric = _rubric("The wombat sampler is defined.", "Code Development")
+    grade = _grade(fake_llm, view, tmp_path, _judge(tmp_path), rubric)
+    text = last_user_text(_grading_request(fake_llm))
+    sent = _shown_line_numbers(text, "HUGE")
+    assert "HUGE line 10 the wombat sampler" in text and 5000 not in sent
+    assert "huge.py (excerpts of its first 200,000 characters of" in text
+    assert grade.files_shown == []
+    assert _covered(grade.file_lines_shown["huge.py"]) == sent
+    assert max(sent) < 200_000 // len(lines[0])
