@@ -20,8 +20,9 @@ reproduction's metadata rather than file mtimes):
 =================  ==========================================================================
 Code Development   code and docs, plus ``reproduce.sh``
 Code Execution     code and docs, plus ``reproduce.sh`` and ``reproduce.log``
-Result Analysis    docs and the text files the reproduction created or modified, plus the
-                   script and the log; no such files (when the changes are known) →
+Result Analysis    the text files the reproduction created or modified (first, whatever
+                   their words), then docs, plus the script and the log; no such files
+                   (when the changes are known) →
                    ``shortcut="no_changed_files"``: score 0 without a model call
 Subtree            code, docs and changed files, plus the script and the log (a subtree
                    graded as one unit at ``--max-depth``)
@@ -430,19 +431,20 @@ def select_context(
     # files, ranked by the leaf's requirements
     room = budget - script_tokens - log_reserve
     score_list = index.chunk_scores(requirements)
-    candidates: list[tuple[float, int, int]] = []
+    candidates: list[tuple[int, float, int]] = []
     for i, f in enumerate(index.files):
         if not _eligible(view, category, f):
             continue
         chunk_scores = [score_list[c] for c in index.per_file.get(i, [])]
         file_score = max(chunk_scores, default=0.0) + 0.1 * sum(chunk_scores)
+        # Result Analysis: what the run wrote comes first, whatever its words
         priority = 0 if (f.changed is not None and category == "Result Analysis") else 1
-        candidates.append((-file_score, priority, i))
+        candidates.append((priority, -file_score, i))
     candidates.sort(key=lambda t: (t[0], t[1], index.files[t[2]].path))
     files: list[ContextFile] = []
     left_out: list[LeftOut] = []
     used = 0
-    for neg_score, _, i in candidates:
+    for _, neg_score, i in candidates:
         f = index.files[i]
         if max_files is not None and len(files) >= max_files:
             left_out.append(LeftOut(path=f.path, reason="max_files"))

@@ -20,6 +20,7 @@ from paperbench.papers import PaperSource
 from paperbench.rubric import TaskNode
 from paperbench.testing import FakeLLMServer, FakeReply, RecordedRequest
 
+from .conftest import write_executed
 from .scripted import ScriptedJudge, all_text, batch_criteria, last_user_text
 
 
@@ -159,3 +160,29 @@ def test_a_file_over_200_kb_shows_its_head_recorded_as_a_range(
     assert grade.files_shown == []
     assert _covered(grade.file_lines_shown["huge.py"]) == sent
     assert max(sent) < 200_000 // len(lines[0])
+
+
+def test_result_analysis_is_shown_what_the_run_wrote_first(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """Twelve old notes share the criterion's words; the two files the run created share
+    none: the Result Analysis grader is shown the created files first."""
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    notes = {
+        f"notes/plan_{i:02d}.md": f"The calibration error table will compare methods ({i}).\n"
+        for i in range(12)
+    }
+    created = {
+        "out/metrics.csv": "run,value\nA,0.0123 MARKER_RUN_1\n",
+        "out/summary.json": '{"v": 0.99, "m": "MARKER_RUN_2"}\n',
+    }
+    executed = write_executed(
+        tmp_path / "executed", {**notes, **created}, created=list(created), log="done\n"
+    )
+    view = build_view(tmp_path / "unused", executed)
+    rubric = _rubric("The calibration error table compares the methods.", "Result Analysis")
+    grade = _grade(fake_llm, view, tmp_path, _judge(tmp_path), rubric)
+    text = last_user_text(_grading_request(fake_llm))
+    assert "MARKER_RUN_1" in text and "MARKER_RUN_2" in text
+    assert grade.files_shown[:2] == sorted(created)
+    assert len(grade.files_shown) == 10  # max_files: eight of the notes after them
