@@ -271,9 +271,12 @@ class SubmissionIndex:
 
 
 def _readable(f: ViewFile) -> str | None:
-    """What the index holds of a file: its text, or the head of a file too big to read whole
-    (its first ``max_file_bytes`` characters, as PaperBench reads every file)."""
-    return f.text if f.text is not None else f.head
+    """What the index holds of a file: its text, or the head of a text file too big to read
+    whole (as PaperBench reads the first 200,000 characters of every file); never anything
+    of a binary file, whatever the view holds of it."""
+    if f.text is not None:
+        return f.text
+    return f.head if f.unread == "oversized" and f.kind != "binary" else None
 
 
 def _label(f: ViewFile, *, excerpts: bool) -> str:
@@ -468,7 +471,7 @@ def select_context(
         used += tokens
     for f in view.files:
         if f.unread is not None and f.path not in SEPARATE_FILES and _eligible(view, category, f):
-            if f.head is not None:
+            if _readable(f) is not None:
                 continue  # its head is in the index, ranked with the rest
             reason = f.unread if f.unread in ("binary", "oversized", "symlink") else "unreadable"
             left_out.append(LeftOut(path=f.path, reason=reason))  # type: ignore[arg-type]

@@ -7,8 +7,8 @@ optionally, an executed submission (the output folder of ``paperbench reproduce`
 - every file with its size, kind (code / doc / data / binary / other) and mtime (an archive
   member's own), and the text of the text files no bigger than ``max_file_bytes``; binary
   files are listed but never read, so they can never reach a prompt; of an oversized text
-  file only the first ``max_file_bytes`` are kept, in ``head``, which both modes show (as
-  PaperBench reads the first 200 kB of every file);
+  file only the first ``max_file_bytes`` are kept, in ``head``, which only the faithful mode
+  shows (as PaperBench reads the first 200 kB of every file);
 - ``.git``, virtual environments (by name, or any folder holding ``pyvenv.cfg``), caches and
   ``node_modules`` skipped, by exact folder name (PaperBench matches substrings, so it also
   drops e.g. ``src/myvenv_tools/``; we do not);
@@ -110,7 +110,7 @@ class ViewFile(BaseModel):
     """Last modification (POSIX seconds), as the folder or the archive member records it."""
     head: str | None = None
     """For an oversized text file: its first ``max_file_bytes``, decoded (``text`` stays None;
-    both modes show it, as PaperBench reads the first 200 kB of every file)."""
+    only the faithful mode shows it, as PaperBench reads the first 200 kB of every file)."""
 
 
 class ReproductionSummary(BaseModel):
