@@ -22,6 +22,24 @@ the share of leaves whose evidence was shown, input tokens per leaf (counted on 
 text) and requests per leaf. Nothing is asserted.
 
     .venv/bin/python bench/judge_evidence.py [--leaves 178] [--modes simple,simple-faithful]
+
+``--case classes`` measures instead the four classes of evidence of issue 28, at each of
+``--sizes`` (submission tokens besides the log; 70k and 400k by default), ``--per-class``
+leaves each (17): (a) evidence written with the criterion's words; (b) with words disjoint
+from the whole rubric, beside a design note that uses the criterion's words and holds no
+evidence; (c) split across two files (the step with two of the criterion's words, its
+configuration with the third), both needed; (d) Result Analysis evidence in a file the
+reproduction created, in the code's words, beside three older notes in the criterion's. The
+submission is an executed one (``metadata.json`` lists what the run created; mtimes and
+``reproduce.log.creation_time`` say the same). A leaf counts as shown only when every marker
+of its evidence is in the request that grades it (the last grading request that asks about
+its criterion; preceding criteria shown for context do not count). A mode with a
+model-ranked step (simple-faithful) runs once per ``--rankers``: ``correct`` answers with the
+case's evidence files first, ``random`` with the tree shuffled (the floor); ``simple`` has no
+model-ranked step and runs once. Tokens and requests per leaf count every request about the
+leaf (ranking, grading, parsing), a shared request in equal shares.
+
+    .venv/bin/python bench/judge_evidence.py --case classes [--sizes 70000,400000]
 """
 
 from __future__ import annotations
@@ -32,7 +50,9 @@ import json
 import os
 import random
 import re
+import shutil
 import sys
+import tarfile
 import tempfile
 import time
 from collections import defaultdict
@@ -98,7 +118,9 @@ def _leaves(n: int, rng: random.Random) -> list[Leaf]:
     return out
 
 
-def _code(words: list[str], rng: random.Random, marker: str | None, others: list[Leaf]) -> str:
+def _code(
+    words: list[str], rng: random.Random, marker: str | None, others: list[Leaf] | list[ClassLeaf]
+) -> str:
     """A module built on ``words``; it also calls into the modules of ``others`` (so their
     words compete in a lexical ranking, as a real code base's do)."""
     a, b, c = words
@@ -295,6 +317,320 @@ async def _grade(mode: str, data: Path, sub: Path, out: Path, server: FakeLLMSer
     return time.perf_counter() - started
 
 
+# -- the four classes of evidence (issue 28), at a given submission size ------------------
+
+CLASSES = {
+    "a": "(a) criterion's words",
+    "b": "(b) words disjoint from the rubric",
+    "c": "(c) split across two files",
+    "d": "(d) a file the run wrote",
+}
+
+
+class ClassLeaf:
+    """A leaf of the classes case: its criterion, the markers its evidence carries (all must
+    be in the request that grades it) and the files that hold them (a correct ranker's
+    answer)."""
+
+    def __init__(self, index: int, kind: str, words: list[str]) -> None:
+        self.index, self.kind, self.words = index, kind, words
+        self.category = "Result Analysis" if kind == "d" else "Code Development"
+        self.tag = f"[leaf {index:04d}]"
+        a, b, c = words
+        if kind == "c":
+            self.criterion = f"The {a} {b} step is implemented, and it is configured with {c}."
+        elif kind == "d":
+            self.criterion = f"The results show {a} {b} better than {c}, as in the paper's table."
+        else:
+            self.criterion = f"The code implements the {a} {b} step, using {c} as the paper says."
+        self.markers: list[str] = []
+        self.files: list[str] = []
+
+    def evidence(self, path: str, marker: str) -> str:
+        self.files.append(path)
+        self.markers.append(marker)
+        return marker
+
+
+def _fresh(rng: random.Random, used: set[str], n: int = 3) -> list[str]:
+    words: list[str] = []
+    while len(words) < n:
+        w = _word(rng)
+        if w not in used:
+            used.add(w)
+            words.append(w)
+    return words
+
+
+def _class_leaves(per_class: int, rng: random.Random, used: set[str]) -> list[ClassLeaf]:
+    out: list[ClassLeaf] = []
+    for kind in CLASSES:
+        for _ in range(per_class):
+            out.append(ClassLeaf(len(out), kind, _fresh(rng, used)))
+    return out
+
+
+def _class_rubric(leaves: list[ClassLeaf]) -> dict[str, object]:
+    groups: dict[str, list[dict[str, object]]] = defaultdict(list)
+    for leaf in leaves:  # siblings of one class, eight at most (the simple mode's batch)
+        groups[f"class {leaf.kind} {leaf.index // 8}"].append(
+            {
+                "id": f"leaf-{leaf.index}",
+                "requirements": leaf.criterion,
+                "weight": 1,
+                "sub_tasks": [],
+                "task_category": leaf.category,
+                "finegrained_task_category": None,
+            }
+        )
+    return {
+        "id": "root",
+        "requirements": "The paper is replicated.",
+        "weight": 1,
+        "task_category": None,
+        "finegrained_task_category": None,
+        "sub_tasks": [
+            {
+                "id": f"group-{i}",
+                "requirements": name,
+                "weight": 1,
+                "task_category": None,
+                "finegrained_task_category": None,
+                "sub_tasks": subs,
+            }
+            for i, (name, subs) in enumerate(groups.items())
+        ],
+    }
+
+
+def _write_class_files(
+    sub: Path, leaves: list[ClassLeaf], rng: random.Random, used: set[str]
+) -> list[str]:
+    """Every leaf's evidence (and, for (b) and (d), a decoy that shares the criterion's words
+    and holds no evidence); the paths the run created."""
+    created: list[str] = []
+    for leaf in leaves:
+        a, b, c = leaf.words
+        marker = f"EVIDENCE-{leaf.index:04d}"
+        others = rng.sample([o for o in leaves if o is not leaf], 2)
+        if leaf.kind == "a":
+            path = f"src/{a}_{b}.py"
+            text = _code(leaf.words, rng, leaf.evidence(path, marker), others)
+        elif leaf.kind == "b":  # what the code calls things, not what the rubric does
+            path = f"src/pkg_{leaf.index}/{'_'.join(_fresh(rng, used, 2))}.py"
+            text = _code(_fresh(rng, used), rng, leaf.evidence(path, marker), [])
+            (sub / f"docs/design_{leaf.index}.md").write_text(
+                f"## The {a} {b} step\n\nThe {a} {b} step, using {c}, is planned (see the "
+                f"modules).\n"
+            )
+        elif leaf.kind == "c":  # the step in one file, its configuration with c in another
+            first = f"src/{a}_{b}.py"
+            part = _code(
+                [a, b, *_fresh(rng, used, 1)], rng, leaf.evidence(first, marker + "-A"), []
+            )
+            (sub / first).write_text(part)
+            path = f"src/config_{leaf.index}.py"
+            text = _code([c, *_fresh(rng, used, 2)], rng, leaf.evidence(path, marker + "-B"), [])
+        else:  # results the run wrote (in the code's words), among older notes on them
+            path = f"results/run_{leaf.index}.json"
+            run = "_".join(_fresh(rng, used, 2))  # the code's name for it, not the rubric's
+            text = json.dumps({"run": run, "score": 0.91, "baseline": 0.84, "id": marker})
+            leaf.evidence(path, marker)
+            created.append(path)
+            for j in range(3):
+                (sub / f"notes/old_{leaf.index}_{j}.md").write_text(
+                    f"Earlier plan ({j}): the results should show {a} {b} better than {c}.\n"
+                )
+        target = sub / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return created
+
+
+def _build_classes(
+    root: Path,
+    leaves: list[ClassLeaf],
+    rng: random.Random,
+    used: set[str],
+    size: int,
+    paper_tokens: int,
+) -> tuple[Path, Path, int]:
+    """The data directory, an executed submission of about ``size`` tokens (besides its log)
+    and its size in tokens."""
+    data = root / "data" / "papers" / "evidence"
+    data.mkdir(parents=True)
+    (data / "config.yaml").write_text("id: evidence\ntitle: Evidence recall\n")
+    paper = ["# A synthetic paper", ""] + [f"We study {' '.join(lf.words)}." for lf in leaves]
+    while count_tokens("\n".join(paper), MODEL) < paper_tokens:
+        words = rng.choice(leaves).words
+        paper.append(" ".join(rng.choice([*words, "the", "of", "we"]) for _ in range(300)))
+    (data / "paper.md").write_text("\n".join(paper))
+    (data / "addendum.md").write_text("")
+    (data / "blacklist.txt").write_text("none\n")
+    (data / "rubric.json").write_text(json.dumps(_class_rubric(leaves)))
+
+    sub = root / "submission"
+    for folder in ("src", "docs", "notes", "results"):
+        (sub / folder).mkdir(parents=True)
+    (sub / "README.md").write_text("# Replication\n\nRun `bash reproduce.sh`.\n")
+    (sub / "reproduce.sh").write_text("#!/bin/bash\npython -m src.run\n")
+    created = _write_class_files(sub, leaves, rng, used)
+    total = sum(count_tokens(p.read_text(), MODEL) for p in sub.rglob("*") if p.is_file())
+    k = 0
+    while total < size:  # code of its own words that calls into the leaves' modules
+        text = _code(_fresh(rng, used), rng, None, rng.sample(leaves, 3))
+        (sub / f"src/lib/util_{k}.py").parent.mkdir(parents=True, exist_ok=True)
+        (sub / f"src/lib/util_{k}.py").write_text(text)
+        total += count_tokens(text, MODEL)
+        k += 1
+    old, start = time.time() - 3600, int(time.time() - 60)
+    for path in sub.rglob("*"):
+        if path.is_file() and path.relative_to(sub).as_posix() not in created:
+            os.utime(path, (old, old))
+    (sub / "reproduce.log.creation_time").write_text(f"{start}\n")
+    (sub / "reproduce.log").write_text("".join(f"step {i} loss 0.{i:03d}\n" for i in range(300)))
+    executed = root / "executed"
+    executed.mkdir()
+    with tarfile.open(executed / "executed.tar.gz", "w:gz") as tar:
+        for path in sorted(sub.rglob("*")):
+            tar.add(path, arcname=path.relative_to(sub).as_posix(), recursive=False)
+    shutil.copy(sub / "reproduce.log", executed / "reproduce.log")
+    metadata = {
+        "schema_version": 1,
+        "status": "success",
+        "exit_code": 0,
+        "changed_files": {"created": created, "modified": [], "deleted": []},
+    }
+    (executed / "metadata.json").write_text(json.dumps(metadata))
+    return root / "data", executed, total
+
+
+def _class_handler(leaves: list[ClassLeaf], ranker: str, seed: int) -> object:
+    """Answers every call: verdicts 1 (each grading answer carries its leaf's tag, so the
+    parsing call that reads it is counted for that leaf); ranking calls with the leaf's
+    evidence files first (``correct``) or the tree in a random order (``random``)."""
+    rng = random.Random(seed)
+
+    def answer(request: RecordedRequest) -> FakeReply:
+        text = _text(request)
+        schema = requested_schema(request)
+        if schema is not None and "verdicts" in schema.get("properties", {}):
+            keys = _KEY.findall(text)
+            verdicts = [{"key": k, "explanation": "scripted", "score": 1} for k in keys]
+            return FakeReply(json={"verdicts": verdicts})
+        if schema is not None:
+            return FakeReply(json={"valid_score": True, "score": 1, "explanation": "scripted"})
+        mine = [leaf for leaf in leaves if leaf.criterion in _graded_part(text)]
+        if _GRADING in text:
+            tag = mine[0].tag if mine else ""
+            return FakeReply(text=f"Expected: the criterion. {tag}\nFound: scripted.\nScore: 1")
+        tree = _tree_paths(text)
+        first = mine[0].files if mine and ranker == "correct" else []
+        rest = [p for p in tree if p not in first]
+        if ranker == "random":
+            rng.shuffle(rest)
+        return FakeReply(text="\n".join([*first, *rest]))
+
+    return answer
+
+
+def _graded_part(text: str) -> str:
+    """What a grading request asks about: the text after "you grade now" (the preceding
+    criteria, shown for context, come before it)."""
+    return text.split("you grade now", 1)[-1]
+
+
+def _is_grading(request: RecordedRequest, text: str) -> bool:
+    """The simple mode's structured verdicts, or the faithful mode's free-text grading call
+    (its parsing call has a schema and no criterion)."""
+    schema = requested_schema(request)
+    if schema is not None:
+        return "verdicts" in schema.get("properties", {})
+    return _GRADING in text
+
+
+def _class_rows(
+    leaves: list[ClassLeaf], texts: list[str], tokens: list[int], grading: list[bool]
+) -> dict[str, tuple[float, float, float]]:
+    """Per class: the share of leaves whose every marker is in the request that grades it
+    (the last grading request that asks about its criterion), and input tokens and requests
+    per leaf over every request about it (ranking, grading, parsing; a request about several
+    leaves counted in equal shares)."""
+    parts = [_graded_part(t) if g else t for t, g in zip(texts, grading, strict=True)]
+    held = [[lf for lf in leaves if lf.criterion in p or lf.tag in p] for p in parts]
+    rows: dict[str, tuple[float, float, float]] = {}
+    for kind in CLASSES:
+        mine = [leaf for leaf in leaves if leaf.kind == kind]
+        shown, tok, reqs = 0, 0.0, 0.0
+        for leaf in mine:
+            asks = [i for i, h in enumerate(held) if leaf in h]
+            graded = [i for i in asks if grading[i]]
+            if graded and all(m in texts[graded[-1]] for m in leaf.markers):
+                shown += 1
+            for i in asks:
+                tok += tokens[i] / len(held[i])
+                reqs += 1 / len(held[i])
+        rows[kind] = (100 * shown / len(mine), tok / len(mine), reqs / len(mine))
+    return rows
+
+
+def run_classes(args: argparse.Namespace) -> None:
+    """The four classes at each size, for each mode (and ranker, where the mode has a
+    model-ranked step)."""
+    table = Table(
+        title=f"Evidence shown by class, {args.per_class} leaves per class (a fake model)"
+    )
+    for column in ("class", "size", "mode", "ranker", "shown", "input tok/leaf", "req/leaf"):
+        table.add_column(
+            column, justify="right" if column in ("shown", "input tok/leaf", "req/leaf") else "left"
+        )
+    results: list[tuple[str, str, str, str, tuple[float, float, float]]] = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        rng = random.Random(args.seed)
+        used: set[str] = set()
+        leaves = _class_leaves(args.per_class, rng, used)
+        with tempfile.TemporaryDirectory(prefix="paperbench-evidence-") as tmp:
+            data, executed, total = _build_classes(
+                Path(tmp), leaves, rng, used, size, args.paper_tokens
+            )
+            Console().print(f"submission of {total:,} tokens (target {size:,})")
+            for mode in args.modes.split(","):
+                rankers = ["none"] if mode == "simple" else args.rankers.split(",")
+                for ranker in rankers:
+                    server = FakeLLMServer().start()
+                    server.handler = _class_handler(leaves, ranker, args.seed)  # type: ignore[assignment]
+                    try:
+                        paper = load_data_dir_paper(data, "evidence")
+                        view = build_view(Path(tmp) / "submission", executed)
+                        started = time.perf_counter()
+                        asyncio.run(
+                            grade_submission(
+                                view,
+                                paper,
+                                load_judge_config(mode),
+                                out_dir=Path(tmp) / f"{mode}-{ranker}",
+                                options=GradeOptions(samples=1),
+                                settings=ModelSettings(base_url=server.openai_url, model=MODEL),
+                            )
+                        )
+                        seconds = time.perf_counter() - started
+                        requests = list(server.requests)
+                    finally:
+                        server.stop()
+                    texts = [_text(r) for r in requests]
+                    tokens = [count_tokens(t, MODEL) for t in texts]
+                    grading = [_is_grading(r, t) for r, t in zip(requests, texts, strict=True)]
+                    Console().print(f"{mode} ({ranker}): {len(requests)} requests, {seconds:.0f} s")
+                    for kind, row in _class_rows(leaves, texts, tokens, grading).items():
+                        results.append((kind, f"{total // 1000}k", mode, ranker, row))
+    for kind, size_label, mode, ranker, (shown, tok, reqs) in sorted(results, key=lambda r: r[0]):
+        label = "none (no model-ranked step)" if ranker == "none" else ranker
+        table.add_row(
+            CLASSES[kind], size_label, mode, label, f"{shown:.0f} %", f"{tok:,.0f}", f"{reqs:.2f}"
+        )
+    Console(width=max(Console().width, 120)).print(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--leaves", type=int, default=178)
@@ -303,7 +639,27 @@ def main() -> None:
     parser.add_argument(
         "--paper-tokens", type=int, default=25_000, help="the paper's length (every call holds it)"
     )
+    parser.add_argument(
+        "--case",
+        choices=("official", "classes"),
+        default="official",
+        help="official: an official-size rubric by category; classes: the four classes of "
+        "evidence at each --sizes",
+    )
+    parser.add_argument("--per-class", type=int, default=17, help="classes: leaves per class")
+    parser.add_argument(
+        "--sizes", default="70000,400000", help="classes: submission sizes in tokens"
+    )
+    parser.add_argument(
+        "--rankers",
+        default="correct,random",
+        help="classes: the fake ranker of a mode with a ranking call (correct: the case's "
+        "answer first; random: the tree shuffled)",
+    )
     args = parser.parse_args()
+    if args.case == "classes":
+        run_classes(args)
+        return
     rng = random.Random(args.seed)
     leaves = _leaves(args.leaves, rng)
     table = Table(title=f"Evidence recall, {args.leaves} leaves (a fake model, a perfect ranker)")

@@ -10,7 +10,9 @@ cutting the last one in token space to fit ``window - paper - log - 10k buffer -
 BM25 index over the files, cut into chunks of lines, ranks them by the leaf's requirements
 text instead: built once per submission, queried in microseconds per leaf. A file that does
 not fit whole shows its best-matching chunks, in file order, with markers for the lines left
-out.
+out; a text file too big to read whole (over ``max_file_bytes``) is indexed and shown by its
+head, as PaperBench reads the first 200,000 characters of every file. A file shown in part
+records the line ranges shown (``ContextFile.lines``).
 
 What each category sees (as in PaperBench, with the log folded and the changes from the
 reproduction's metadata rather than file mtimes):
@@ -18,8 +20,9 @@ reproduction's metadata rather than file mtimes):
 =================  ==========================================================================
 Code Development   code and docs, plus ``reproduce.sh``
 Code Execution     code and docs, plus ``reproduce.sh`` and ``reproduce.log``
-Result Analysis    docs and the text files the reproduction created or modified, plus the
-                   script and the log; no such files (when the changes are known) →
+Result Analysis    the text files the reproduction created or modified (first, whatever
+                   their words), then docs, plus the script and the log; no such files
+                   (when the changes are known) →
                    ``shortcut="no_changed_files"``: score 0 without a model call
 Subtree            code, docs and changed files, plus the script and the log (a subtree
                    graded as one unit at ``--max-depth``)
@@ -88,7 +91,11 @@ class ContextFile(BaseModel):
     """The fenced block as a prompt holds it (the whole file, or its chosen chunks)."""
     tokens: int
     cut: bool = False
-    """Only some chunks are shown; markers in ``text`` say which lines were left out."""
+    """Only part of the file is shown: some of its chunks (markers in ``text`` say which
+    lines were left out), or the head of a file too big to read whole."""
+    lines: list[tuple[int, int]] = Field(default_factory=list)
+    """When ``cut``: the 1-based, inclusive line ranges of the file that ``text`` holds;
+    empty when the whole file is shown."""
 
 
 class LeftOut(BaseModel):
@@ -168,9 +175,9 @@ class SubmissionIndex:
         self.view = view
         self.model = model
         self.files: list[ViewFile] = [
-            f for f in view.files if f.text is not None and f.path not in SEPARATE_FILES
+            f for f in view.files if _readable(f) is not None and f.path not in SEPARATE_FILES
         ]
-        self.lines: list[list[str]] = [(f.text or "").split("\n") for f in self.files]
+        self.lines: list[list[str]] = [(_readable(f) or "").split("\n") for f in self.files]
         self.chunks: list[_Chunk] = []
         corpus: list[list[str]] = []
         for index, (file, lines) in enumerate(zip(self.files, self.lines, strict=True)):
@@ -255,12 +262,50 @@ class SubmissionIndex:
         return scores
 
     def whole(self, file: int) -> tuple[str, int]:
-        """The fenced file and its tokens."""
+        """The fenced file (of a file too big to read whole, its head) and its tokens."""
         if file not in self._whole:
             f = self.files[file]
-            text = fence(f.text or "", f"file: {f.path}")
+            text = fence(_readable(f) or "", _label(f, excerpts=False))
             self._whole[file] = (text, count_tokens(text, self.model) + JOIN_TOKENS)
         return self._whole[file]
+
+
+def _readable(f: ViewFile) -> str | None:
+    """What the index holds of a file: its text, or the head of a text file too big to read
+    whole (as PaperBench reads the first 200,000 characters of every file); never anything
+    of a binary file, whatever the view holds of it."""
+    if f.text is not None:
+        return f.text
+    return f.head if f.unread == "oversized" and f.kind != "binary" else None
+
+
+def _label(f: ViewFile, *, excerpts: bool) -> str:
+    if f.text is None:
+        head = f"its first {len(f.head or ''):,} characters of {f.size:,} bytes"
+        return f"file: {f.path} (excerpts of {head})" if excerpts else f"file: {f.path} ({head})"
+    return f"file: {f.path} (excerpts)" if excerpts else f"file: {f.path}"
+
+
+def _line_count(lines: list[str]) -> int:
+    """A text's lines, the empty string after a final newline not counted."""
+    return len(lines) - 1 if len(lines) > 1 and lines[-1] == "" else len(lines)
+
+
+def _ranges(index: SubmissionIndex, file: int, chosen: list[int]) -> list[tuple[int, int]]:
+    """The 1-based, inclusive line ranges the chunks ``chosen`` of ``file`` cover, adjacent
+    ones merged."""
+    end = _line_count(index.lines[file])
+    out: list[tuple[int, int]] = []
+    for k in sorted(chosen):
+        chunk = index.chunks[k]
+        first, last = chunk.first + 1, min(chunk.last, end)
+        if first > last:
+            continue
+        if out and out[-1][1] == chunk.first:
+            out[-1] = (out[-1][0], last)
+        else:
+            out.append((first, last))
+    return out
 
 
 def _eligible(view: SubmissionView, category: ContextCategory, f: ViewFile) -> bool:
@@ -292,19 +337,20 @@ def _render_chunks(index: SubmissionIndex, file: int, chosen: list[int]) -> str:
         shown_to = chunk.last
     if shown_to < len(lines):
         parts.append(f"[... lines {shown_to + 1}-{len(lines)} not shown ...]")
-    return fence("\n".join(parts), f"file: {f.path} (excerpts)")
+    return fence("\n".join(parts), _label(f, excerpts=True))
 
 
 def _partial(
     index: SubmissionIndex, file: int, scores: Sequence[float], room: int
-) -> tuple[str, int] | None:
-    """The best-scoring chunks of one file that fit in ``room``, in file order, fenced.
+) -> tuple[str, int, list[tuple[int, int]]] | None:
+    """The best-scoring chunks of one file that fit in ``room``, in file order, fenced, with
+    the line ranges they cover.
 
     Chunks are added best first while their counted tokens and a marker each fit; the
     rendered text is then counted exactly and the weakest chunk dropped until it fits.
     """
-    path = index.files[file].path
-    fixed = count_tokens(fence("", f"file: {path} (excerpts)"), index.model) + JOIN_TOKENS
+    label = _label(index.files[file], excerpts=True)
+    fixed = count_tokens(fence("", label), index.model) + JOIN_TOKENS
     order = sorted(index.per_file.get(file, []), key=lambda c: (-scores[c], c))
     chosen: list[int] = []
     estimate = fixed + _MARKER_TOKENS
@@ -317,7 +363,7 @@ def _partial(
         text = _render_chunks(index, file, chosen)
         tokens = count_tokens(text, index.model) + JOIN_TOKENS
         if tokens <= room:
-            return text, tokens
+            return text, tokens, _ranges(index, file, chosen)
         chosen.pop()
     return None
 
@@ -388,40 +434,45 @@ def select_context(
     # files, ranked by the leaf's requirements
     room = budget - script_tokens - log_reserve
     score_list = index.chunk_scores(requirements)
-    candidates: list[tuple[float, int, int]] = []
+    candidates: list[tuple[int, float, int]] = []
     for i, f in enumerate(index.files):
         if not _eligible(view, category, f):
             continue
         chunk_scores = [score_list[c] for c in index.per_file.get(i, [])]
         file_score = max(chunk_scores, default=0.0) + 0.1 * sum(chunk_scores)
+        # Result Analysis: what the run wrote comes first, whatever its words
         priority = 0 if (f.changed is not None and category == "Result Analysis") else 1
-        candidates.append((-file_score, priority, i))
+        candidates.append((priority, -file_score, i))
     candidates.sort(key=lambda t: (t[0], t[1], index.files[t[2]].path))
     files: list[ContextFile] = []
     left_out: list[LeftOut] = []
     used = 0
-    for neg_score, _, i in candidates:
+    for _, neg_score, i in candidates:
         f = index.files[i]
         if max_files is not None and len(files) >= max_files:
             left_out.append(LeftOut(path=f.path, reason="max_files"))
             continue
         text, tokens = index.whole(i)
-        cut = False
+        head = f.text is None  # a file too big to read whole: its head only
+        cut, lines = head, [(1, _line_count(index.lines[i]))] if head else []
         if used + tokens > room:
             part = _partial(index, i, score_list, room - used)
             if part is None:
                 left_out.append(LeftOut(path=f.path, reason="budget"))
                 continue
-            (text, tokens), cut = part, True
+            text, tokens, lines = part
+            cut = True
         files.append(
             ContextFile(
                 path=f.path, kind=f.kind, changed=f.changed, score=-neg_score,
-                text=text, tokens=tokens, cut=cut,
+                text=text, tokens=tokens, cut=cut, lines=lines,
             )
         )  # fmt: skip
         used += tokens
     for f in view.files:
         if f.unread is not None and f.path not in SEPARATE_FILES and _eligible(view, category, f):
+            if _readable(f) is not None:
+                continue  # its head is in the index, ranked with the rest
             reason = f.unread if f.unread in ("binary", "oversized", "symlink") else "unreadable"
             left_out.append(LeftOut(path=f.path, reason=reason))  # type: ignore[arg-type]
 

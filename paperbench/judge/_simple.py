@@ -286,7 +286,8 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
             )
             samples[i].append(grade.model_copy(update={"position": order.index(i) + 1}))
     elapsed = (time.perf_counter() - started) / len(leaves)
-    files = [f.path for f in context.files]
+    files = [f.path for f in context.files if not f.cut]
+    parts = {f.path: f.lines for f in context.files if f.cut}
     addressed = context_findings(
         job.view,
         files={f.path: f.text if f.cut else None for f in context.files},
@@ -299,6 +300,7 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
             samples[i],
             cost=costs[i],
             files_shown=files,
+            file_lines_shown=parts,
             log_lines_shown=context.log.shown if context.log is not None else [],
             addressed_to_judge=addressed,
             wall_time_s=elapsed,

@@ -116,11 +116,15 @@ class LeafGrade(_Record):
     error: str | None = None
     """The error's one line, for an invalid grade."""
     files_shown: list[str] = Field(default_factory=list)
+    """Submission paths the grader was shown whole (the default mode lists a file shown in
+    part in ``file_lines_shown`` instead)."""
+    file_lines_shown: dict[str, list[tuple[int, int]]] = Field(default_factory=dict)
+    """The files the default mode's grader was shown only in part (some chunks, or the head
+    of a file too big to read whole): each path's 1-based, inclusive line ranges shown."""
     log_lines_shown: list[tuple[int, int]] = Field(default_factory=list)
     """The line ranges of reproduce.log (as the judge's view holds it) that the default
     mode's grader was shown; empty when it was shown no log (the faithful mode, which shows
     the head of the folded log, records none)."""
-    """Submission paths the grader saw (chunks are listed by their file)."""
     addressed_to_judge: list[AddressedText] = Field(default_factory=list)
     """Text addressed to the judge in what this leaf's grader was shown."""
     samples: list[SampleGrade] = Field(default_factory=list)

@@ -66,6 +66,7 @@ def template_environment() -> Environment:
     env.filters["pct"] = _pct
     env.filters["usd"] = _usd
     env.filters["num"] = _num
+    env.filters["shown_files"] = shown_files
     env.globals["plural"] = plural
     return env
 
@@ -184,7 +185,7 @@ def tree_items(tree: GradedTaskNode, leaves: list[LeafGrade]) -> list[TreeItem]:
             depth_open += 1
             continue
         grade = by_path.get(path)
-        files = list(grade.files_shown) if grade else _metadata_files(node.judge_metadata)
+        files = shown_files(grade) if grade else _metadata_files(node.judge_metadata)
         verdict = "pass" if node.score >= PASS_THRESHOLD else "fail"
         if not node.valid_score:
             verdict = "invalid"
@@ -193,6 +194,16 @@ def tree_items(tree: GradedTaskNode, leaves: list[LeafGrade]) -> list[TreeItem]:
         )
     items.extend(TreeItem(kind="close") for _ in range(depth_open))
     return items
+
+
+def shown_files(grade: LeafGrade) -> list[str]:
+    """What a leaf's grader was shown of the submission's files: each path shown whole, then
+    each shown in part with its line ranges (``model.py (lines 1-40, 81-120)``)."""
+    parts = [
+        f"{path} (lines {', '.join(f'{a}-{b}' for a, b in ranges)})"
+        for path, ranges in grade.file_lines_shown.items()
+    ]
+    return [*grade.files_shown, *parts]
 
 
 def _metadata_files(metadata: dict[str, Any] | None) -> list[str]:

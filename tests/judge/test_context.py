@@ -6,6 +6,7 @@ import pytest
 
 from paperbench.judge import build_view
 from paperbench.judge._context import SubmissionIndex, select_context
+from paperbench.judge._view import ReproductionSummary, ViewFile
 from paperbench.llm import count_tokens
 
 from .conftest import example, write_executed
@@ -91,8 +92,9 @@ def test_max_files_and_the_reasons_files_are_left_out(make_submission) -> None: 
     context = select_context(view, "Code Development", 50_000, "value", max_files=3)
     assert len(context.files) == 3
     reasons = {item.path: item.reason for item in context.left_out}
-    assert list(reasons.values()).count("max_files") == 2
-    assert reasons["huge.md"] == "oversized"
+    # the oversized file's head is ranked with the rest (no word in common: last)
+    assert list(reasons.values()).count("max_files") == 3
+    assert reasons["huge.md"] == "max_files"
     assert "model.pt" not in reasons  # binary files are not candidates for Code Development
 
 
@@ -153,3 +155,30 @@ def test_an_index_for_another_view_is_refused(partial) -> None:  # type: ignore[
     other = SubmissionIndex(build_view(submission, log=log))
     with pytest.raises(ValueError, match="another view"):
         select_context(partial, "Code Development", 1_000, "x", index=other)
+
+
+def test_a_binary_file_never_reaches_the_index_whatever_the_view_holds_of_it(
+    make_submission,  # type: ignore[no-untyped-def]
+) -> None:
+    """The head of an oversized text file is shown; a binary file the run wrote is not, even
+    when the view keeps its first bytes as ``head`` (for the faithful mode)."""
+    view = build_view(make_submission({"notes.md": "secret_token = 1\n"}))
+    binary = ViewFile(
+        path="weights.bin",
+        size=300_000,
+        kind="binary",
+        unread="binary",
+        head="secret_token 2",
+        changed="created",
+    )
+    oversized = ViewFile(
+        path="big.md", size=300_000, kind="doc", unread="oversized", head="secret_token 3"
+    )
+    summary = ReproductionSummary(status="success", created=["weights.bin"])
+    view = view.model_copy(
+        update={"files": [*view.files, binary, oversized], "reproduction": summary}
+    )
+    context = select_context(view, "Result Analysis", 50_000, "secret token")
+    assert sorted(_shown(context)) == ["big.md", "notes.md"]
+    assert all("secret_token 2" not in f.text for f in context.files)
+    assert [(x.path, x.reason) for x in context.left_out] == [("weights.bin", "binary")]

@@ -179,8 +179,8 @@ def test_the_model_is_told_what_was_not_shown_and_when_changes_are_unknown(
     fake_llm: FakeLLMServer, tmp_path: Path
 ) -> None:
     """A plain folder (no reproduction's metadata): the Result Analysis heading says which
-    files the run changed is not known, and files left out are said to be left out, not
-    absent."""
+    files the run changed is not known, and files left out are said to be left out, with
+    the rule that a criterion whose evidence is not shown is not met."""
     fake_llm.handler = ScriptedJudge(lambda _: 1.0)
     rubric = _rubric().to_dict()
     rubric["sub_tasks"][0]["sub_tasks"].append(
@@ -198,7 +198,8 @@ def test_the_model_is_told_what_was_not_shown_and_when_changes_are_unknown(
     analysis = next(t for c, t in texts.items() if "results table" in c)
     assert "run created or changed is not known" in analysis
     left_out = [t for t in texts.values() if "Not shown:" in t]
-    assert left_out and all("not because the attempt lacks them" in t for t in left_out)
+    assert left_out and all("left out for room or by kind" in t for t in left_out)
+    assert all("evidence a criterion needs is not shown, it is not met" in t for t in left_out)
 
 
 def test_code_execution_is_shown_the_log_lines_that_speak_of_its_criterion(
