@@ -6,10 +6,10 @@
   docs and the tables the reproduction created or changed; a subtree graded as one unit sees
   docs, code and such tables. A folder whose name *contains* one of :data:`SKIP_PARTS` is left
   out, as PaperBench matches them.
-- **Changed** (:func:`is_changed`): from the reproduction's metadata when the view has it;
-  otherwise, as PaperBench reads it, a file modified at or after ``view.log_created`` (the
-  integer in ``reproduce.log.creation_time``, else the log's mtime; nothing is changed when
-  neither exists).
+- **Changed** (:func:`is_changed`): as PaperBench reads it, a file modified at or after
+  ``view.log_created`` (the integer in ``reproduce.log.creation_time``, else the log's mtime;
+  nothing is changed when neither exists), whatever its bytes and whatever a reproduction's
+  metadata says.
 - **The Result Analysis shortcut** (:func:`no_results`): no changed docs or tables → every
   Result Analysis leaf scores 0 without a model call.
 - **Large files**: the first 200 kB (``ViewFile.head``), listed in the tree like any file.
@@ -63,8 +63,7 @@ def readable(f: ViewFile) -> str | None:
 
 
 def is_changed(view: SubmissionView, f: ViewFile) -> bool:
-    if view.changes_known:
-        return f.changed is not None
+    """PaperBench's rule: modified at or after the log's creation time."""
     if view.log_created is None or f.mtime is None or f.mtime != f.mtime:
         return False
     return f.mtime >= view.log_created

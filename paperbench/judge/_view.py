@@ -15,15 +15,17 @@ optionally, an executed submission (the output folder of ``paperbench reproduce`
 - ``reproduce.sh`` and ``reproduce.log`` (repeated lines folded, capped at
   ``log_max_tokens`` with head and tail kept, the cut said; the raw log's first
   ``max_file_bytes`` too, for the faithful mode);
-- the files the reproduction created or modified, from its metadata; and when the log was
-  created (``log_created``: ``reproduce.log.creation_time``, else the log's mtime), from
-  which the faithful mode tells changed files when there is no metadata.
+- when the log was created (``log_created``: ``reproduce.log.creation_time``, else the
+  log's mtime), and the files the reproduction created or modified: from its metadata
+  (content hashes) and, as PaperBench tells them, every file modified at or after
+  ``log_created`` (a file the run wrote again with the same bytes is an output too).
 
 When an executed submission is given, the files are those of ``executed.tar.gz`` (the
 submission after ``reproduce.sh`` ran, outputs included), as PaperBench's judge sees them.
 PaperBench finds the changed files by comparing mtimes with ``reproduce.log.creation_time``;
-with a reproduction's metadata we take them from its content hashes, which clock skew cannot
-fool.
+with a reproduction's metadata we take the union of that rule and its content hashes (which
+also catch a file the run changed but dated back). The mtimes are set inside the sandbox,
+by the submission's own code as much as by the run.
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ class ViewFile(BaseModel):
     unread: str | None = None
     """Why ``text`` is None: ``binary``, ``oversized``, ``symlink``, ``unreadable``."""
     changed: Literal["created", "modified"] | None = None
-    """Whether the reproduction created or modified this file (None: neither, or unknown)."""
+    """Whether the reproduction created or modified this file (None: neither, or unknown);
+    ``modified`` also when it wrote the same bytes again (its mtime says so)."""
     mtime: float | None = None
     """Last modification (POSIX seconds), as the folder or the archive member records it."""
     head: str | None = None
@@ -311,6 +314,32 @@ def _log_created(files: list[ViewFile], log_mtime: float | None) -> float | None
     return log_mtime
 
 
+def written_by_run(f: ViewFile, log_created: float | None) -> bool:
+    """PaperBench's rule for a file the run wrote: modified at or after the log's creation
+    time, whatever its bytes (the log and its creation time, written after the run, aside).
+    The mtimes come from the sandbox, so the submission's own code sets them."""
+    if log_created is None or f.mtime is None or f.mtime != f.mtime:
+        return False
+    return f.mtime >= log_created and f.path not in (LOG_NAME, CREATION_TIME_FILE)
+
+
+def _mark_changed(
+    files: list[ViewFile], reproduction: ReproductionSummary, log_created: float | None
+) -> list[ViewFile]:
+    """``changed`` from the reproduction's record (content hashes), and ``modified`` for a
+    file the run wrote again with the same bytes (:func:`written_by_run`)."""
+    created, modified = set(reproduction.created), set(reproduction.modified)
+    out: list[ViewFile] = []
+    for f in files:
+        changed: Literal["created", "modified"] | None = None
+        if f.path in created:
+            changed = "created"
+        elif f.path in modified or written_by_run(f, log_created):
+            changed = "modified"
+        out.append(f.model_copy(update={"changed": changed}))
+    return out
+
+
 def _log_view(source: str, raw: bytes, size: int, limits: ViewLimits) -> LogView:
     """The log from its bytes as read (at most :data:`LOG_READ_CAP`, head and tail)."""
     text = raw.decode("utf-8", errors="replace")
@@ -387,19 +416,7 @@ def build_view(
         log_mtime = inner.mtime if inner is not None else None
     log_created = _log_created(files, log_mtime)
     if reproduction is not None:
-        created, modified = set(reproduction.created), set(reproduction.modified)
-        files = [
-            f.model_copy(
-                update={
-                    "changed": "created"
-                    if f.path in created
-                    else "modified"
-                    if f.path in modified
-                    else None
-                }
-            )
-            for f in files
-        ]
+        files = _mark_changed(files, reproduction, log_created)
     script = next((f for f in files if f.path == "reproduce.sh"), None)
     return SubmissionView(
         submission=str(submission),
