@@ -7,6 +7,7 @@ import json
 import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,3 +71,83 @@ def test_an_output_written_again_with_the_same_bytes_is_shown(
     assert asked, "the Result Analysis leaf was scored without a call"
     assert any("SAME_BYTES_RESULT" in text for text in asked)
     assert result.sources.get("shortcut", 0) == 0
+
+
+def _one_leaf() -> Any:
+    from paperbench.rubric import TaskNode
+
+    leaf = {
+        "id": "a1",
+        "requirements": "ALPHA binning estimator is implemented",
+        "weight": 1,
+        "sub_tasks": [],
+        "task_category": "Code Development",
+    }
+    return TaskNode.model_validate(
+        {"id": "root", "requirements": "Replicate", "weight": 1, "sub_tasks": [leaf]}
+    )
+
+
+def test_the_fake_server_refuses_a_request_over_the_models_window(
+    fake_llm: FakeLLMServer,
+) -> None:
+    import openai
+
+    client = openai.OpenAI(api_key="k", base_url=fake_llm.openai_url, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="gpt-4o-2024-08-06",
+            messages=[{"role": "user", "content": "word " * 130_000}],
+        )
+    assert refused.value.code == "context_length_exceeded"
+
+
+def test_the_window_is_the_called_models(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    from paperbench.testing._prompt import request_tokens
+
+    # six 25k-token files: a 200k window (the config's) would send them all
+    files = {
+        f"part{k}.py": "".join(f"value_{k}_{i:05d} = {i} * {k}\n" for i in range(3_000))
+        for k in range(6)
+    }
+    files["main.py"] = FILES["main.py"]
+    root = tmp_path / "s"
+    for rel, content in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(content)
+    fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["main.py", *sorted(files)])
+    judge = _judge(tmp_path, "simple-faithful")
+    assert judge.config.budgets.context_window == 200_000
+    result = grade(
+        fake_llm,
+        build_view(root),
+        paper,
+        judge,
+        tmp_path / "o",
+        rubric=_one_leaf(),
+        model="openai/gpt-4o-2024-08-06",
+    )
+    sent = [request_tokens("chat", r.body) for r in fake_llm.requests]
+    assert len(sent) == 3 and max(sent) <= 128_000
+    assert max(sent) > 100_000  # the room was used, not left empty
+    assert result.invalid_leaves == 0
+
+
+def test_a_config_whose_fixed_parts_exceed_the_window_is_refused_before_any_request(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    from paperbench.errors import ConfigError
+
+    fake_llm.handler = ScriptedJudge(by_word(SCORES))
+    judge = _judge(tmp_path, "simple-faithful")
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "main.py").write_text(FILES["main.py"])
+    with pytest.raises(ConfigError) as refused:
+        grade(fake_llm, build_view(root), paper, judge, tmp_path / "o", model="openai/gpt-4")
+    line = str(refused.value)
+    assert "\n" not in line and "openai/gpt-4 has a 8,192-token window" in line
+    assert "$.budgets.answer_tokens" in line
+    assert fake_llm.requests == []
