@@ -9,7 +9,8 @@
    Code Execution, Result Analysis and subtrees); a free-text verdict. No ``max_tokens``
    unless the config sets one; a verdict cut off by a limit is asked once more with twice
    the room before the leaf is invalid;
-3. parsing (``parsing``): the verdict alone, to a structured score.
+3. parsing (``parsing``): the verdict alone, to a structured score (an integer for a leaf,
+   a number for a subtree, as PaperBench's schemas ask).
 
 A Result Analysis leaf scores 0 without a call when the reproduction changed no doc or table.
 The window is the called model's (:func:`model_window`), as PaperBench takes its completer's;
@@ -51,10 +52,23 @@ _WITH_LOG = frozenset({"Code Execution", "Result Analysis", "Subtree"})
 
 
 class ParsedVerdict(BaseModel):
+    """A subtree's parsed verdict: a score from 0 to 1."""
+
     model_config = ConfigDict(extra="forbid")
 
     valid_score: bool
     score: float
+    explanation: str
+
+
+class ParsedBinaryVerdict(BaseModel):
+    """A leaf's parsed verdict: the schema asks for an integer score, as PaperBench's does,
+    so the parser must turn a "0.5" into 0 or 1 itself (or say the score is not valid)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    valid_score: bool
+    score: int
     explanation: str
 
 
@@ -300,14 +314,14 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
             )
         parsed = await job.model(roles.parsing, sample).generate(
             parsing_messages(job.judge, verdict=verdict.text, continuous=leaf.continuous),
-            output=ParsedVerdict,
+            output=ParsedVerdict if leaf.continuous else ParsedBinaryVerdict,
             label="parsing",
         )
         cost = add_cost(cost, parsed)
     except ModelError as exc:
         failed = SampleGrade(score=0, valid=False, explanation=str(exc), reason=reason_of(exc))
         return failed, cost, shown
-    result: ParsedVerdict = parsed.parsed
+    result: ParsedVerdict | ParsedBinaryVerdict = parsed.parsed
     score = result.score
     if (
         not result.valid_score

@@ -151,3 +151,41 @@ def test_a_config_whose_fixed_parts_exceed_the_window_is_refused_before_any_requ
     assert "\n" not in line and "openai/gpt-4 has a 8,192-token window" in line
     assert "$.budgets.answer_tokens" in line
     assert fake_llm.requests == []
+
+
+def test_a_half_point_verdict_on_a_leaf_parses_to_an_integer(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    from paperbench.testing import FakeReply, RecordedRequest, requested_schema
+
+    scripted = ScriptedJudge(lambda _: 0.5)
+    schemas: list[dict[str, Any]] = []
+
+    def handler(request: RecordedRequest) -> Any:
+        schema = requested_schema(request)
+        if schema is None:
+            return scripted(request)
+        schemas.append(schema)
+        # a parser held to the schema (strict structured output): an integer where it asks one
+        score: float = 0.5
+        if schema["properties"]["score"]["type"] == "integer":
+            score = 0
+        return FakeReply(json={"valid_score": True, "score": score, "explanation": "half"})
+
+    fake_llm.handler = handler
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "main.py").write_text(FILES["main.py"])
+    result = grade(
+        fake_llm, build_view(root), paper, _judge(tmp_path, "simple-faithful"), tmp_path / "o",
+        rubric=_one_leaf(),
+    )  # fmt: skip
+    assert result.invalid_leaves == 0 and result.score == 0
+    assert [s["properties"]["score"]["type"] for s in schemas] == ["integer"]
+    # a subtree graded as one unit keeps a number from 0 to 1
+    result = grade(
+        fake_llm, build_view(root), paper, _judge(tmp_path, "simple-faithful"), tmp_path / "p",
+        rubric=_one_leaf(), max_depth=1,
+    )  # fmt: skip
+    assert schemas[1]["properties"]["score"]["type"] == "number"
+    assert result.invalid_leaves == 0 and result.score == 0.5
