@@ -3,12 +3,12 @@
 1. ranking (label ``judge_ranking``): the paper, the addenda, the criterion and the tree of
    the files the leaf's category may see (:mod:`._faithful_files`); the answer is a list of
    paths, and of its first ``max_files`` lines those that name such a file are shown;
-2. grading (``judge_grading``): the paper, those files (each up to 200 kB, whole while they
-   fit, the next one cut in token space to fill the room), ``reproduce.sh`` (every category;
-   not in Code-Dev) and the log folded and cut as PaperBench does (:mod:`._faithful_log`;
-   Code Execution, Result Analysis and subtrees); a free-text verdict. No ``max_tokens``
-   unless the config sets one; a verdict cut off by a limit is asked once more with twice
-   the room before the leaf is invalid;
+2. grading (``judge_grading``): the paper, those files (each up to 200,000 characters,
+   whole while they fit, the next one cut in token space to fill the room), ``reproduce.sh``
+   (every category; not in Code-Dev) and the log folded and cut as PaperBench does
+   (:mod:`._faithful_log`; Code Execution, Result Analysis and subtrees); a free-text
+   verdict. No ``max_tokens`` unless the config sets one; a verdict cut off by a limit is
+   asked once more with twice the room before the leaf is invalid;
 3. parsing (``parsing``): the verdict alone, to a structured score (an integer for a leaf,
    a number for a subtree, as PaperBench's schemas ask).
 

@@ -12,7 +12,8 @@
   metadata says.
 - **The Result Analysis shortcut** (:func:`no_results`): no changed docs or tables → every
   Result Analysis leaf scores 0 without a model call.
-- **Large files**: the first 200 kB (``ViewFile.head``), listed in the tree like any file.
+- **Large files**: the first 200,000 characters (``ViewFile.head``), listed in the tree like
+  any file.
 - **The tree** (:func:`ranking_tree`): every eligible path; if its tokens reach the room the
   window leaves, only files at most four folders deep; if still too long, cut at the end.
 - **The files** (:func:`shown_files`): the ranked paths in order while they fit in
@@ -58,7 +59,7 @@ FILES_MARGIN = 2000
 
 
 def readable(f: ViewFile) -> str | None:
-    """What the faithful mode reads of a file: the text, or the first 200 kB."""
+    """What the faithful mode reads of a file: the text, or the first 200,000 characters."""
     return f.text if f.text is not None else f.head
 
 

@@ -7,8 +7,8 @@ optionally, an executed submission (the output folder of ``paperbench reproduce`
 - every file with its size, kind (code / doc / data / binary / other) and mtime (an archive
   member's own), and the text of the text files no bigger than ``max_file_bytes``; binary
   files are listed but never read, so they can never reach a prompt; of an oversized text
-  file only the first ``max_file_bytes`` are kept, in ``head``, which only the faithful mode
-  shows (as PaperBench reads the first 200 kB of every file);
+  file only the first ``max_file_bytes`` characters are kept, in ``head``, which only the
+  faithful mode shows (as PaperBench reads the first 200,000 characters of every file);
 - ``.git``, virtual environments (by name, or any folder holding ``pyvenv.cfg``), caches and
   ``node_modules`` skipped, by exact folder name (PaperBench matches substrings, so it also
   drops e.g. ``src/myvenv_tools/``; we do not);
@@ -30,6 +30,7 @@ by the submission's own code as much as by the run.
 
 from __future__ import annotations
 
+import codecs
 import json
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -85,8 +86,9 @@ class ViewLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_file_bytes: int = Field(default=200_000, ge=1)
-    """Text files bigger than this are not read whole, only their head (PaperBench reads the
-    first 200 kB, its ``SIZE_LIMIT_BYTES``)."""
+    """Text files bigger than this (in bytes) are not read whole, only their head: this many
+    characters (PaperBench passes its ``SIZE_LIMIT_BYTES`` to a text-mode ``read``, which
+    counts characters)."""
     max_files: int = Field(default=20_000, ge=1)
     """Files listed at most; the rest are counted in ``SubmissionView.files_not_listed``."""
     log_max_tokens: int = Field(default=64_000, ge=256)
@@ -112,8 +114,9 @@ class ViewFile(BaseModel):
     mtime: float | None = None
     """Last modification (POSIX seconds), as the folder or the archive member records it."""
     head: str | None = None
-    """For an oversized text file: its first ``max_file_bytes``, decoded (``text`` stays None;
-    only the faithful mode shows it, as PaperBench reads the first 200 kB of every file)."""
+    """For an oversized text file: its first ``max_file_bytes`` characters (``text`` stays
+    None; only the faithful mode shows it, as PaperBench reads the first 200,000 characters of
+    every file)."""
 
 
 class ReproductionSummary(BaseModel):
@@ -138,7 +141,7 @@ class LogView(BaseModel):
     source: str
     """Where the log was read from."""
     head: str = ""
-    """The raw log's first ``max_file_bytes``, decoded (what the faithful mode folds)."""
+    """The raw log's first ``max_file_bytes`` characters (what the faithful mode folds)."""
     text: str
     """Folded, and cut to ``ViewLimits.log_max_tokens`` when longer (the marker says so)."""
     raw_bytes: int
@@ -260,8 +263,16 @@ def _view_file(raw: RawFile, limits: ViewLimits) -> ViewFile:
     ):
         return ViewFile(path=rel, size=size, kind="binary", unread="binary", mtime=mtime)
     if size > limits.max_file_bytes:
-        return ViewFile(path=rel, size=size, kind=kind, unread="oversized", mtime=mtime, head=text)
+        head = head_chars(raw.data, limits.max_file_bytes)
+        return ViewFile(path=rel, size=size, kind=kind, unread="oversized", mtime=mtime, head=head)
     return ViewFile(path=rel, size=size, kind=kind, text=text, mtime=mtime)
+
+
+def head_chars(data: bytes, chars: int) -> str:
+    """The first ``chars`` characters of ``data`` (UTF-8), as PaperBench's text-mode read of
+    its 200,000 "bytes" returns them; a character the end of ``data`` splits is left out."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return decoder.decode(data, final=False)[:chars]
 
 
 def _read_metadata(executed: Path) -> ReproductionSummary:
@@ -347,7 +358,7 @@ def _log_view(source: str, raw: bytes, size: int, limits: ViewLimits) -> LogView
     excerpt = cut_log(folded, limits.log_max_tokens, limits.token_model)
     return LogView(
         source=source,
-        head=raw[: limits.max_file_bytes].decode("utf-8", errors="replace"),
+        head=head_chars(raw[: 4 * limits.max_file_bytes], limits.max_file_bytes),
         text=excerpt.text,
         raw_bytes=size,
         raw_lines=text.count("\n") + (0 if text.endswith("\n") or not text else 1),

@@ -189,3 +189,28 @@ def test_a_half_point_verdict_on_a_leaf_parses_to_an_integer(
     )  # fmt: skip
     assert schemas[1]["properties"]["score"]["type"] == "number"
     assert result.invalid_leaves == 0 and result.score == 0.5
+
+
+def test_a_file_is_read_to_200_000_characters_not_bytes(
+    fake_llm: FakeLLMServer, paper: Paper, tmp_path: Path
+) -> None:
+    zh = "".join("数据分析结果表明模型校准误差"[i % 14] for i in range(150_000 - 15))
+    zh += "\nEND_ZH_MARKER\n"  # 150,000 characters, about 450 kB
+    longer = "校准" * 120_000  # 240,000 characters
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "notes_zh.md").write_text(zh, encoding="utf-8")
+    (root / "longer_zh.md").write_text(longer, encoding="utf-8")
+    assert (root / "notes_zh.md").stat().st_size > 440_000
+    view = build_view(root)
+    longer_view = view.file("longer_zh.md")
+    assert longer_view is not None and longer_view.head is not None
+    assert len(longer_view.head) == 200_000 and longer_view.head == longer[:200_000]
+    fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["notes_zh.md"])
+    grade(
+        fake_llm, view, paper, _judge(tmp_path, "simple-faithful"), tmp_path / "o",
+        rubric=_one_leaf(),
+    )  # fmt: skip
+    (grading,) = [r for r in fake_llm.requests if "> ALPHA" in last_user_text(r)]
+    shown = all_text(grading)
+    assert zh.strip() in shown and "\ufffd" not in shown
