@@ -171,7 +171,9 @@ def _windowed(tmp_path: Path, window: int) -> Any:
     judge = _judge(tmp_path, "simple-faithful")
     text = judge.path.read_text().replace("context_window: 200000", f"context_window: {window}")
     # no reasoning effort: OpenAI refuses one for a model it does not know to reason
-    text = text.replace("{model: openai/o3-mini, reasoning_effort: high}", "openai/o3-mini")
+    text = text.replace(
+        "{model: openai/o3-mini-2025-01-31, reasoning_effort: high}", "openai/o3-mini-2025-01-31"
+    )
     judge.path.write_text(text)
     return load_judge_config(judge.path)
 
@@ -295,7 +297,8 @@ def test_a_cut_off_verdict_is_asked_again_with_more_room(
     # the grading role without a max_output_tokens (the fake server refuses max_tokens for
     # o3-mini on a custom endpoint, so the retry is shown with gpt-4.1)
     text = judge.path.read_text().replace(
-        "grading: {model: openai/o3-mini, reasoning_effort: high}", "grading: openai/gpt-4.1"
+        "grading: {model: openai/o3-mini-2025-01-31, reasoning_effort: high}",
+        "grading: openai/gpt-4.1",
     )
     judge.path.write_text(text)
     result = grade(fake_llm, view, paper, load_judge_config(judge.path), tmp_path / "o", model=None)
@@ -322,7 +325,7 @@ def test_a_reasoning_grader_gets_no_answer_limit(
     result = grade(fake_llm, view, paper, judge, tmp_path / "o", model=None)
     assert result.invalid_leaves == 0
     grading = [r for r in fake_llm.requests if _kind(r) == "grading"]
-    assert {r.model for r in grading} == {"o3-mini"} and len(grading) == 4
+    assert {r.model for r in grading} == {"o3-mini-2025-01-31"} and len(grading) == 4
     assert not any("max" in k and "tokens" in k for r in grading for k in r.body)
 
 

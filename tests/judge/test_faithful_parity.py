@@ -214,3 +214,33 @@ def test_a_file_is_read_to_200_000_characters_not_bytes(
     (grading,) = [r for r in fake_llm.requests if "> ALPHA" in last_user_text(r)]
     shown = all_text(grading)
     assert zh.strip() in shown and "\ufffd" not in shown
+
+
+@pytest.mark.parametrize(
+    ("mode", "protocol"), [("simple-faithful", "chat"), ("simple", "responses")]
+)
+def test_the_faithful_judge_calls_openai_through_chat_completions(
+    llm_env: Path, tmp_path: Path, mode: str, protocol: str
+) -> None:
+    from paperbench.judge._job import GradeOptions, Job, ModelSettings
+    from paperbench.llm import CostLedger
+
+    from .test_grader import small_rubric
+
+    judge = _judge(tmp_path, mode)
+    root = tmp_path / "s"
+    root.mkdir()
+    job = Job(
+        view=build_view(root),
+        rubric=small_rubric(),
+        judge=judge,
+        options=GradeOptions(),
+        settings=ModelSettings(base_url="https://api.openai.com/v1"),
+        ledger=CostLedger(),
+        paper="",
+        addendum="",
+        judge_addendum="",
+    )
+    # no request is sent: the protocol is chosen when the client is resolved
+    grading = job.model(judge.config.roles.grading)
+    assert grading.name.startswith("openai/o3-mini") and grading.api.protocol == protocol
