@@ -244,3 +244,73 @@ def test_the_faithful_judge_calls_openai_through_chat_completions(
     # no request is sent: the protocol is chosen when the client is resolved
     grading = job.model(judge.config.roles.grading)
     assert grading.name.startswith("openai/o3-mini") and grading.api.protocol == protocol
+
+
+UPSTREAM_ENV = "PAPERBENCH_UPSTREAM_GIT"
+"""A git directory of openai/preparedness (PaperBench's code), when at hand."""
+
+
+def _upstream(source: str, names: list[str], **namespace: Any) -> dict[str, Any]:
+    """The named top-level definitions of ``source`` at HEAD of the reference, executed alone
+    (its package and other dependencies are not imported)."""
+    import ast
+    import subprocess
+
+    git = os.environ.get(UPSTREAM_ENV, "")
+    shown = ["git", "--git-dir", git, "show", f"HEAD:{source}"]
+    text = subprocess.run(shown, check=True, capture_output=True, text=True).stdout
+    scope: dict[str, Any] = dict(namespace)
+
+    def defined(node: ast.stmt) -> set[str]:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            return {node.name}
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            return {t.id for t in targets if isinstance(t, ast.Name)}
+        return set()
+
+    body = [node for node in ast.parse(text).body if defined(node) & set(names)]
+    exec(compile(ast.Module(body=body, type_ignores=[]), source, "exec"), scope)
+    return {name: scope[name] for name in names}
+
+
+@pytest.mark.skipif(
+    not os.path.isdir(os.environ.get(UPSTREAM_ENV, "")), reason=f"{UPSTREAM_ENV} not set"
+)
+def test_windows_reads_and_parse_schema_match_paperbenchs_own_code(tmp_path: Path) -> None:
+    from pydantic import BaseModel
+
+    from paperbench.judge._faithful import ParsedBinaryVerdict, ParsedVerdict
+    from paperbench.judge._faithful_files import readable
+    from paperbench.llm import context_window
+
+    common = "project/common/preparedness_turn_completer/preparedness_turn_completer/utils.py"
+    windows = _upstream(common, ["CONTEXT_WINDOW_LENGTHS"])["CONTEXT_WINDOW_LENGTHS"]
+    assert {m: context_window(f"openai/{m}") for m in windows} == windows
+    judge = "project/paperbench/paperbench/judge/"
+    read = _upstream(judge + "utils.py", ["safe_read_file", "SIZE_LIMIT_BYTES"], Path=Path)
+    root = tmp_path / "s"
+    root.mkdir()
+    texts = {
+        "zh.md": "校准误差" * 37_500,
+        "zh_long.md": "校准" * 120_000,
+        "a.py": "x = 1\n" * 50_000,
+    }
+    for name, text in texts.items():
+        (root / name).write_text(text, encoding="utf-8")
+    view = build_view(root)
+    for name in texts:
+        f = view.file(name)
+        assert f is not None
+        expected = read["safe_read_file"](root / name, read["SIZE_LIMIT_BYTES"])
+        assert readable(f) == expected, name
+    simple = _upstream(
+        judge + "simple.py",
+        ["ParsedJudgeResponseInt", "ParsedJudgeResponseFloat"],
+        BaseModel=BaseModel,
+    )
+    for theirs, ours in [
+        (simple["ParsedJudgeResponseInt"], ParsedBinaryVerdict),
+        (simple["ParsedJudgeResponseFloat"], ParsedVerdict),
+    ]:
+        assert theirs.model_json_schema()["properties"] == ours.model_json_schema()["properties"]
