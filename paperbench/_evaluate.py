@@ -38,7 +38,11 @@ from paperbench.runs._group import (
     resolve_sandbox,
 )
 from paperbench.runs._pipeline import RunSpec, load_outcome
-from paperbench.runs._preflight import refuse_missing_keys, refuse_silent_servers
+from paperbench.runs._preflight import (
+    refuse_missing_keys,
+    refuse_silent_servers,
+    refuse_unfit_judge,
+)
 from paperbench.runs._progress import GroupProgress
 from paperbench.runs._store import GROUP_FILE, GroupConfig, RunOutcome, run_keys
 from paperbench.sandbox._internal_nets import describe
@@ -71,7 +75,8 @@ def evaluate(config: EvalConfig | None = None) -> Evaluation:
 
     Raises:
         UsageError: a bad value, naming its flag.
-        ConfigError: a bad agent or judge config (file and key path named).
+        ConfigError: a bad agent or judge config (file and key path named), or a judge
+            whose fixed parts do not fit the window of the model it would call.
         MissingKeyError: a model the group would call has no key (see
             :func:`~paperbench.runs._preflight.refuse_missing_keys`).
         ModelUnavailableError: a server the group would call does not answer.
@@ -80,6 +85,7 @@ def evaluate(config: EvalConfig | None = None) -> Evaluation:
     """
     config = config or EvalConfig()
     planned = plan_group(config)  # every value checked before any work
+    refuse_unfit_judge(planned)
     refuse_missing_keys(planned)
     refuse_silent_servers(planned)
     group_dir = config.runs_dir / planned.group

@@ -3,15 +3,18 @@
 1. ranking (label ``judge_ranking``): the paper, the addenda, the criterion and the tree of
    the files the leaf's category may see (:mod:`._faithful_files`); the answer is a list of
    paths, and of its first ``max_files`` lines those that name such a file are shown;
-2. grading (``judge_grading``): the paper, those files (each up to 200 kB, whole while they
-   fit, the next one cut in token space to fill the room), ``reproduce.sh`` (every category;
-   not in Code-Dev) and the log folded and cut as PaperBench does (:mod:`._faithful_log`;
-   Code Execution, Result Analysis and subtrees); a free-text verdict. No ``max_tokens``
-   unless the config sets one; a verdict cut off by a limit is asked once more with twice
-   the room before the leaf is invalid;
-3. parsing (``parsing``): the verdict alone, to a structured score.
+2. grading (``judge_grading``): the paper, those files (each up to 200,000 characters,
+   whole while they fit, the next one cut in token space to fill the room), ``reproduce.sh``
+   (every category; not in Code-Dev) and the log folded and cut as PaperBench does
+   (:mod:`._faithful_log`; Code Execution, Result Analysis and subtrees); a free-text
+   verdict. No ``max_tokens`` unless the config sets one; a verdict cut off by a limit is
+   asked once more with twice the room before the leaf is invalid;
+3. parsing (``parsing``): the verdict alone, to a structured score (an integer for a leaf,
+   a number for a subtree, as PaperBench's schemas ask).
 
 A Result Analysis leaf scores 0 without a call when the reproduction changed no doc or table.
+The window is the called model's (:func:`model_window`), as PaperBench takes its completer's;
+a config whose fixed parts cannot fit it is refused before any request (:func:`check_windows`).
 The paper is cut (from the end) only when it and the cut log still exceed the window.
 Each role may use its own model (``roles`` in the config).
 """
@@ -24,8 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from paperbench.errors import ModelError
-from paperbench.judge._config import FaithfulConfig
+from paperbench.errors import ConfigError, ModelError
+from paperbench.judge._config import FaithfulConfig, LoadedJudge
 from paperbench.judge._context import JOIN_TOKENS, ContextCategory, LeafContext
 from paperbench.judge._faithful_files import (
     FILES_MARGIN,
@@ -38,21 +41,34 @@ from paperbench.judge._faithful_files import (
 )
 from paperbench.judge._faithful_log import PAPER_MARGIN, faithful_log
 from paperbench.judge._fence import fence
-from paperbench.judge._job import Job, Leaf, add_cost, reason_of, sum_cost, vote
+from paperbench.judge._job import Job, Leaf, ModelSettings, add_cost, reason_of, sum_cost, vote
 from paperbench.judge._log import LogExcerpt
 from paperbench.judge._prompts import grading_messages, parsing_messages, ranking_messages
 from paperbench.judge._types import CallCost, LeafGrade, SampleGrade
-from paperbench.llm import count_tokens
+from paperbench.llm import context_window, count_tokens
 from paperbench.rubric import NodePath, TaskNode, prior_criteria
 
 _WITH_LOG = frozenset({"Code Execution", "Result Analysis", "Subtree"})
 
 
 class ParsedVerdict(BaseModel):
+    """A subtree's parsed verdict: a score from 0 to 1."""
+
     model_config = ConfigDict(extra="forbid")
 
     valid_score: bool
     score: float
+    explanation: str
+
+
+class ParsedBinaryVerdict(BaseModel):
+    """A leaf's parsed verdict: the schema asks for an integer score, as PaperBench's does,
+    so the parser must turn a "0.5" into 0 or 1 itself (or say the score is not valid)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    valid_score: bool
+    score: int
     explanation: str
 
 
@@ -69,6 +85,47 @@ def prior_for(rubric: TaskNode, path: NodePath, paper_id: str) -> list[str]:
     prior = [node.requirements for _, node in prior_criteria(rubric, path)]
     cap = MAX_PRIOR_NODES.get(paper_id)
     return prior[-cap:] if cap is not None else prior
+
+
+def model_window(model: str, configured: int) -> int:
+    """The window of the model called (``provider/model``): the limits table's, as PaperBench
+    takes its completer's ``n_ctx``; for a model the table does not know (one served by a
+    compatible endpoint), the config's ``budgets.context_window``."""
+    return context_window(model) or configured
+
+
+def _window(job: Job, model: str) -> int:
+    config = job.judge.config
+    assert isinstance(config, FaithfulConfig)
+    return model_window(model, config.budgets.context_window)
+
+
+def check_windows(judge: LoadedJudge, settings: ModelSettings) -> None:
+    """Refuse, before any request, a config whose fixed parts (the room kept for the answer,
+    the margin below the files and the prompts' own text) do not fit the window of the
+    ranking or grading model that would be called.
+
+    Raises:
+        ConfigError: one line naming the model, its window and what does not fit.
+    """
+    config = judge.config
+    if not isinstance(config, FaithfulConfig):
+        return
+    for role in (config.roles.ranking, config.roles.grading):
+        assert role is not None
+        name = settings.model or role.model
+        window = model_window(name, config.budgets.context_window)
+        prompts = sum(count_tokens(text, name) for text in judge.prompts.values())
+        fixed = config.budgets.answer_tokens + FILES_MARGIN + prompts
+        if fixed >= window:
+            raise ConfigError(
+                f"{name} has a {window:,}-token window, which cannot hold the answer room "
+                f"({config.budgets.answer_tokens:,}), the files' margin ({FILES_MARGIN:,}) and "
+                f"the prompts ({prompts:,}): lower budgets.answer_tokens or call a model with "
+                "a larger window",
+                file=judge.path,
+                path="$.budgets.answer_tokens",
+            )
 
 
 def _ranked_paths(answer: str, eligible: list[str], limit: int) -> list[str]:
@@ -104,15 +161,13 @@ def _log(job: Job, model: str) -> tuple[str, int] | None:
     """The folded, cut log and its fenced tokens (None: no log)."""
     if job.view.log is None:
         return None
-    config = job.judge.config
-    assert isinstance(config, FaithfulConfig)
 
     def make() -> tuple[str, int]:
         assert job.view.log is not None
         text = faithful_log(
             job.view.log.head,
             paper_tokens=_paper_tokens(job, model),
-            window=config.budgets.context_window,
+            window=_window(job, model),
             model=model,
         )
         block = fence(text, "reproduce.log")
@@ -125,14 +180,12 @@ def _log(job: Job, model: str) -> tuple[str, int] | None:
 def _paper(job: Job, model: str) -> tuple[str, int]:
     """The paper as the prompts hold it and its tokens: cut (from the end) only when the
     paper and the already cut log still exceed the window, as PaperBench does."""
-    config = job.judge.config
-    assert isinstance(config, FaithfulConfig)
 
     def make() -> tuple[str, int]:
         log = _log(job, model)
         log_tokens = log[1] if log is not None else 0
         tokens = _paper_tokens(job, model)
-        window = config.budgets.context_window
+        window = _window(job, model)
         if tokens + log_tokens <= window:
             return job.paper, tokens
         text = cut_to_tokens(job.paper, window - log_tokens - PAPER_MARGIN, model)
@@ -149,12 +202,7 @@ def _room(job: Job, category: ContextCategory, model: str) -> int:
     assert isinstance(config, FaithfulConfig)
     log = _log(job, model)
     log_tokens = log[1] if log is not None and category != "Code Development" else 0
-    return (
-        config.budgets.context_window
-        - _paper(job, model)[1]
-        - log_tokens
-        - config.budgets.answer_tokens
-    )
+    return _window(job, model) - _paper(job, model)[1] - log_tokens - config.budgets.answer_tokens
 
 
 def _eligible(job: Job, category: ContextCategory) -> list[str]:
@@ -266,14 +314,14 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
             )
         parsed = await job.model(roles.parsing, sample).generate(
             parsing_messages(job.judge, verdict=verdict.text, continuous=leaf.continuous),
-            output=ParsedVerdict,
+            output=ParsedVerdict if leaf.continuous else ParsedBinaryVerdict,
             label="parsing",
         )
         cost = add_cost(cost, parsed)
     except ModelError as exc:
         failed = SampleGrade(score=0, valid=False, explanation=str(exc), reason=reason_of(exc))
         return failed, cost, shown
-    result: ParsedVerdict = parsed.parsed
+    result: ParsedVerdict | ParsedBinaryVerdict = parsed.parsed
     score = result.score
     if (
         not result.valid_score

@@ -6,13 +6,14 @@
   docs and the tables the reproduction created or changed; a subtree graded as one unit sees
   docs, code and such tables. A folder whose name *contains* one of :data:`SKIP_PARTS` is left
   out, as PaperBench matches them.
-- **Changed** (:func:`is_changed`): from the reproduction's metadata when the view has it;
-  otherwise, as PaperBench reads it, a file modified at or after ``view.log_created`` (the
-  integer in ``reproduce.log.creation_time``, else the log's mtime; nothing is changed when
-  neither exists).
+- **Changed** (:func:`is_changed`): as PaperBench reads it, a file modified at or after
+  ``view.log_created`` (the integer in ``reproduce.log.creation_time``, else the log's mtime;
+  nothing is changed when neither exists), whatever its bytes and whatever a reproduction's
+  metadata says.
 - **The Result Analysis shortcut** (:func:`no_results`): no changed docs or tables → every
   Result Analysis leaf scores 0 without a model call.
-- **Large files**: the first 200 kB (``ViewFile.head``), listed in the tree like any file.
+- **Large files**: the first 200,000 characters (``ViewFile.head``), listed in the tree like
+  any file.
 - **The tree** (:func:`ranking_tree`): every eligible path; if its tokens reach the room the
   window leaves, only files at most four folders deep; if still too long, cut at the end.
 - **The files** (:func:`shown_files`): the ranked paths in order while they fit in
@@ -58,13 +59,12 @@ FILES_MARGIN = 2000
 
 
 def readable(f: ViewFile) -> str | None:
-    """What the faithful mode reads of a file: the text, or the first 200 kB."""
+    """What the faithful mode reads of a file: the text, or the first 200,000 characters."""
     return f.text if f.text is not None else f.head
 
 
 def is_changed(view: SubmissionView, f: ViewFile) -> bool:
-    if view.changes_known:
-        return f.changed is not None
+    """PaperBench's rule: modified at or after the log's creation time."""
     if view.log_created is None or f.mtime is None or f.mtime != f.mtime:
         return False
     return f.mtime >= view.log_created

@@ -404,10 +404,15 @@ async def grade_submission(
 
     Raises:
         InputError: ``out_dir`` holds a grading of another paper, judge or options.
+        ConfigError: a faithful config whose fixed parts do not fit the called model's window.
     """
     started = time.perf_counter()
     options = options or GradeOptions(samples=judge.config.samples)
     settings = settings or ModelSettings()
+    if isinstance(judge.config, FaithfulConfig):
+        from paperbench.judge._faithful import check_windows
+
+        check_windows(judge, settings)
     rubric = transform_rubric(rubric if rubric is not None else paper.rubric(), options)
     folder = out_dir / "grading"
     folder.mkdir(parents=True, exist_ok=True)

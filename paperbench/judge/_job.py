@@ -19,7 +19,7 @@ from paperbench.errors import (
     StructuredOutputError,
 )
 from paperbench.judge._agreement import majority
-from paperbench.judge._config import LoadedJudge, RoleModel
+from paperbench.judge._config import FaithfulConfig, LoadedJudge, RoleModel
 from paperbench.judge._context import ContextCategory, SubmissionIndex
 from paperbench.judge._types import CallCost, InvalidReason, LeafGrade, SampleGrade
 from paperbench.judge._view import SubmissionView
@@ -140,6 +140,9 @@ class Job:
         # A role's effort is for its own model: a model put in its place that does not reason
         # (--model openai/gpt-4o for an o3 role) is not sent one, which OpenAI would refuse.
         effort = role.reasoning_effort if takes_reasoning_effort(name) else None
+        # PaperBench calls every model through Chat Completions (o3-mini on OpenAI's own
+        # endpoint too, where paperbench.llm would otherwise use the Responses API)
+        chat = isinstance(self.judge.config, FaithfulConfig) and name.startswith("openai/")
         key = (f"{name}|{effort}|{role.max_output_tokens}", sample)
         if key not in self._models:
             config = ModelConfig(
@@ -150,6 +153,7 @@ class Job:
                 max_tokens=role.max_output_tokens,
                 cache=True,
                 cache_version=f"judge-sample-{sample}" if sample else None,
+                options={"api": "chat"} if chat else {},
             )
             self._models[key] = Model(config, ledger=self.ledger, stage="grading")
         return self._models[key]

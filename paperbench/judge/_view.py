@@ -7,27 +7,30 @@ optionally, an executed submission (the output folder of ``paperbench reproduce`
 - every file with its size, kind (code / doc / data / binary / other) and mtime (an archive
   member's own), and the text of the text files no bigger than ``max_file_bytes``; binary
   files are listed but never read, so they can never reach a prompt; of an oversized text
-  file only the first ``max_file_bytes`` are kept, in ``head``, which only the faithful mode
-  shows (as PaperBench reads the first 200 kB of every file);
+  file only the first ``max_file_bytes`` characters are kept, in ``head``, which only the
+  faithful mode shows (as PaperBench reads the first 200,000 characters of every file);
 - ``.git``, virtual environments (by name, or any folder holding ``pyvenv.cfg``), caches and
   ``node_modules`` skipped, by exact folder name (PaperBench matches substrings, so it also
   drops e.g. ``src/myvenv_tools/``; we do not);
 - ``reproduce.sh`` and ``reproduce.log`` (repeated lines folded, capped at
   ``log_max_tokens`` with head and tail kept, the cut said; the raw log's first
   ``max_file_bytes`` too, for the faithful mode);
-- the files the reproduction created or modified, from its metadata; and when the log was
-  created (``log_created``: ``reproduce.log.creation_time``, else the log's mtime), from
-  which the faithful mode tells changed files when there is no metadata.
+- when the log was created (``log_created``: ``reproduce.log.creation_time``, else the
+  log's mtime), and the files the reproduction created or modified: from its metadata
+  (content hashes) and, as PaperBench tells them, every file modified at or after
+  ``log_created`` (a file the run wrote again with the same bytes is an output too).
 
 When an executed submission is given, the files are those of ``executed.tar.gz`` (the
 submission after ``reproduce.sh`` ran, outputs included), as PaperBench's judge sees them.
 PaperBench finds the changed files by comparing mtimes with ``reproduce.log.creation_time``;
-with a reproduction's metadata we take them from its content hashes, which clock skew cannot
-fool.
+with a reproduction's metadata we take the union of that rule and its content hashes (which
+also catch a file the run changed but dated back). The mtimes are set inside the sandbox,
+by the submission's own code as much as by the run.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -83,8 +86,9 @@ class ViewLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_file_bytes: int = Field(default=200_000, ge=1)
-    """Text files bigger than this are not read whole, only their head (PaperBench reads the
-    first 200 kB, its ``SIZE_LIMIT_BYTES``)."""
+    """Text files bigger than this (in bytes) are not read whole, only their head: this many
+    characters (PaperBench passes its ``SIZE_LIMIT_BYTES`` to a text-mode ``read``, which
+    counts characters)."""
     max_files: int = Field(default=20_000, ge=1)
     """Files listed at most; the rest are counted in ``SubmissionView.files_not_listed``."""
     log_max_tokens: int = Field(default=64_000, ge=256)
@@ -105,12 +109,14 @@ class ViewFile(BaseModel):
     unread: str | None = None
     """Why ``text`` is None: ``binary``, ``oversized``, ``symlink``, ``unreadable``."""
     changed: Literal["created", "modified"] | None = None
-    """Whether the reproduction created or modified this file (None: neither, or unknown)."""
+    """Whether the reproduction created or modified this file (None: neither, or unknown);
+    ``modified`` also when it wrote the same bytes again (its mtime says so)."""
     mtime: float | None = None
     """Last modification (POSIX seconds), as the folder or the archive member records it."""
     head: str | None = None
-    """For an oversized text file: its first ``max_file_bytes``, decoded (``text`` stays None;
-    only the faithful mode shows it, as PaperBench reads the first 200 kB of every file)."""
+    """For an oversized text file: its first ``max_file_bytes`` characters (``text`` stays
+    None; only the faithful mode shows it, as PaperBench reads the first 200,000 characters of
+    every file)."""
 
 
 class ReproductionSummary(BaseModel):
@@ -135,7 +141,7 @@ class LogView(BaseModel):
     source: str
     """Where the log was read from."""
     head: str = ""
-    """The raw log's first ``max_file_bytes``, decoded (what the faithful mode folds)."""
+    """The raw log's first ``max_file_bytes`` characters (what the faithful mode folds)."""
     text: str
     """Folded, and cut to ``ViewLimits.log_max_tokens`` when longer (the marker says so)."""
     raw_bytes: int
@@ -257,8 +263,16 @@ def _view_file(raw: RawFile, limits: ViewLimits) -> ViewFile:
     ):
         return ViewFile(path=rel, size=size, kind="binary", unread="binary", mtime=mtime)
     if size > limits.max_file_bytes:
-        return ViewFile(path=rel, size=size, kind=kind, unread="oversized", mtime=mtime, head=text)
+        head = head_chars(raw.data, limits.max_file_bytes)
+        return ViewFile(path=rel, size=size, kind=kind, unread="oversized", mtime=mtime, head=head)
     return ViewFile(path=rel, size=size, kind=kind, text=text, mtime=mtime)
+
+
+def head_chars(data: bytes, chars: int) -> str:
+    """The first ``chars`` characters of ``data`` (UTF-8), as PaperBench's text-mode read of
+    its 200,000 "bytes" returns them; a character the end of ``data`` splits is left out."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return decoder.decode(data, final=False)[:chars]
 
 
 def _read_metadata(executed: Path) -> ReproductionSummary:
@@ -311,6 +325,32 @@ def _log_created(files: list[ViewFile], log_mtime: float | None) -> float | None
     return log_mtime
 
 
+def written_by_run(f: ViewFile, log_created: float | None) -> bool:
+    """PaperBench's rule for a file the run wrote: modified at or after the log's creation
+    time, whatever its bytes (the log and its creation time, written after the run, aside).
+    The mtimes come from the sandbox, so the submission's own code sets them."""
+    if log_created is None or f.mtime is None or f.mtime != f.mtime:
+        return False
+    return f.mtime >= log_created and f.path not in (LOG_NAME, CREATION_TIME_FILE)
+
+
+def _mark_changed(
+    files: list[ViewFile], reproduction: ReproductionSummary, log_created: float | None
+) -> list[ViewFile]:
+    """``changed`` from the reproduction's record (content hashes), and ``modified`` for a
+    file the run wrote again with the same bytes (:func:`written_by_run`)."""
+    created, modified = set(reproduction.created), set(reproduction.modified)
+    out: list[ViewFile] = []
+    for f in files:
+        changed: Literal["created", "modified"] | None = None
+        if f.path in created:
+            changed = "created"
+        elif f.path in modified or written_by_run(f, log_created):
+            changed = "modified"
+        out.append(f.model_copy(update={"changed": changed}))
+    return out
+
+
 def _log_view(source: str, raw: bytes, size: int, limits: ViewLimits) -> LogView:
     """The log from its bytes as read (at most :data:`LOG_READ_CAP`, head and tail)."""
     text = raw.decode("utf-8", errors="replace")
@@ -318,7 +358,7 @@ def _log_view(source: str, raw: bytes, size: int, limits: ViewLimits) -> LogView
     excerpt = cut_log(folded, limits.log_max_tokens, limits.token_model)
     return LogView(
         source=source,
-        head=raw[: limits.max_file_bytes].decode("utf-8", errors="replace"),
+        head=head_chars(raw[: 4 * limits.max_file_bytes], limits.max_file_bytes),
         text=excerpt.text,
         raw_bytes=size,
         raw_lines=text.count("\n") + (0 if text.endswith("\n") or not text else 1),
@@ -387,19 +427,7 @@ def build_view(
         log_mtime = inner.mtime if inner is not None else None
     log_created = _log_created(files, log_mtime)
     if reproduction is not None:
-        created, modified = set(reproduction.created), set(reproduction.modified)
-        files = [
-            f.model_copy(
-                update={
-                    "changed": "created"
-                    if f.path in created
-                    else "modified"
-                    if f.path in modified
-                    else None
-                }
-            )
-            for f in files
-        ]
+        files = _mark_changed(files, reproduction, log_created)
     script = next((f for f in files if f.path == "reproduce.sh"), None)
     return SubmissionView(
         submission=str(submission),

@@ -3,9 +3,11 @@
 An archive or a folder that came out of a sandbox is read entry by entry through
 :func:`paperbench.sandbox.folder_entries` / :func:`~paperbench.sandbox.tar_entries` (no link
 followed, no recursion, special files noted): of each file only what the view can show is
-held (its first ``max_file_bytes``), within :data:`VIEW_TEXT_CAP` bytes in all, and a
-``reproduce.log`` inside the tree is read as a head and a tail of at most :data:`LOG_READ_CAP`
-bytes. A tar bomb therefore costs the host neither disk nor more memory than those caps.
+held (its first ``max_file_bytes``; of a larger UTF-8 text that is not ASCII, up to four
+times as many bytes, so that its head can hold ``max_file_bytes`` characters), within
+:data:`VIEW_TEXT_CAP` bytes in all, and a ``reproduce.log`` inside the tree is read as a head
+and a tail of at most :data:`LOG_READ_CAP` bytes. A tar bomb therefore costs the host neither
+disk nor more memory than those caps.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ class RawFile:
     kind: str
     """``file``, ``symlink`` or ``dir``."""
     data: bytes | None = None
-    """The first bytes (at most ``max_file_bytes``); None when not read."""
+    """The first bytes (``max_file_bytes``, or up to four times as many of a larger file
+    that is not ASCII); None when not read."""
     unread: str | None = None
 
 
@@ -123,6 +126,10 @@ def read_tree(source: Path, max_file_bytes: int) -> RawTree:
                                 raw.data = whole[:budget]
                             else:
                                 raw.data = handle.read(budget)
+                                if budget < entry.size and held + MAX_CHAR_BYTES * budget <= (
+                                    VIEW_TEXT_CAP
+                                ):
+                                    raw.data += _rest_of_head(handle, raw.data, max_file_bytes)
                         held += len(raw.data)
                     except OSError:
                         raw.unread = "unreadable"
@@ -140,6 +147,21 @@ def read_tree(source: Path, max_file_bytes: int) -> RawTree:
     if top_log is not None:
         tree.log, tree.log_size = top_log
     return tree
+
+
+MAX_CHAR_BYTES = 4
+"""Bytes of one UTF-8 character at most."""
+
+
+def _rest_of_head(handle: IO[bytes], data: bytes, chars: int) -> bytes:
+    """What more to read of a file whose first bytes are ``data`` so that its head holds
+    ``chars`` characters, as PaperBench's text-mode read does: nothing when ``data`` is one
+    byte a character (ASCII) or is not UTF-8 text (a NUL, or an invalid byte before the last
+    character, which the cut may have split)."""
+    text = data.decode("utf-8", errors="replace")
+    if len(text) >= chars or b"\x00" in data or "\ufffd" in text[:-1]:
+        return b""
+    return handle.read((MAX_CHAR_BYTES - 1) * chars)
 
 
 def _single_top(tree: RawTree) -> str | None:

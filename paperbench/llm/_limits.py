@@ -20,6 +20,7 @@ _LIMITS: tuple[tuple[str, int, int], ...] = (
     ("openai/gpt-5", 400_000, 128_000),
     ("openai/codex", 400_000, 128_000),
     ("openai/o1-mini", 128_000, 65_536),
+    ("openai/o1-preview", 128_000, 32_768),
     ("openai/o1", 200_000, 100_000),
     ("openai/o3", 200_000, 100_000),
     ("openai/o4-mini", 200_000, 100_000),

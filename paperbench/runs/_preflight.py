@@ -79,6 +79,22 @@ def refuse_missing_keys(config: GroupConfig) -> None:
         )
 
 
+def refuse_unfit_judge(config: GroupConfig) -> None:
+    """Refuse a judge whose fixed parts cannot fit the window of the model it would call
+    (:func:`paperbench.judge._faithful.check_windows`), before the group's runs start rather
+    than when they reach grading.
+
+    Raises:
+        ConfigError: one line naming the model, its window and what does not fit.
+    """
+    from paperbench.judge import load_judge_config
+    from paperbench.judge._faithful import check_windows
+    from paperbench.judge._job import ModelSettings
+
+    settings = ModelSettings(model=config.judge.model, base_url=config.judge.base_url)
+    check_windows(load_judge_config(config.judge.ref), settings)
+
+
 def group_servers(config: GroupConfig) -> list[tuple[str, ModelConfig]]:
     """Each model the group calls with the flag that chose its server: the agents' and,
     when it has its keys, the judge's."""

@@ -39,8 +39,8 @@ def test_faithful_roles_and_identity_models() -> None:
     loaded = load_judge_config("simple-faithful")
     assert isinstance(loaded.config, FaithfulConfig)
     assert loaded.identity.models == {
-        "ranking": "openai/o3-mini",
-        "grading": "openai/o3-mini",
+        "ranking": "openai/o3-mini-2025-01-31",
+        "grading": "openai/o3-mini-2025-01-31",
         "parsing": "openai/gpt-4o-2024-08-06",
     }
     assert set(loaded.prompts) == {"system", "paper", "leaf", "ranking", "parsing"}

@@ -157,11 +157,23 @@ def test_a_large_file_is_read_to_200_kb_and_listed(
     assert big[200_000:].splitlines()[1] not in shown
 
 
-def _windowed(tmp_path: Path, window: int) -> Any:
-    from paperbench.judge import load_judge_config
+WINDOWED_MODEL = "openai/chatgpt-4o-latest"
+"""A model the limits table does not know (as one behind a compatible endpoint), so that its
+window is the config's ``budgets.context_window``; it counts tokens as gpt-4o does."""
 
+
+def _windowed(tmp_path: Path, window: int) -> Any:
+    """The faithful config with ``window`` as the window of :data:`WINDOWED_MODEL`."""
+    from paperbench.judge import load_judge_config
+    from paperbench.llm import context_window
+
+    assert context_window(WINDOWED_MODEL) is None
     judge = _judge(tmp_path, "simple-faithful")
     text = judge.path.read_text().replace("context_window: 200000", f"context_window: {window}")
+    # no reasoning effort: OpenAI refuses one for a model it does not know to reason
+    text = text.replace(
+        "{model: openai/o3-mini-2025-01-31, reasoning_effort: high}", "openai/o3-mini-2025-01-31"
+    )
     judge.path.write_text(text)
     return load_judge_config(judge.path)
 
@@ -178,7 +190,7 @@ def test_the_file_that_does_not_fit_is_cut_to_fill_the_room(
     # room for the files (Code Development: no log): 3000 tokens
     judge = _windowed(tmp_path, paper_tokens + 10_000 + 2000 + 3000)
     view = build_view(_submission(tmp_path / "s", files, new=set()))
-    grade(fake_llm, view, paper, judge, tmp_path / "o")
+    grade(fake_llm, view, paper, judge, tmp_path / "o", model=WINDOWED_MODEL)
     shown = _request(fake_llm, "grading", "> ALPHA binning")
     assert "MAIN_CODE" in shown
     kept = [line.strip() for line in lines if line.strip() in shown]
@@ -200,7 +212,14 @@ def test_the_log_is_folded_and_its_first_half_window_kept(
     fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["main.py"])
     paper_tokens = count_tokens(paper.paper_text(), "openai/gpt-4o")
     window = 2 * paper_tokens + 40_000
-    grade(fake_llm, build_view(root), paper, _windowed(tmp_path, window), tmp_path / "o")
+    grade(
+        fake_llm,
+        build_view(root),
+        paper,
+        _windowed(tmp_path, window),
+        tmp_path / "o",
+        model=WINDOWED_MODEL,
+    )
     shown = _request(fake_llm, "grading", "GAMMA")
     # 500 lines of one template folded into the first plus a count
     assert "step 0 loss 0.0000 lr 0.001\n  (repeated 500 times)" in shown
@@ -245,7 +264,9 @@ def test_twenty_thousand_files_grade_with_a_tree_that_fits(
     window = paper_tokens + 30_000
     view = build_view(root)
     assert len(view.files) == 20_000
-    result = grade(fake_llm, view, paper, _windowed(tmp_path, window), tmp_path / "o")
+    result = grade(
+        fake_llm, view, paper, _windowed(tmp_path, window), tmp_path / "o", model=WINDOWED_MODEL
+    )
     assert result.invalid_leaves == 0
     ranking = [r for r in fake_llm.requests if _kind(r) == "ranking"]
     assert ranking
@@ -276,7 +297,8 @@ def test_a_cut_off_verdict_is_asked_again_with_more_room(
     # the grading role without a max_output_tokens (the fake server refuses max_tokens for
     # o3-mini on a custom endpoint, so the retry is shown with gpt-4.1)
     text = judge.path.read_text().replace(
-        "grading: {model: openai/o3-mini, reasoning_effort: high}", "grading: openai/gpt-4.1"
+        "grading: {model: openai/o3-mini-2025-01-31, reasoning_effort: high}",
+        "grading: openai/gpt-4.1",
     )
     judge.path.write_text(text)
     result = grade(fake_llm, view, paper, load_judge_config(judge.path), tmp_path / "o", model=None)
@@ -303,7 +325,7 @@ def test_a_reasoning_grader_gets_no_answer_limit(
     result = grade(fake_llm, view, paper, judge, tmp_path / "o", model=None)
     assert result.invalid_leaves == 0
     grading = [r for r in fake_llm.requests if _kind(r) == "grading"]
-    assert {r.model for r in grading} == {"o3-mini"} and len(grading) == 4
+    assert {r.model for r in grading} == {"o3-mini-2025-01-31"} and len(grading) == 4
     assert not any("max" in k and "tokens" in k for r in grading for k in r.body)
 
 
@@ -409,7 +431,7 @@ def test_a_paper_longer_than_the_window_is_cut_from_the_end(
     toy = PaperSource.resolve(tmp_path / "data").load("toy")
     fake_llm.handler = ScriptedJudge(by_word(SCORES))
     view = build_view(_submission(tmp_path / "s", FILES, new={"results.csv"}))
-    grade(fake_llm, view, toy, _windowed(tmp_path, 20_000), tmp_path / "o")
+    grade(fake_llm, view, toy, _windowed(tmp_path, 20_000), tmp_path / "o", model=WINDOWED_MODEL)
     shown = _request(fake_llm, "grading", "> ALPHA binning")
     assert "PAPER_HEAD" in shown and "PAPER_TAIL" not in shown
     ranking = _request(fake_llm, "ranking", "ALPHA binning")

@@ -177,8 +177,8 @@ def test_faithful_makes_three_calls_per_leaf_with_the_roles_models(
     )
     fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["main.py", "binning.py"])
     judge = _judge(tmp_path, "simple-faithful")
-    text = judge.path.read_text().replace("openai/o3-mini", "openai/gpt-4.1-mini", 1)
-    text = text.replace("openai/o3-mini", "openai/gpt-4.1").replace(
+    text = judge.path.read_text().replace("openai/o3-mini-2025-01-31", "openai/gpt-4.1-mini", 1)
+    text = text.replace("openai/o3-mini-2025-01-31", "openai/gpt-4.1").replace(
         "openai/gpt-4o-2024-08-06", "openai/gpt-4o-mini"
     )
     judge.path.write_text(text)

@@ -78,3 +78,15 @@ def test_a_rejected_key_fails_the_run_and_a_resume_runs_it_again(
     assert code == 0, out
     outcome = RunOutcome.model_validate_json((run / "outcome.json").read_text())
     assert outcome.status == "scored", outcome
+
+
+def test_a_judge_that_cannot_fit_the_window_of_its_model_is_refused_before_anything(
+    llm_env: Path, fake_llm: FakeLLMServer
+) -> None:
+    judge = ["--judge", "simple-faithful", "--judge-base-url", fake_llm.openai_url]
+    code, out = _invoke([*_RUN, *judge, "--judge-model", "openai/gpt-4"])
+    assert code == 1, out
+    assert out.strip().startswith("error: "), out
+    assert "openai/gpt-4 has a 8,192-token window" in out and out.strip().count("\n") == 0
+    assert not (llm_env / "runs").exists()
+    assert fake_llm.requests == []
