@@ -50,8 +50,9 @@ def _identity_line(s: Summary) -> str:
         if roles:
             config = ", ".join(f"{role} {model}" for role, model in sorted(judge.models.items()))
             models += f", instead of the config's {config}"
+    models = f"; {models}" if models else "; calls no model"
     return (
-        f"judge {judge.name or judge.ref} (sha256 {(judge.sha256 or '?')[:12]}; {models})"
+        f"judge {judge.name or judge.ref} (sha256 {(judge.sha256 or '?')[:12]}{models})"
         f" · papers {s.paper_set} ({len(s.papers)}) · mode {s.mode}"
         f" · resources provided {'yes' if s.resources_provided else 'no'} · seeds {s.seeds}"
     )

@@ -46,9 +46,11 @@ def _run(ctx: typer.Context, resume: str | None, **values: Any) -> None:
     unread = show_report(result.summary, result.group_dir) if config.report else False
     if not config.report:
         print_summary(result.summary)
+    again = f"`paperbench run --resume {result.group_dir}`"
     console.print(
-        f"the group's files: {result.group_dir}; continue or retry failed runs with "
-        f"`paperbench run --resume {result.group_dir}`"
+        f"the group's files: {result.group_dir}; retry the failed runs with {again}"
+        if result.failed
+        else f"the group's files: {result.group_dir}"
     )
     if result.failed:
         raise typer.Exit(EXIT_FAILED_RUNS)

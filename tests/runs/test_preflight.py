@@ -73,11 +73,14 @@ def test_a_rejected_key_fails_the_run_and_a_resume_runs_it_again(
     assert not (run / "status.json").exists()  # the rollout is kept resumable
     assert not (run / "grading").exists()  # nothing graded
     assert len(fake_llm.requests) == 1
+    assert "retry the failed runs with `paperbench run --resume " in " ".join(out.split())
     # the key fixed (the server answers now): the resume runs it again, to a graded end
     code, out = _invoke(["run", "--resume", "g"])
     assert code == 0, out
     outcome = RunOutcome.model_validate_json((run / "outcome.json").read_text())
     assert outcome.status == "scored", outcome
+    assert "--resume" not in out  # nothing failed: nothing to retry
+    assert "judge dummy (sha256 " in out and "; calls no model)" in out
 
 
 def test_a_judge_that_cannot_fit_the_window_of_its_model_is_refused_before_anything(
