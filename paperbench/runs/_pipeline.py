@@ -317,7 +317,7 @@ async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
 
 def _after_rollout(spec: RunSpec, status: RolloutStatus) -> str:
     detail = f"{status.status}" + (f", {status.limit} limit" if status.limit else "")
-    detail += f", {status.steps} steps"
+    detail += f", {status.steps} step{'' if status.steps == 1 else 's'}"
     if status.error:
         detail += f": {status.error}"
     if status.submission is None:
@@ -652,6 +652,8 @@ async def _walk(
 
 def _repro_detail(meta: ReproductionMetadata) -> str:
     code = "" if meta.exit_code is None else f" exit {meta.exit_code}"
+    if meta.status == "no_reproduce_script":
+        return "no reproduce.sh in the submission"
     return f"reproduce.sh {meta.status}{code} in {meta.wall_time_s:.0f} s"
 
 
