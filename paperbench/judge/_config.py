@@ -74,6 +74,9 @@ class Budgets(BaseModel):
     """Cap on the submission content (files, script, log) of one call; None: what the window
     leaves. The default mode's savings come from a small cap."""
     max_files: int | None = Field(default=10, ge=1)
+    map_tokens: int = Field(default=20_000, ge=100)
+    """The default mode's submission map (the prefix of its shortlist calls) is capped at
+    this: past it, fewer symbols per file, then paths left out with a note."""
     script_share: float = Field(default=0.15, ge=0, le=1)
     log_share: float = Field(default=0.4, ge=0, le=1)
     max_usd: float | None = Field(default=None, gt=0)
@@ -115,6 +118,8 @@ class PromptFiles(BaseModel):
     parsing: str | None = None
     batch: str | None = None
     """The simple mode's grading call: one or several sibling leaves, a verdict each."""
+    shortlist: str | None = None
+    """The simple mode's shortlist call: the submission map, then criteria; paths for each."""
 
 
 class Roles(BaseModel):
@@ -132,17 +137,29 @@ class SimpleConfig(_Common):
     roles: Roles
     budgets: Budgets = Field(default_factory=lambda: Budgets(submission_tokens=12_000))
     prompts: PromptFiles = Field(
-        default_factory=lambda: PromptFiles(batch="prompts/grade_batch.md")
+        default_factory=lambda: PromptFiles(
+            batch="prompts/grade_batch.md", shortlist="prompts/shortlist.md"
+        )
     )
     batch_leaves: int = Field(default=8, ge=1)
     """Sibling leaves of one category graded in one call, a verdict each."""
+    shortlist_batch: int = Field(default=16, ge=0)
+    """Leaves of one category whose files one shortlist call names (0: no shortlist call,
+    files by the lexical index alone)."""
+    shortlist_files: int = Field(default=6, ge=1)
+    """Paths the shortlist call names per criterion, at most."""
+    must_have_shortlisted: int = Field(default=2, ge=0)
+    """A leaf's first this-many shortlisted files must be in the context of the call that
+    grades it (with its top lexical file): a batch that cannot hold them all is split."""
 
     @model_validator(mode="before")
     @classmethod
     def _batch_template(cls, data: Any) -> Any:
-        """The simple mode grades one or several leaves per call with ``grade_batch.md``."""
+        """The simple mode grades one or several leaves per call with ``grade_batch.md`` and
+        shortlists files with ``shortlist.md``."""
         if isinstance(data, dict) and isinstance(data.get("prompts"), dict):
-            data = {**data, "prompts": {"batch": "prompts/grade_batch.md", **data["prompts"]}}
+            defaults = {"batch": "prompts/grade_batch.md", "shortlist": "prompts/shortlist.md"}
+            data = {**data, "prompts": {**defaults, **data["prompts"]}}
         return data
 
     @model_validator(mode="after")

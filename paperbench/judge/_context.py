@@ -36,7 +36,7 @@ will hold; the total never exceeds the budget.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -59,6 +59,9 @@ CHUNK_LINES = 40
 JOIN_TOKENS = 1
 """The newline between two fenced blocks."""
 SEPARATE_FILES = frozenset({"reproduce.sh", "reproduce.log"})
+Why = Literal["run wrote", "shortlist", "import hop", "lexical"]
+"""Why a file was shown: the reproduction wrote it (Result Analysis), the model's shortlist
+named it, a shortlisted file imports it, or the lexical index ranked it."""
 """Shown in their own place in a prompt, never among the ranked files."""
 
 _KINDS: dict[ContextCategory, frozenset[FileKind]] = {
@@ -96,6 +99,7 @@ class ContextFile(BaseModel):
     lines: list[tuple[int, int]] = Field(default_factory=list)
     """When ``cut``: the 1-based, inclusive line ranges of the file that ``text`` holds;
     empty when the whole file is shown."""
+    why: Why = "lexical"
 
 
 class LeftOut(BaseModel):
@@ -308,6 +312,11 @@ def _ranges(index: SubmissionIndex, file: int, chosen: list[int]) -> list[tuple[
     return out
 
 
+def selectable(index: SubmissionIndex, category: ContextCategory) -> frozenset[str]:
+    """The paths a leaf of ``category`` can be shown among the ranked files."""
+    return frozenset(f.path for f in index.files if _eligible(index.view, category, f))
+
+
 def _eligible(view: SubmissionView, category: ContextCategory, f: ViewFile) -> bool:
     if f.path in SEPARATE_FILES:
         return False
@@ -380,6 +389,7 @@ def select_context(
     code_dev: bool = False,
     script_share: float = 0.15,
     log_share: float = 0.4,
+    preferred: Mapping[str, Why] | None = None,
 ) -> LeafContext:
     """The files, script and log excerpt one leaf's grader sees, within ``budget_tokens``.
 
@@ -387,7 +397,9 @@ def select_context(
     window minus the prompt's fixed parts (instructions, paper, addenda, criterion) and the
     room kept for the answer. ``max_files`` bounds the files shown (PaperBench: 10).
     ``script_share`` and ``log_share`` cap the script and the log before files are chosen;
-    room the files leave unused goes back to the log.
+    room the files leave unused goes back to the log. ``preferred`` (path → why, in order:
+    the model's shortlist, then files those import) comes before the lexical ranking; for
+    Result Analysis, the files the run wrote come first (among them, preferred ones first).
     """
     if index is None:
         index = SubmissionIndex(view, model)
@@ -434,20 +446,27 @@ def select_context(
     # files, ranked by the leaf's requirements
     room = budget - script_tokens - log_reserve
     score_list = index.chunk_scores(requirements)
-    candidates: list[tuple[int, float, int]] = []
+    rank = {path: n for n, path in enumerate(preferred or {})}
+    candidates: list[tuple[int, int, float, int]] = []
+    whys: dict[int, Why] = {}
     for i, f in enumerate(index.files):
         if not _eligible(view, category, f):
             continue
         chunk_scores = [score_list[c] for c in index.per_file.get(i, [])]
         file_score = max(chunk_scores, default=0.0) + 0.1 * sum(chunk_scores)
         # Result Analysis: what the run wrote comes first, whatever its words
-        priority = 0 if (f.changed is not None and category == "Result Analysis") else 1
-        candidates.append((priority, -file_score, i))
-    candidates.sort(key=lambda t: (t[0], t[1], index.files[t[2]].path))
+        if f.changed is not None and category == "Result Analysis":
+            priority, whys[i] = 0, "run wrote"
+        elif f.path in rank:
+            priority, whys[i] = 1, (preferred or {})[f.path]
+        else:
+            priority, whys[i] = 2, "lexical"
+        candidates.append((priority, rank.get(f.path, len(rank)), -file_score, i))
+    candidates.sort(key=lambda t: (t[0], t[1], t[2], index.files[t[3]].path))
     files: list[ContextFile] = []
     left_out: list[LeftOut] = []
     used = 0
-    for _, neg_score, i in candidates:
+    for _, _, neg_score, i in candidates:
         f = index.files[i]
         if max_files is not None and len(files) >= max_files:
             left_out.append(LeftOut(path=f.path, reason="max_files"))
@@ -465,7 +484,7 @@ def select_context(
         files.append(
             ContextFile(
                 path=f.path, kind=f.kind, changed=f.changed, score=-neg_score,
-                text=text, tokens=tokens, cut=cut, lines=lines,
+                text=text, tokens=tokens, cut=cut, lines=lines, why=whys[i],
             )
         )  # fmt: skip
         used += tokens

@@ -1,11 +1,19 @@
-"""The default mode: files by the BM25 index, verdict and score in one structured call.
+"""The default mode: files by a model's shortlist and the BM25 index, verdict and score in
+one structured call.
 
 Several sibling leaves of one category share a call (``batch_leaves``), each with its own
-verdict; the context is chosen for the batch by BM25 over the batch's requirement texts, and
-a batch whose context would leave out any leaf's own most relevant file is split until none
-does (down to a leaf alone with the whole budget). The answer's room grows with the batch
-(``answer_tokens_per_criterion``); an answer cut off at it splits the batch, and a leaf alone
-is asked once more with twice the room before it is invalid. The criteria's order is
+verdict. The context is chosen for the batch from, in order: for Result Analysis, the files
+the run wrote; the files the shortlist call (:mod:`paperbench.judge._shortlist`) named for the
+batch's leaves (every leaf's first, then every leaf's second, ...); the files those import;
+then BM25 over the batch's requirement texts. A batch whose context would leave out any
+leaf's must-have files (its own top BM25 file and its first ``must_have_shortlisted``
+shortlisted ones) is split until none does (down to a leaf alone with the whole budget). A
+leaf whose shortlist call failed is graded on the BM25 choice and carries a note saying so;
+every file shown records why it was chosen (``LeafGrade.files_why``).
+
+The answer's room grows with the batch (``answer_tokens_per_criterion``); an answer cut off
+at it splits the batch, and a leaf alone is asked once more with twice the room before it is
+invalid. The criteria's order is
 shuffled between samples and each verdict records its position. The messages are the system
 prompt and the paper (the same for every call of a paper, marked as the end of the cacheable
 prefix), then the batch's material and criteria. A verdict missing from the answer is asked
@@ -18,15 +26,17 @@ import hashlib
 import random
 import time
 from collections import Counter
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.errors import IncompleteAnswerError, ModelError
 from paperbench.judge._addressed import context_findings
 from paperbench.judge._config import SimpleConfig
-from paperbench.judge._context import LeafContext, select_context
+from paperbench.judge._context import LeafContext, Why, select_context, selectable
 from paperbench.judge._job import Job, Leaf, add_cost, reason_of, sum_cost, vote
 from paperbench.judge._prompts import CATEGORY_QUESTIONS, render
+from paperbench.judge._shortlist import Shortlist, shortlist, submission_map
 from paperbench.judge._types import CallCost, LeafGrade, SampleGrade
 from paperbench.llm import Message, SystemMessage, UserMessage, count_tokens
 
@@ -102,7 +112,9 @@ def _batch_text(job: Job, leaves: list[Leaf], context: LeafContext) -> str:
     )
 
 
-def batch_context(job: Job, leaves: list[Leaf], model: str) -> LeafContext:
+def batch_context(
+    job: Job, leaves: list[Leaf], model: str, preferred: Mapping[str, Why] | None = None
+) -> LeafContext:
     config = job.judge.config
     assert isinstance(config, SimpleConfig)
     budgets = config.budgets
@@ -118,10 +130,11 @@ def batch_context(job: Job, leaves: list[Leaf], model: str) -> LeafContext:
         "\n".join(leaf.node.requirements for leaf in leaves),
         model=model,
         index=job.index(model),
-        max_files=budgets.max_files,
+        max_files=None if budgets.max_files is None else budgets.max_files * len(leaves),
         code_dev=job.options.code_dev,
         script_share=budgets.script_share,
         log_share=budgets.log_share,
+        preferred=preferred,
     )
 
 
@@ -217,14 +230,61 @@ def _own_evidence(job: Job, leaf: Leaf, model: str) -> str | None:
     return job.evidence[key]
 
 
-def missing_evidence(job: Job, leaves: list[Leaf], context: LeafContext, model: str) -> list[Leaf]:
-    """The leaves whose own most relevant file is not in the batch's context."""
+def missing_evidence(
+    job: Job,
+    leaves: list[Leaf],
+    context: LeafContext,
+    model: str,
+    lists: Mapping[int, Shortlist | None] | None = None,
+) -> list[Leaf]:
+    """The leaves whose must-have files are not all in the batch's context: the file its own
+    lexical context ranks first, and its first shortlisted files (that it can be shown)."""
     shown = {f.path for f in context.files}
-    return [
-        leaf
-        for leaf in leaves
-        if (own := _own_evidence(job, leaf, model)) is not None and own not in shown
-    ]
+    config = job.judge.config
+    assert isinstance(config, SimpleConfig)
+    out: list[Leaf] = []
+    for n, leaf in enumerate(leaves):
+        must = [] if (own := _own_evidence(job, leaf, model)) is None else [own]
+        found = (lists or {}).get(n)
+        if found is not None and found.paths:
+            can = selectable(job.index(model), leaf.category)
+            must += [p for p in found.paths if p in can][: config.must_have_shortlisted]
+        if any(p not in shown for p in must):
+            out.append(leaf)
+    return out
+
+
+def _preferred(
+    job: Job, leaves: list[Leaf], lists: list[Shortlist | None], model: str
+) -> dict[str, Why]:
+    """The order the batch's files are offered in before the lexical ranking: every leaf's
+    must-have files first (its first ``must_have_shortlisted`` shortlisted files, by rank
+    across the leaves: every leaf's first, then every leaf's second; then each leaf's top
+    BM25 file), then the rest of the shortlists by rank, then the files the shortlisted ones
+    import (one hop)."""
+    config = job.judge.config
+    assert isinstance(config, SimpleConfig)
+    out: dict[str, Why] = {}
+    named = [s.paths for s in lists if s is not None]
+    longest = max((len(p) for p in named), default=0)
+    must = min(config.must_have_shortlisted, longest)
+
+    def by_rank(first: int, last: int) -> None:
+        for rank in range(first, last):
+            for paths in named:
+                if rank < len(paths):
+                    out.setdefault(paths[rank], "shortlist")
+
+    by_rank(0, must)
+    for leaf in leaves:
+        if (own := _own_evidence(job, leaf, model)) is not None:
+            out.setdefault(own, "lexical")
+    by_rank(must, longest)
+    imports = submission_map(job, model).imports
+    for path in [p for p, why in out.items() if why == "shortlist"]:
+        for target in imports.get(path, []):
+            out.setdefault(target, "import hop")
+    return out
 
 
 def _order(leaves: list[Leaf], sample: int) -> list[int]:
@@ -252,11 +312,14 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
     context = batch_context(job, leaves, name)
     if context.shortcut is not None:
         return [_shortcut(leaf, context) for leaf in leaves]
-    if len(leaves) > 1 and missing_evidence(job, leaves, context, name):
+    lists = [await shortlist(job, leaf, name) for leaf in leaves]
+    if any(s is not None and s.paths for s in lists):
+        context = batch_context(job, leaves, name, _preferred(job, leaves, lists, name))
+    if len(leaves) > 1 and missing_evidence(job, leaves, context, name, dict(enumerate(lists))):
         half = len(leaves) // 2
         return [*await grade_batch(job, leaves[:half]), *await grade_batch(job, leaves[half:])]
     samples: list[list[SampleGrade]] = [[] for _ in leaves]
-    costs = [CallCost() for _ in leaves]
+    costs = [CallCost() if s is None else s.cost for s in lists]
     for sample in range(job.options.samples):
         order = _order(leaves, sample)
         asked = [leaves[i] for i in order]
@@ -273,7 +336,7 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
             costs[order[k]] = sum_cost(costs[order[k]], share)
         for i, leaf in enumerate(leaves):
             if i not in found and len(leaves) > 1:
-                alone = batch_context(job, [leaf], name)
+                alone = batch_context(job, [leaf], name, _preferred(job, [leaf], [lists[i]], name))
                 again, more = await _ask_alone(job, leaf, alone, sample)
                 costs[i] = sum_cost(costs[i], more[0])
                 if 0 in again:
@@ -301,9 +364,11 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
             cost=costs[i],
             files_shown=files,
             file_lines_shown=parts,
+            files_why={f.path: f.why for f in context.files},
+            notes=[s.note] if s is not None and s.note else [],
             log_lines_shown=context.log.shown if context.log is not None else [],
             addressed_to_judge=addressed,
             wall_time_s=elapsed,
         )
-        for i, leaf in enumerate(leaves)
+        for (i, leaf), s in zip(enumerate(leaves), lists, strict=True)
     ]

@@ -121,12 +121,20 @@ class LeafGrade(_Record):
     file_lines_shown: dict[str, list[tuple[int, int]]] = Field(default_factory=dict)
     """The files the default mode's grader was shown only in part (some chunks, or the head
     of a file too big to read whole): each path's 1-based, inclusive line ranges shown."""
+    files_why: dict[str, str] = Field(default_factory=dict)
+    """The default mode: why each file shown (whole or in part) was chosen: ``run wrote``
+    (Result Analysis), ``shortlist`` (the model's shortlist named it), ``import hop`` (a
+    shortlisted file imports it) or ``lexical`` (the BM25 index ranked it)."""
     log_lines_shown: list[tuple[int, int]] = Field(default_factory=list)
     """The line ranges of reproduce.log (as the judge's view holds it) that the default
     mode's grader was shown; empty when it was shown no log (the faithful mode, which shows
     the head of the folded log, records none)."""
     addressed_to_judge: list[AddressedText] = Field(default_factory=list)
     """Text addressed to the judge in what this leaf's grader was shown."""
+    notes: list[str] = Field(default_factory=list)
+    """What kept files from this leaf's grader whatever it chose: the cuts of the judge's view
+    of the submission (``SubmissionView.cuts``), one line each; and in the default mode, a
+    shortlist call that failed (its files then chosen by the lexical index alone)."""
     samples: list[SampleGrade] = Field(default_factory=list)
     """Every verdict when more than one was taken (majority vote → ``score``)."""
     interval: tuple[float, float] | None = None

@@ -198,12 +198,18 @@ def tree_items(tree: GradedTaskNode, leaves: list[LeafGrade]) -> list[TreeItem]:
 
 def shown_files(grade: LeafGrade) -> list[str]:
     """What a leaf's grader was shown of the submission's files: each path shown whole, then
-    each shown in part with its line ranges (``model.py (lines 1-40, 81-120)``)."""
+    each shown in part with its line ranges (``model.py (lines 1-40, 81-120)``); with why
+    each was chosen when the grade records it (``model.py [shortlist]``)."""
+
+    def why(path: str) -> str:
+        reason = grade.files_why.get(path)
+        return f" [{reason}]" if reason else ""
+
     parts = [
-        f"{path} (lines {', '.join(f'{a}-{b}' for a, b in ranges)})"
+        f"{path} (lines {', '.join(f'{a}-{b}' for a, b in ranges)}){why(path)}"
         for path, ranges in grade.file_lines_shown.items()
     ]
-    return [*grade.files_shown, *parts]
+    return [*(f"{path}{why(path)}" for path in grade.files_shown), *parts]
 
 
 def _metadata_files(metadata: dict[str, Any] | None) -> list[str]:

@@ -40,8 +40,16 @@ def _quoted(block: str) -> str:
     return "\n".join(line.removeprefix("> ") for line in block.strip("\n").split("\n"))
 
 
+def is_shortlist(request: RecordedRequest) -> bool:
+    """The simple mode's shortlist call (paths per criterion, not verdicts)."""
+    schema = requested_schema(request)
+    return schema is not None and "picks" in schema.get("properties", {})
+
+
 def batch_criteria(request: RecordedRequest) -> list[tuple[str, str]]:
-    """(key, requirements) of every criterion a simple-mode call asks about."""
+    """(key, requirements) of every criterion a simple-mode grading call asks about."""
+    if is_shortlist(request):
+        return []
     return [(m.group(1), _quoted(m.group(2))) for m in _KEY.finditer(last_user_text(request))]
 
 
@@ -56,12 +64,20 @@ class ScriptedJudge:
     score: Callable[[str], float | None]
     fault: Callable[[str], FakeReply | Fault | None] = lambda _: None
     ranked: list[str] = field(default_factory=lambda: ["main.py", "README.md"])
+    shortlist: Callable[[str], list[str]] = lambda _: []
+    """The simple mode's shortlist: paths for a criterion (none by default)."""
     graded: list[str] = field(default_factory=list)
     """Requirements of every criterion asked about, in order."""
 
     def __call__(self, request: RecordedRequest) -> FakeReply | Fault:
         schema = requested_schema(request)
         text = last_user_text(request)
+        if is_shortlist(request):
+            picks = [
+                {"key": m.group(1), "paths": self.shortlist(_quoted(m.group(2)))}
+                for m in _KEY.finditer(text)
+            ]
+            return FakeReply(json={"picks": picks})
         if schema is not None and "verdicts" in schema.get("properties", {}):
             criteria = batch_criteria(request)
             for _, requirements in criteria:

@@ -169,7 +169,7 @@ def test_the_answer_room_grows_with_the_batch_and_a_cut_off_answer_splits_it(
     fake_llm.handler = handler
     result = _grade(fake_llm, tmp_path, _judge(tmp_path, submission_tokens=20000))
     assert result.invalid_leaves == 0 and result.coverage == 1
-    rooms = [(len(batch_criteria(r)), _room(r)) for r in fake_llm.requests]
+    rooms = [(len(batch_criteria(r)), _room(r)) for r in fake_llm.requests if batch_criteria(r)]
     assert rooms[0] == (6, 10_000 + 1_500 * 5)  # the catalog's answer_tokens, +1,500 each
     assert (3, 10_000 + 1_500 * 2) in rooms  # split in halves
     assert (1, 2 * 10_000) in rooms  # wombat alone, cut off once, asked with twice the room
@@ -194,7 +194,9 @@ def test_the_model_is_told_what_was_not_shown_and_when_changes_are_unknown(
         }
     )
     _grade(fake_llm, tmp_path, _judge(tmp_path, submission_tokens=600), rubric=rubric)
-    texts = {batch_criteria(r)[0][1]: last_user_text(r) for r in fake_llm.requests}
+    texts = {
+        batch_criteria(r)[0][1]: last_user_text(r) for r in fake_llm.requests if batch_criteria(r)
+    }
     analysis = next(t for c, t in texts.items() if "results table" in c)
     assert "run created or changed is not known" in analysis
     left_out = [t for t in texts.values() if "Not shown:" in t]

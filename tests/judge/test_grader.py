@@ -18,7 +18,7 @@ from paperbench.rubric import TaskNode, load_graded
 from paperbench.testing import FakeLLMServer, FakeReply, FakeUsage, Fault
 
 from .conftest import write_executed
-from .scripted import ScriptedJudge, all_text, batch_criteria, last_user_text
+from .scripted import ScriptedJudge, all_text, batch_criteria, is_shortlist, last_user_text
 
 FILES: dict[str, str | bytes] = {
     "main.py": "from calib import fit\n\ndef train_alpha():\n    return fit('alpha')\n",
@@ -138,8 +138,10 @@ def test_scripted_verdicts_aggregate_to_the_expected_score(
     assert result.score == pytest.approx(EXPECTED)
     assert result.coverage == 1 and result.invalid_leaves == 0 and not result.unscored
     assert result.scores_by_category["Code Development"] == pytest.approx(0.5)
-    # three sibling leaves of Method share a call by category: CD (2 leaves), CE, RA
-    assert len(fake_llm.requests) == 3
+    # three sibling leaves of Method share a call by category: CD (2 leaves), CE, RA; and
+    # one shortlist call per category
+    grading = [r for r in fake_llm.requests if not is_shortlist(r)]
+    assert len(grading) == 3 and len(fake_llm.requests) == 6
     folder = tmp_path / "out" / "grading"
     tree = load_graded(folder / "grade.json")  # PaperBench's wrapper shape reads back
     assert tree.score == pytest.approx(EXPECTED)
@@ -152,7 +154,7 @@ def test_scripted_verdicts_aggregate_to_the_expected_score(
     ]
     assert (folder / "complete.json").is_file()
     costs = json.loads((folder / "costs.json").read_text())
-    assert set(costs["by_label"]) == {"judge_grading"}
+    assert set(costs["by_label"]) == {"judge_grading", "judge_shortlist"}
 
 
 def test_the_simple_mode_shares_its_prefix_and_marks_it_cacheable(
@@ -160,12 +162,17 @@ def test_the_simple_mode_shares_its_prefix_and_marks_it_cacheable(
 ) -> None:
     fake_llm.handler = ScriptedJudge(by_word(SCORES))
     grade(fake_llm, build_view(submission), paper, load_judge_config("simple"), tmp_path / "o")
-    bodies = [r.body["messages"] for r in fake_llm.requests]
+    bodies = [r.body["messages"] for r in fake_llm.requests if not is_shortlist(r)]
     assert len(bodies) == 3
     # system + paper are the same in every request; the paper's text is in that part
     assert all(b[:2] == bodies[0][:2] for b in bodies)
     assert "Calibration" in json.dumps(bodies[0][1]) or len(json.dumps(bodies[0][1])) > 1000
     assert all(json.dumps(b[2]) != json.dumps(bodies[0][2]) for b in bodies[1:])
+    # the shortlist calls (one per category) share the submission map as their first message
+    maps = [r.body["messages"] for r in fake_llm.requests if is_shortlist(r)]
+    assert len(maps) == 3 and all(m[0] == maps[0][0] for m in maps)
+    assert "main.py [code" in json.dumps(maps[0][0])
+    assert len({json.dumps(m[1]) for m in maps}) == 3
 
 
 def test_faithful_makes_three_calls_per_leaf_with_the_roles_models(
@@ -395,8 +402,9 @@ def test_code_dev_grades_only_code_development_without_script_or_log(
         fake_llm, view, paper, load_judge_config("simple"), tmp_path / "o", code_dev=True
     )
     assert result.leaves == 2 and result.score == pytest.approx(0.5)
-    assert len(fake_llm.requests) == 1
-    text = last_user_text(fake_llm.requests[0])
+    grading = [r for r in fake_llm.requests if not is_shortlist(r)]
+    assert len(grading) == 1
+    text = last_user_text(grading[0])
     assert "python main.py > results.csv" not in text
 
 

@@ -134,7 +134,7 @@ def test_a_file_shown_in_part_is_recorded_with_exactly_the_lines_sent(
     from paperbench.report._html import shown_files  # the report's leaf view
 
     ranges = ", ".join(f"{a}-{b}" for a, b in grade.file_lines_shown["big.py"])
-    assert shown_files(grade) == ["README.md", f"big.py (lines {ranges})"]
+    assert shown_files(grade) == ["README.md [lexical]", f"big.py (lines {ranges}) [lexical]"]
 
 
 def test_a_file_over_200_kb_shows_its_head_recorded_as_a_range(

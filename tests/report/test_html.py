@@ -84,3 +84,20 @@ def test_a_sandbox_chosen_by_auto_says_so_and_no_row_claims_what_was_asked(
     # not in the run's files, so the row claims neither
     row = _reproduction_row(tmp_path / "b", "Docker backend asked for")
     assert "asked for" not in row and "docker" in row and "isolation docker" in row
+
+
+def test_a_leaf_shows_why_each_file_was_chosen_and_its_notes(tmp_path: Path) -> None:
+    """The run page's leaf view: each file shown with why it was chosen (the default mode's
+    shortlist, import hop, lexical, run wrote), and the leaf's notes (a failed shortlist)."""
+    group = build_group(tmp_path)
+    leaves = group / "p-alpha" / "agent-a" / "seed-0" / "grading" / "leaves.jsonl"
+    lines = leaves.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["files_why"] = {"train.py": "shortlist", "calibrate.py": "import hop"}
+    first["notes"] = ["the file shortlist call failed (refused): files chosen by BM25"]
+    leaves.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    files = read_group_files(group)
+    write_html(summarize_group(files), files, tmp_path / "html")
+    page = (tmp_path / "html" / "runs" / "p-alpha--agent-a--seed-0.html").read_text()
+    assert "train.py [shortlist], calibrate.py [import hop]" in page
+    assert "note: the file shortlist call failed (refused): files chosen by BM25" in page

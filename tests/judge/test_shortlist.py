@@ -1,0 +1,146 @@
+"""The default mode's shortlist: the model names each leaf's files over a map of the
+submission, so evidence reaches the grader whatever its words (issue 28)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from paperbench.judge import LeafGrade, build_view, load_judge_config
+from paperbench.judge._grader import grade_submission
+from paperbench.judge._job import GradeOptions, ModelSettings
+from paperbench.papers import Paper, PaperSource
+from paperbench.rubric import TaskNode
+from paperbench.testing import FakeLLMServer, FakeReply, Fault, RecordedRequest
+
+from .scripted import ScriptedJudge, batch_criteria, is_shortlist, last_user_text
+
+QUOKKA = "The quokka estimator is implemented as the paper describes."
+WOMBAT = "The wombat step is configured with a learning rate as the paper gives it."
+SHORTLIST = {
+    QUOKKA: ["src/pkg/zeta.py"],
+    WOMBAT: ["src/wombat.py", "src/settings_zz.py"],
+}
+
+
+def _rubric() -> TaskNode:
+    leaves = [
+        {
+            "id": f"l{i}",
+            "requirements": text,
+            "weight": 1,
+            "sub_tasks": [],
+            "task_category": "Code Development",
+            "finegrained_task_category": None,
+        }
+        for i, text in enumerate((QUOKKA, WOMBAT))
+    ]
+    return TaskNode.model_validate(
+        {
+            "id": "root",
+            "requirements": "Replicate the paper",
+            "weight": 1,
+            "sub_tasks": [{"id": "m", "requirements": "Method", "weight": 1, "sub_tasks": leaves}],
+        }
+    )
+
+
+def _submission(root: Path) -> Path:
+    """24 decoys in the criteria's words (more than the 20 files a call of two leaves shows,
+    ten per leaf), the quokka leaf's evidence in words of its own (importing a helper), and
+    the wombat leaf's split between a file in its words and a settings file in none of them."""
+    files = {
+        "README.md": "# Replication\n",
+        "src/pkg/zeta.py": "from .helpers import blend_core\n\n"
+        "def lerp_blend(x):\n    return blend_core(x)  # MARK_B\n",
+        "src/pkg/helpers.py": "def blend_core(x):\n    return x  # MARK_H\n",
+        "src/wombat.py": "def wombat_step(x, cfg):\n    return x * cfg.alpha  # MARK_C1\n",
+        "src/settings_zz.py": "ALPHA_SCHEDULE = 0.3  # MARK_C2\n",
+    }
+    for i in range(24):
+        files[f"src/decoy_{i}.py"] = (
+            f"# quokka estimator and wombat step: learning rate configured later ({i})\n"
+            "def todo(x):\n    return x\n"
+        )
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def _grade(server: FakeLLMServer, tmp_path: Path) -> dict[str, LeafGrade]:
+    paper: Paper = PaperSource.resolve(None).load("calibration-binning")
+    asyncio.run(
+        grade_submission(
+            build_view(_submission(tmp_path / "submission")),
+            paper,
+            load_judge_config("simple"),
+            out_dir=tmp_path / "out",
+            rubric=_rubric(),
+            options=GradeOptions(samples=1),
+            settings=ModelSettings(base_url=server.openai_url, model="openai/gpt-4o"),
+        )
+    )
+    lines = (tmp_path / "out" / "grading" / "leaves.jsonl").read_text().splitlines()
+    grades = [LeafGrade.model_validate_json(line) for line in lines]
+    return {g.leaf_id: g for g in grades}
+
+
+def _grading_text(server: FakeLLMServer, requirements: str) -> str:
+    """The request that grades the criterion (the last one that asks for its verdict)."""
+    asked = [r for r in server.requests if requirements in dict(batch_criteria(r)).values()]
+    return last_user_text(asked[-1])
+
+
+def test_evidence_in_other_words_and_split_evidence_reach_the_grader(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """(b) The quokka leaf's evidence shares no word with it: the shortlist names it, and it
+    (and the helper it imports) is in the request that grades the leaf. (c) Both files of the
+    wombat leaf's split evidence are in its grading request. Each shown file records why."""
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: SHORTLIST.get(r, []))
+    grades = _grade(fake_llm, tmp_path)
+    assert sum(is_shortlist(r) for r in fake_llm.requests) == 1  # one call for the group
+    quokka = _grading_text(fake_llm, QUOKKA)
+    assert "MARK_B" in quokka and "MARK_H" in quokka
+    wombat = _grading_text(fake_llm, WOMBAT)
+    assert "MARK_C1" in wombat and "MARK_C2" in wombat
+    why = grades["l0"].files_why
+    assert why["src/pkg/zeta.py"] == "shortlist" and why["src/pkg/helpers.py"] == "import hop"
+    assert grades["l1"].files_why["src/settings_zz.py"] == "shortlist"
+    assert "lexical" in why.values()  # the rest of the room: the BM25 ranking
+    assert all(not g.notes for g in grades.values())
+
+
+def test_a_path_the_shortlist_invents_is_ignored(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    """The answer's paths are the model's word: one not in the view is not shown (nor
+    recorded), the real one beside it is."""
+    invented = {QUOKKA: ["src/ghost_module.py", "../../etc/passwd", "src/pkg/zeta.py"]}
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: invented.get(r, []))
+    grades = _grade(fake_llm, tmp_path)
+    quokka = _grading_text(fake_llm, QUOKKA)
+    assert "MARK_B" in quokka
+    assert "ghost_module" not in quokka and "passwd" not in quokka
+    assert grades["l0"].files_why["src/pkg/zeta.py"] == "shortlist"
+    assert not {"src/ghost_module.py", "../../etc/passwd"} & set(grades["l0"].files_why)
+
+
+def test_a_failed_shortlist_call_leaves_a_note_and_the_lexical_choice(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """The shortlist call is refused: the leaves are graded on the BM25 choice alone, and
+    each says so in its notes (never a silent fallback)."""
+    judge = ScriptedJudge(lambda _: 1.0)
+
+    def handler(request: RecordedRequest) -> FakeReply | Fault:
+        return Fault.http(400, "refused") if is_shortlist(request) else judge(request)
+
+    fake_llm.handler = handler
+    grades = _grade(fake_llm, tmp_path)
+    assert all(g.valid for g in grades.values())
+    for grade in grades.values():
+        assert len(grade.notes) == 1
+        assert "shortlist call failed" in grade.notes[0]
+        assert "lexical index alone" in grade.notes[0]
+        assert set(grade.files_why.values()) == {"lexical"}
+    assert "MARK_B" not in _grading_text(fake_llm, QUOKKA)
