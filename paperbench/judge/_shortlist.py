@@ -62,11 +62,16 @@ def submission_map(job: Job, model: str) -> SubmissionMap:
 
 
 def _groups(job: Job, size: int) -> dict[tuple[int, ...], tuple[int, list[tuple[str, str]]]]:
-    """Leaf path → (group number, the group's (path key, requirements) in rubric order)."""
+    """Leaf path → (group number, the group's (path key, requirements) in rubric order); a
+    leaf whose check is run is in no group."""
     key = "shortlist-groups"
     if key not in job.cache:
+        config = job.judge.config
+        assert isinstance(config, SimpleConfig)
         by_category: dict[str, list[tuple[tuple[int, ...], str]]] = {}
         for path, node in iter_leaves(job.rubric):
+            if node.check is not None and config.checks == "run":
+                continue  # graded by running its command, not by a model
             category = node.task_category.value if node.task_category is not None else ""
             by_category.setdefault(category, []).append((tuple(path), node.requirements))
         out: dict[tuple[int, ...], tuple[int, list[tuple[str, str]]]] = {}

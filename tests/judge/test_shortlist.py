@@ -23,8 +23,11 @@ SHORTLIST = {
 }
 
 
+CHECKED = "The numbat test passes."
+
+
 def _rubric() -> TaskNode:
-    leaves = [
+    leaves: list[dict[str, object]] = [
         {
             "id": f"l{i}",
             "requirements": text,
@@ -35,6 +38,16 @@ def _rubric() -> TaskNode:
         }
         for i, text in enumerate((QUOKKA, WOMBAT))
     ]
+    leaves.append(  # graded by running its command: no file to shortlist
+        {
+            "id": "checked",
+            "requirements": CHECKED,
+            "weight": 1,
+            "sub_tasks": [],
+            "task_category": "Code Development",
+            "check": {"command": "true"},
+        }
+    )
     return TaskNode.model_validate(
         {
             "id": "root",
@@ -100,7 +113,8 @@ def test_evidence_in_other_words_and_split_evidence_reach_the_grader(
     wombat leaf's split evidence are in its grading request. Each shown file records why."""
     fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: SHORTLIST.get(r, []))
     grades = _grade(fake_llm, tmp_path)
-    assert sum(is_shortlist(r) for r in fake_llm.requests) == 1  # one call for the group
+    [asked] = [r for r in fake_llm.requests if is_shortlist(r)]  # one call for the group
+    assert QUOKKA in last_user_text(asked) and CHECKED not in last_user_text(asked)
     quokka = _grading_text(fake_llm, QUOKKA)
     assert "MARK_B" in quokka and "MARK_H" in quokka
     wombat = _grading_text(fake_llm, WOMBAT)
@@ -109,7 +123,7 @@ def test_evidence_in_other_words_and_split_evidence_reach_the_grader(
     assert why["src/pkg/zeta.py"] == "shortlist" and why["src/pkg/helpers.py"] == "import hop"
     assert grades["l1"].files_why["src/settings_zz.py"] == "shortlist"
     assert "lexical" in why.values()  # the rest of the room: the BM25 ranking
-    assert all(not g.notes for g in grades.values())
+    assert not grades["l0"].notes and not grades["l1"].notes
 
 
 def test_a_path_the_shortlist_invents_is_ignored(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
@@ -137,8 +151,8 @@ def test_a_failed_shortlist_call_leaves_a_note_and_the_lexical_choice(
 
     fake_llm.handler = handler
     grades = _grade(fake_llm, tmp_path)
-    assert all(g.valid for g in grades.values())
-    for grade in grades.values():
+    assert grades["l0"].valid and grades["l1"].valid
+    for grade in (grades["l0"], grades["l1"]):
         assert len(grade.notes) == 1
         assert "shortlist call failed" in grade.notes[0]
         assert "lexical index alone" in grade.notes[0]
