@@ -15,9 +15,10 @@ use the other leaves' words:
 
 Every evidence place carries a marker (``EVIDENCE-0042``) that no criterion mentions. Each
 mode grades the whole tree against a local fake model server; a leaf's evidence counts as
-shown when its marker is in a request that grades it (a request holding its criterion). The
-faithful mode is given a perfect ranker (its ranking calls answer with the evidence file
-first), so it is the ceiling of what ranking can give. Per mode and category the table shows
+shown when its marker is in a request that grades it (a request holding its criterion). Both
+modes are given a perfect ranker (the faithful mode's ranking calls answer with the evidence
+file first, the simple mode's shortlist calls with the evidence file), so it is the ceiling of
+what ranking can give. Per mode and category the table shows
 the share of leaves whose evidence was shown, input tokens per leaf (counted on the requests'
 text) and requests per leaf. Nothing is asserted.
 
@@ -34,10 +35,11 @@ submission is an executed one (``metadata.json`` lists what the run created; mti
 ``reproduce.log.creation_time`` say the same). A leaf counts as shown only when every marker
 of its evidence is in the request that grades it (the last grading request that asks about
 its criterion; preceding criteria shown for context do not count). A mode with a
-model-ranked step (simple-faithful) runs once per ``--rankers``: ``correct`` answers with the
-case's evidence files first, ``random`` with the tree shuffled (the floor); ``simple`` has no
-model-ranked step and runs once. Tokens and requests per leaf count every request about the
-leaf (ranking, grading, parsing), a shared request in equal shares.
+model-ranked step runs once per ``--rankers``: ``correct`` answers with the case's evidence
+files (simple-faithful's ranking: first, then the rest of the tree; simple's shortlist: those
+files for each criterion), ``random`` with the tree shuffled, or six paths of the map drawn at
+random per criterion (the floor). Tokens and requests per leaf count every request about the
+leaf (shortlist, ranking, grading, parsing), a shared request in equal shares.
 
     .venv/bin/python bench/judge_evidence.py --case classes [--sizes 70000,400000]
 """
@@ -278,13 +280,43 @@ def _tree_paths(text: str) -> list[str]:
     return paths
 
 
+_CRITERION_KEY = re.compile(r"^\[(\d+)\]\n> (.*)$", re.M)
+_MAP_PATH = re.compile(r"^(\S+) \[", re.M)
+
+
+def _shortlist_reply(
+    text: str, files_of: dict[str, list[str]], rng: random.Random | None
+) -> FakeReply:
+    """The simple mode's shortlist: per criterion key, the files ``files_of`` gives for its
+    text (a correct ranker), or, with ``rng``, six paths of the map at random (the floor)."""
+    question = text.split("# The criteria", 1)[-1]
+    paths = _MAP_PATH.findall(text.split("# The criteria", 1)[0])
+    picks = []
+    for key, criterion in _CRITERION_KEY.findall(question):
+        if rng is not None:
+            named = rng.sample(paths, min(6, len(paths)))
+        else:
+            named = files_of.get(criterion.strip(), [])
+        picks.append({"key": key, "paths": named})
+    return FakeReply(json={"picks": picks})
+
+
+def _is_shortlist(request: RecordedRequest) -> bool:
+    schema = requested_schema(request)
+    return schema is not None and "picks" in schema.get("properties", {})
+
+
 def _handler(leaves: list[Leaf]) -> object:
     """Answers every call a judge makes; the faithful mode's ranking perfectly."""
     by_criterion = {leaf.criterion: leaf for leaf in leaves}
 
+    files_of = {leaf.criterion: [leaf.evidence_file or ""] for leaf in leaves}
+
     def answer(request: RecordedRequest) -> FakeReply:
         text = _text(request)
         schema = requested_schema(request)
+        if _is_shortlist(request):
+            return _shortlist_reply(text, files_of, None)
         if schema is not None and "verdicts" in schema.get("properties", {}):
             keys = _KEY.findall(text)
             verdicts = [{"key": k, "explanation": "scripted", "score": 1} for k in keys]
@@ -510,10 +542,13 @@ def _class_handler(leaves: list[ClassLeaf], ranker: str, seed: int) -> object:
     parsing call that reads it is counted for that leaf); ranking calls with the leaf's
     evidence files first (``correct``) or the tree in a random order (``random``)."""
     rng = random.Random(seed)
+    files_of = {leaf.criterion: leaf.files for leaf in leaves}
 
     def answer(request: RecordedRequest) -> FakeReply:
         text = _text(request)
         schema = requested_schema(request)
+        if _is_shortlist(request):
+            return _shortlist_reply(text, files_of, rng if ranker == "random" else None)
         if schema is not None and "verdicts" in schema.get("properties", {}):
             keys = _KEY.findall(text)
             verdicts = [{"key": k, "explanation": "scripted", "score": 1} for k in keys]
@@ -595,8 +630,7 @@ def run_classes(args: argparse.Namespace) -> None:
             )
             Console().print(f"submission of {total:,} tokens (target {size:,})")
             for mode in args.modes.split(","):
-                rankers = ["none"] if mode == "simple" else args.rankers.split(",")
-                for ranker in rankers:
+                for ranker in args.rankers.split(","):
                     server = FakeLLMServer().start()
                     server.handler = _class_handler(leaves, ranker, args.seed)  # type: ignore[assignment]
                     try:
@@ -624,9 +658,8 @@ def run_classes(args: argparse.Namespace) -> None:
                     for kind, row in _class_rows(leaves, texts, tokens, grading).items():
                         results.append((kind, f"{total // 1000}k", mode, ranker, row))
     for kind, size_label, mode, ranker, (shown, tok, reqs) in sorted(results, key=lambda r: r[0]):
-        label = "none (no model-ranked step)" if ranker == "none" else ranker
         table.add_row(
-            CLASSES[kind], size_label, mode, label, f"{shown:.0f} %", f"{tok:,.0f}", f"{reqs:.2f}"
+            CLASSES[kind], size_label, mode, ranker, f"{shown:.0f} %", f"{tok:,.0f}", f"{reqs:.2f}"
         )
     Console(width=max(Console().width, 120)).print(table)
 
