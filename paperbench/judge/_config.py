@@ -82,13 +82,14 @@ class Budgets(BaseModel):
     max_usd: float | None = Field(default=None, gt=0)
     """Stop starting calls once the grading has cost this much (leaves left are invalid)."""
 
-    def submission_budget(self, fixed_tokens: int) -> int:
+    def submission_budget(self, fixed_tokens: int, extra: int = 0) -> int:
         """Tokens left for submission content in one call whose other parts (instructions,
         paper, addenda, criteria) take ``fixed_tokens``: the window less those and the
-        answer's room, capped at ``submission_tokens``; 0 when nothing is left."""
+        answer's room, capped at ``submission_tokens`` (plus ``extra``); 0 when nothing is
+        left."""
         room = self.context_window - self.answer_tokens - fixed_tokens
         if self.submission_tokens is not None:
-            room = min(room, self.submission_tokens)
+            room = min(room, self.submission_tokens + extra)
         return max(room, 0)
 
 

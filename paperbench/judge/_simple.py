@@ -113,8 +113,14 @@ def _batch_text(job: Job, leaves: list[Leaf], context: LeafContext) -> str:
 
 
 def batch_context(
-    job: Job, leaves: list[Leaf], model: str, preferred: Mapping[str, Why] | None = None
+    job: Job,
+    leaves: list[Leaf],
+    model: str,
+    preferred: Mapping[str, Why] | None = None,
+    extra: int = 0,
 ) -> LeafContext:
+    """The batch's context; ``extra`` raises the cap on its submission content (never past
+    what the window leaves)."""
     config = job.judge.config
     assert isinstance(config, SimpleConfig)
     budgets = config.budgets
@@ -126,7 +132,7 @@ def batch_context(
     return select_context(
         job.view,
         leaves[0].category,
-        budgets.submission_budget(fixed + 600),
+        budgets.submission_budget(fixed + 600, extra),
         "\n".join(leaf.node.requirements for leaf in leaves),
         model=model,
         index=job.index(model),
@@ -240,18 +246,45 @@ def missing_evidence(
     """The leaves whose must-have files are not all in the batch's context: the file its own
     lexical context ranks first, and its first shortlisted files (that it can be shown)."""
     shown = {f.path for f in context.files}
+    return [
+        leaf
+        for n, leaf in enumerate(leaves)
+        if any(p not in shown for p in _must_haves(job, leaf, (lists or {}).get(n), model))
+    ]
+
+
+def _must_haves(job: Job, leaf: Leaf, found: Shortlist | None, model: str) -> list[str]:
+    """A leaf's must-have files: its top lexical file, and its first shortlisted ones that
+    its category can be shown."""
     config = job.judge.config
     assert isinstance(config, SimpleConfig)
-    out: list[Leaf] = []
-    for n, leaf in enumerate(leaves):
-        must = [] if (own := _own_evidence(job, leaf, model)) is None else [own]
-        found = (lists or {}).get(n)
-        if found is not None and found.paths:
-            can = selectable(job.index(model), leaf.category)
-            must += [p for p in found.paths if p in can][: config.must_have_shortlisted]
-        if any(p not in shown for p in must):
-            out.append(leaf)
-    return out
+    must = [] if (own := _own_evidence(job, leaf, model)) is None else [own]
+    if found is not None and found.paths:
+        can = selectable(job.index(model), leaf.category)
+        must += [p for p in found.paths if p in can][: config.must_have_shortlisted]
+    return must
+
+
+def _missing_tokens(
+    job: Job, leaves: list[Leaf], lists: list[Shortlist | None], context: LeafContext, model: str
+) -> int:
+    """What the must-have files the context left out take, whole: the room a batch is given
+    once more (up to ``submission_tokens`` again) before it is split."""
+    config = job.judge.config
+    assert isinstance(config, SimpleConfig)
+    cap = config.budgets.submission_tokens
+    if cap is None:
+        return 0  # the budget is already all the window leaves
+    shown = {f.path for f in context.files}
+    index = job.index(model)
+    where = {f.path: i for i, f in enumerate(index.files)}
+    missing = {
+        p
+        for leaf, found in zip(leaves, lists, strict=True)
+        for p in _must_haves(job, leaf, found, model)
+        if p not in shown and p in where
+    }
+    return min(sum(index.whole(where[p])[1] for p in missing), cap)
 
 
 def _preferred(
@@ -300,10 +333,11 @@ def _order(leaves: list[Leaf], sample: int) -> list[int]:
 async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
     """Grade sibling leaves of one category (all samples); one LeafGrade per leaf, in order.
 
-    Every leaf is graded on a context that holds its own most relevant file: when the batch's
-    context, built for all the batch's criteria within one budget, leaves a leaf's top file
-    out, the batch is split in two and each half is graded on its own, down to a leaf alone
-    with the whole budget.
+    Every leaf is graded on a context that holds its must-have files (its top lexical file and
+    its first shortlisted ones): when the batch's context, built for all the batch's criteria
+    within one budget, leaves one out, the budget is raised once by what the missing files
+    take (at most ``submission_tokens`` more); if one is still left out, the batch is split in
+    two and each half is graded on its own, down to a leaf alone with the whole budget.
     """
     started = time.perf_counter()
     config = job.judge.config
@@ -313,9 +347,16 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
     if context.shortcut is not None:
         return [_shortcut(leaf, context) for leaf in leaves]
     lists = [await shortlist(job, leaf, name) for leaf in leaves]
-    if any(s is not None and s.paths for s in lists):
-        context = batch_context(job, leaves, name, _preferred(job, leaves, lists, name))
-    if len(leaves) > 1 and missing_evidence(job, leaves, context, name, dict(enumerate(lists))):
+    preferred = _preferred(job, leaves, lists, name) if any(s and s.paths for s in lists) else None
+    if preferred is not None:
+        context = batch_context(job, leaves, name, preferred)
+    by_leaf = dict(enumerate(lists))
+    if len(leaves) > 1 and missing_evidence(job, leaves, context, name, by_leaf):
+        # one call with room for the must-have files costs less than two calls
+        extra = _missing_tokens(job, leaves, lists, context, name)
+        if extra:
+            context = batch_context(job, leaves, name, preferred, extra)
+    if len(leaves) > 1 and missing_evidence(job, leaves, context, name, by_leaf):
         half = len(leaves) // 2
         return [*await grade_batch(job, leaves[:half]), *await grade_batch(job, leaves[half:])]
     samples: list[list[SampleGrade]] = [[] for _ in leaves]

@@ -4,9 +4,13 @@ submission, so evidence reaches the grader whatever its words (issue 28)."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 
+import yaml
+
 from paperbench.judge import LeafGrade, build_view, load_judge_config
+from paperbench.judge._config import catalog_dir
 from paperbench.judge._grader import grade_submission
 from paperbench.judge._job import GradeOptions, ModelSettings
 from paperbench.papers import Paper, PaperSource
@@ -158,3 +162,40 @@ def test_a_failed_shortlist_call_leaves_a_note_and_the_lexical_choice(
         assert "lexical index alone" in grade.notes[0]
         assert set(grade.files_why.values()) == {"lexical"}
     assert "MARK_B" not in _grading_text(fake_llm, QUOKKA)
+
+
+def test_a_batch_gets_room_for_its_must_have_files_before_it_is_split(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """Two leaves whose shortlisted files (~590 tokens each, a single 40-line chunk) do not
+    both fit the submission cap (700 tokens): the call's room is raised by what the left-out
+    one takes, and one call grades both, each shown its file (rather than a call each)."""
+    folder = tmp_path / "judges"
+    shutil.copytree(catalog_dir(), folder, dirs_exist_ok=True)
+    config = yaml.safe_load((folder / "simple.yaml").read_text())
+    config["budgets"]["submission_tokens"] = 700
+    (folder / "capped.yaml").write_text(yaml.safe_dump(config))
+    root = tmp_path / "submission"
+    (root / "src").mkdir(parents=True)
+    (root / "README.md").write_text("# Replication\n")
+    for name, mark in (("big_a", "MARK_A"), ("big_b", "MARK_B")):
+        body = "".join(f"value_{name}_{j} = compute_{j}(table, {j})\n" for j in range(39))
+        (root / "src" / f"{name}.py").write_text(body + f"# {mark}")  # 40 lines: one chunk
+    picks = {QUOKKA: ["src/big_a.py"], WOMBAT: ["src/big_b.py"]}
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: picks.get(r, []))
+    rubric = _rubric().to_dict()
+    rubric["sub_tasks"][0]["sub_tasks"] = rubric["sub_tasks"][0]["sub_tasks"][:2]
+    asyncio.run(
+        grade_submission(
+            build_view(root),
+            PaperSource.resolve(None).load("calibration-binning"),
+            load_judge_config(folder / "capped.yaml"),
+            out_dir=tmp_path / "out",
+            rubric=TaskNode.model_validate(rubric),
+            options=GradeOptions(samples=1),
+            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
+        )
+    )
+    [grading] = [r for r in fake_llm.requests if batch_criteria(r)]
+    text = last_user_text(grading)
+    assert "MARK_A" in text and "MARK_B" in text
