@@ -6,9 +6,20 @@ from pathlib import Path
 
 import pytest
 
+from paperbench.judge import build_view
+from paperbench.judge._faithful_files import category_files, ranking_tree
 from paperbench.judge._faithful_log import fold_like_paperbench
 
-from .upstream import UPSTREAM_ENV, generated_logs, reduce_log, upstream_git, upstream_reduce_log
+from .upstream import (
+    UPSTREAM_ENV,
+    generated_logs,
+    reduce_log,
+    upstream_git,
+    upstream_reduce_log,
+    walked_files,
+)
+
+MODEL = "openai/gpt-4o"
 
 LOGS = generated_logs()
 needs_upstream = pytest.mark.skipif(
@@ -36,3 +47,47 @@ def test_the_reference_fold_is_paperbench_s_own_code() -> None:
     theirs = upstream_reduce_log()
     for name, log in LOGS.items():
         assert reduce_log(log) == theirs(log), name
+
+
+def _tree_paths(tree: str) -> list[str]:
+    """The file paths of a fenced ranking tree, in the order it lists them."""
+    lines = tree.split("\n")[2:-1]  # the opening marker, the label; the closing marker
+    folders: list[str] = []
+    out: list[str] = []
+    for line in lines:
+        depth = (len(line) - len(line.lstrip(" "))) // 4
+        name = line.strip()
+        del folders[depth:]
+        if name.endswith("/"):
+            folders.append(name[:-1])
+        else:
+            out.append("/".join([*folders, name]))
+    return out
+
+
+BULK = {
+    "a big folder sorts before the top folder's files": "data/shards/shard_{:04d}.json",
+    "a big subfolder sorts before src's own modules": "src/generated/gen_{:04d}.py",
+}
+
+
+@pytest.mark.parametrize("layout", list(BULK))
+def test_a_tree_too_long_is_cut_in_walk_order(tmp_path: Path, layout: str) -> None:
+    root = tmp_path / "s"
+    files = ["README.md", "reproduce.sh", "requirements.txt", "train.py"]
+    files += ["src/model.py", "src/data.py"]
+    files += [BULK[layout].format(i) for i in range(2500 - len(files))]
+    for rel in files:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x = 1\n")
+    view = build_view(root)
+    paths = [f.path for f in category_files(view, "Code Development")]
+    assert len(paths) == 2500
+    shown = _tree_paths(ranking_tree(view, paths, 4000, MODEL))
+    walked = [p for p in walked_files(root) if p in set(paths)]
+    # the paths PaperBench's walk meets first, in its order, cut where the room ends
+    assert 100 < len(shown) < len(walked)
+    assert shown == walked[: len(shown)]
+    assert {"README.md", "reproduce.sh", "requirements.txt", "train.py"} <= set(shown)
+    if layout.endswith("src's own modules"):
+        assert {"src/model.py", "src/data.py"} <= set(shown)

@@ -129,3 +129,14 @@ def generated_logs() -> dict[str, str]:
             lines.extend([" ".join(tokens)] * rng.choice([1, 1, 2, 5]))
         logs[f"random {k}"] = "\n".join(lines)
     return logs
+
+
+def walked_files(root: Path) -> list[str]:
+    """Every file under ``root`` in the order PaperBench's walk meets them (``os.walk``,
+    top-down), each folder's listing sorted by name; paths relative to ``root``."""
+    out: list[str] = []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        rel = Path(folder).relative_to(root)
+        out.extend((rel / name).as_posix() for name in sorted(files))
+    return out
