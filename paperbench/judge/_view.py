@@ -85,8 +85,10 @@ class ViewLimits(BaseModel):
     max_file_bytes: int = Field(default=200_000, ge=1)
     """Text files bigger than this are not read whole, only their head (PaperBench reads the
     first 200 kB, its ``SIZE_LIMIT_BYTES``)."""
-    max_files: int = Field(default=20_000, ge=1)
-    """Files listed at most; the rest are counted in ``SubmissionView.files_not_listed``."""
+    max_files: int | None = Field(default=None, ge=1)
+    """Files listed at most (None: every file, as PaperBench walks every file, within the
+    caps on reading an untrusted tree); the rest are counted in
+    ``SubmissionView.files_not_listed`` and said in ``SubmissionView.cuts``."""
     log_max_tokens: int = Field(default=64_000, ge=256)
     """The folded log is cut to this (PaperBench: half of a 128k window), head and tail kept."""
     token_model: str = "openai/gpt-4o"
@@ -165,6 +167,10 @@ class SubmissionView(BaseModel):
     reproduction: ReproductionSummary | None = None
     notes: list[str] = Field(default_factory=list)
     """Anything the view did differently from the usual, in one line each."""
+    cuts: list[str] = Field(default_factory=list)
+    """What a cap kept out of the view (files not listed or not read), one line per cap: no
+    judge can show those files, so every grade of this view carries these lines, on each
+    leaf and in ``grade.json``."""
     limits: ViewLimits = Field(default_factory=ViewLimits)
 
     @property
@@ -233,7 +239,7 @@ def _scan(tree: RawTree, limits: ViewLimits) -> tuple[list[ViewFile], int, list[
         if top is not None:
             skipped.add(top)
             continue
-        if len(files) >= limits.max_files:
+        if limits.max_files is not None and len(files) >= limits.max_files:
             not_listed += 1
             continue
         files.append(_view_file(raw, limits))
@@ -365,10 +371,9 @@ def build_view(
     tree = read_tree(source, limits.max_file_bytes)
     notes.extend(tree.notes)
     files, not_listed, skipped = _scan(tree, limits)
+    cuts = tree.cuts()
     if not_listed:
-        notes.append(
-            f"{plural(not_listed, 'file')} over the limit of {limits.max_files} not listed"
-        )
+        cuts.append(f"{plural(not_listed, 'file')} over the limit of {limits.max_files} not listed")
     log_view: LogView | None = None
     log_mtime: float | None = None
     if log is not None:
@@ -405,12 +410,13 @@ def build_view(
         submission=str(submission),
         executed=str(executed) if executed is not None else None,
         files=files,
-        files_not_listed=not_listed,
+        files_not_listed=not_listed + tree.not_listed,
         skipped_dirs=skipped,
         reproduce_sh=script.text if script is not None else None,
         log=log_view,
         log_created=log_created,
         reproduction=reproduction,
         notes=notes,
+        cuts=cuts,
         limits=limits,
     )

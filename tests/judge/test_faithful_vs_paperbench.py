@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,21 @@ def test_a_tree_too_long_is_cut_in_walk_order(tmp_path: Path, layout: str) -> No
     assert {"README.md", "reproduce.sh", "requirements.txt", "train.py"} <= set(shown)
     if layout.endswith("src's own modules"):
         assert {"src/model.py", "src/data.py"} <= set(shown)
+
+
+def test_every_file_is_listed_past_twenty_thousand(tmp_path: Path) -> None:
+    archive = tmp_path / "submission.tar"
+    with tarfile.open(archive, "w") as tar:
+        for i in range(20_050):
+            member = tarfile.TarInfo(f"outputs/run_{i:05d}.json")
+            member.size = 2
+            tar.addfile(member, io.BytesIO(b"{}"))
+        model = b"def model():\n    return 'LAST_MODULE'\n"
+        member = tarfile.TarInfo("src/model.py")
+        member.size = len(model)
+        tar.addfile(member, io.BytesIO(model))
+    view = build_view(archive)
+    # PaperBench walks every file: nothing is left unlisted, nothing is cut
+    assert len(view.files) == 20_051
+    assert view.files_not_listed == 0 and view.cuts == []
+    assert "src/model.py" in [f.path for f in category_files(view, "Code Development")]
