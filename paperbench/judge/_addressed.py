@@ -198,9 +198,10 @@ def context_findings(
     out: list[AddressedText] = []
     for path, shown in files.items():
         file = view.file(path)
-        if file is None or file.text is None:
+        text = None if file is None else file.text if file.text is not None else file.head
+        if text is None:
             continue
-        out += _findings(path, file.text, None if shown is None else _inner_lines(shown))
+        out += _findings(path, text, None if shown is None else _inner_lines(shown))
     if script and view.reproduce_sh is not None:
         shown_lines = None if script is True else _inner_lines(str(script))
         out += _findings(SCRIPT_NAME, view.reproduce_sh, shown_lines)

@@ -2,7 +2,8 @@
 
 1. ranking (label ``judge_ranking``): the paper, the addenda, the criterion and the tree of
    the files the leaf's category may see (:mod:`._faithful_files`); the answer is a list of
-   paths, and of its first ``max_files`` lines those that name such a file are shown;
+   paths, and of its first ``max_files`` lines each that names a file of the submission is
+   shown, as PaperBench reads it (:func:`named_files`);
 2. grading (``judge_grading``): the paper, those files (each up to 200 kB, whole while they
    fit, the next one cut in token space to fill the room), ``reproduce.sh`` (every category;
    not in Code-Dev) and the log folded and cut as PaperBench does (:mod:`._faithful_log`;
@@ -42,6 +43,7 @@ from paperbench.judge._job import Job, Leaf, add_cost, reason_of, sum_cost, vote
 from paperbench.judge._log import LogExcerpt
 from paperbench.judge._prompts import grading_messages, parsing_messages, ranking_messages
 from paperbench.judge._types import CallCost, LeafGrade, SampleGrade
+from paperbench.judge._view import SubmissionView, ViewFile
 from paperbench.llm import count_tokens
 from paperbench.rubric import NodePath, TaskNode, prior_criteria
 
@@ -71,21 +73,45 @@ def prior_for(rubric: TaskNode, path: NodePath, paper_id: str) -> list[str]:
     return prior[-cap:] if cap is not None else prior
 
 
-def _ranked_paths(answer: str, eligible: list[str], limit: int) -> list[str]:
-    """The paths named in the answer's first ``limit`` lines that are eligible files, in
-    order (PaperBench reads those lines and skips what does not exist); a bare file name
-    counts when exactly one eligible file has it."""
-    known = set(eligible)
-    by_name: dict[str, list[str]] = {}
-    for path in eligible:
-        by_name.setdefault(path.rsplit("/", 1)[-1], []).append(path)
-    out: list[str] = []
+def _resolve(written: str, folders: set[str]) -> str | None:
+    """The submission path a relative path names, as the file system resolves it (``..``
+    steps out of a folder that exists); None when it leaves the submission."""
+    parts: list[str] = []
+    for part in written.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts or "/".join(parts) not in folders:
+                return None
+            parts.pop()
+        else:
+            parts.append(part)
+    return "/".join(parts)
+
+
+def named_files(answer: str, view: SubmissionView, limit: int) -> list[tuple[str, ViewFile]]:
+    """The files the ranking answer names, as PaperBench reads them: each of its first
+    ``limit`` lines, stripped of white space and of ``/`` at either end, is a path in the
+    submission folder; a line naming no readable file there is skipped; a file named twice
+    is read twice; a file outside the leaf's category, or binary, is read like any other.
+    A line that starts with ``/`` is skipped (PaperBench cannot label it), and a path that
+    leaves the submission, or a file the view does not hold, is never read. Each file comes
+    with its label as PaperBench writes it (the line as a path, ``..`` kept)."""
+    by_path = {f.path: f for f in view.files}
+    folders = {f.path.rsplit("/", 1)[0] for f in view.files if "/" in f.path}
+    folders |= {d.rsplit("/", i)[0] for d in list(folders) for i in range(d.count("/") + 1)}
+    folders |= set(view.skipped_dirs)
+    out: list[tuple[str, ViewFile]] = []
     for line in answer.split("\n")[:limit]:
-        path = line.strip().strip("`*-• ").removeprefix("./").strip("/")
-        if path not in known and len(by_name.get(path, [])) == 1:
-            path = by_name[path][0]
-        if path in known and path not in out:
-            out.append(path)
+        written = line.strip()
+        if written.startswith("/"):
+            continue
+        rel = _resolve(written.strip("/"), folders)
+        found = by_path.get(rel) if rel else None
+        if found is None or readable(found) is None:
+            continue
+        label = "/".join(p for p in written.split("/") if p not in ("", "."))
+        out.append((label, found))
     return out
 
 
@@ -174,9 +200,9 @@ def _tree(job: Job, category: ContextCategory, model: str) -> str:
     return tree
 
 
-def _context(job: Job, leaf: Leaf, paths: list[str], model: str) -> LeafContext:
+def _context(job: Job, leaf: Leaf, named: list[tuple[str, ViewFile]], model: str) -> LeafContext:
     room = _room(job, leaf.category, model) - FILES_MARGIN
-    files, used = shown_files(job.view, paths, max(room, 0), model)
+    files, used = shown_files(named, max(room, 0), model)
     script_text = script_note = None
     script_tokens = 0
     script = job.view.file("reproduce.sh")
@@ -235,8 +261,8 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
             label="judge_ranking",
         )
         cost = add_cost(cost, ranking)
-        ranked = _ranked_paths(ranking.text, _eligible(job, leaf.category), max_files)
-        context = _context(job, leaf, ranked, grading_model.name)
+        named = named_files(ranking.text, job.view, max_files)
+        context = _context(job, leaf, named, grading_model.name)
         shown = [f.path for f in context.files]
         messages = grading_messages(
             job.judge,

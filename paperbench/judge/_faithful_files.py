@@ -17,7 +17,7 @@
   files before its folders, as ``os.walk`` meets them); if its tokens reach the room the window
   leaves, only files at most four folders deep; if still too long, the paths that fit, in walk
   order, so the top folder's files (``reproduce.sh``, the README) are kept first.
-- **The files** (:func:`shown_files`): the ranked paths in order while they fit in
+- **The files** (:func:`shown_files`): the files the ranking names, in order, while they fit in
   ``window - paper - log (not Code Development) - answer room - 2000``; the first that does
   not fit is cut in token space to fill the room (ending at a whole line), and the rest are
   left out.
@@ -145,19 +145,18 @@ def ranking_tree(view: SubmissionView, paths: list[str], room: int, model: str) 
 
 
 def shown_files(
-    view: SubmissionView, paths: list[str], room: int, model: str
+    named: list[tuple[str, ViewFile]], room: int, model: str
 ) -> tuple[list[ContextFile], int]:
-    """The files of ``paths`` (in order) that fit in ``room`` tokens, the first that does not
-    fit cut to fill what is left; and the tokens they take."""
-    by_path = {f.path: f for f in view.files}
+    """The ``named`` files (label, file; in order) that fit in ``room`` tokens, the first that
+    does not fit cut to fill what is left; and the tokens they take."""
     out: list[ContextFile] = []
     used = 0
-    for path in paths:
-        f = by_path.get(path)
-        text = readable(f) if f is not None else None
-        if f is None or text is None:
+    for name, f in named:
+        text = readable(f)
+        if text is None:
             continue
-        label = f"file: {path}"
+        path = f.path
+        label = f"file: {name}"
         block = fence(text, label)
         tokens = count_tokens(block, model) + JOIN_TOKENS
         cut = False

@@ -6,9 +6,10 @@ optionally, an executed submission (the output folder of ``paperbench reproduce`
 
 - every file with its size, kind (code / doc / data / binary / other) and mtime (an archive
   member's own), and the text of the text files no bigger than ``max_file_bytes``; binary
-  files are listed but never read, so they can never reach a prompt; of an oversized text
-  file only the first ``max_file_bytes`` are kept, in ``head``, which only the faithful mode
-  shows (as PaperBench reads the first 200 kB of every file);
+  files are listed without text, so the default mode never shows them; of an oversized text
+  file and of a binary file only the first ``max_file_bytes`` are kept, in ``head``, which
+  only the faithful mode shows (as PaperBench reads the first 200 kB of any file its ranking
+  names, a binary one decoded as UTF-8, else as Latin-1);
 - ``.git``, virtual environments (by name, or any folder holding ``pyvenv.cfg``), caches and
   ``node_modules`` skipped, by exact folder name (PaperBench matches substrings, so it also
   drops e.g. ``src/myvenv_tools/``; we do not);
@@ -111,8 +112,9 @@ class ViewFile(BaseModel):
     mtime: float | None = None
     """Last modification (POSIX seconds), as the folder or the archive member records it."""
     head: str | None = None
-    """For an oversized text file: its first ``max_file_bytes``, decoded (``text`` stays None;
-    only the faithful mode shows it, as PaperBench reads the first 200 kB of every file)."""
+    """For an oversized text file or a binary file: its first ``max_file_bytes``, decoded
+    (a binary one as PaperBench decodes it: UTF-8, else Latin-1); ``text`` stays None and only
+    the faithful mode shows it, as PaperBench reads the first 200 kB of any file named."""
 
 
 class ReproductionSummary(BaseModel):
@@ -247,6 +249,14 @@ def _scan(tree: RawTree, limits: ViewLimits) -> tuple[list[ViewFile], int, list[
     return files, not_listed, sorted(skipped)
 
 
+def _as_text(data: bytes) -> str:
+    """Bytes as PaperBench decodes a file it reads: UTF-8, else Latin-1."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
 def _view_file(raw: RawFile, limits: ViewLimits) -> ViewFile:
     rel, size, mtime = raw.path, raw.size, raw.mtime
     if raw.kind == "symlink":
@@ -255,16 +265,19 @@ def _view_file(raw: RawFile, limits: ViewLimits) -> ViewFile:
         unread = raw.unread or "unreadable"
         return ViewFile(path=rel, size=size, kind=classify(rel, None), unread=unread, mtime=mtime)
     kind = classify(rel, raw.data[:_SNIFF_BYTES])
-    if kind == "binary":
-        return ViewFile(path=rel, size=size, kind=kind, unread="binary", mtime=mtime)
-    text = raw.data[: limits.max_file_bytes].decode("utf-8", errors="replace")
-    if _looks_binary(text.encode("utf-8", errors="replace")[: 4 * _SNIFF_BYTES]) or (
-        text.count("\ufffd") > max(1, len(text) // 100)
-    ):
-        return ViewFile(path=rel, size=size, kind="binary", unread="binary", mtime=mtime)
-    if size > limits.max_file_bytes:
-        return ViewFile(path=rel, size=size, kind=kind, unread="oversized", mtime=mtime, head=text)
-    return ViewFile(path=rel, size=size, kind=kind, text=text, mtime=mtime)
+    data = raw.data[: limits.max_file_bytes]
+    if kind != "binary":
+        text = data.decode("utf-8", errors="replace")
+        if not _looks_binary(text.encode("utf-8", errors="replace")[: 4 * _SNIFF_BYTES]) and (
+            text.count("\ufffd") <= max(1, len(text) // 100)
+        ):
+            if size > limits.max_file_bytes:
+                return ViewFile(
+                    path=rel, size=size, kind=kind, unread="oversized", mtime=mtime, head=text
+                )
+            return ViewFile(path=rel, size=size, kind=kind, text=text, mtime=mtime)
+    head = _as_text(data)
+    return ViewFile(path=rel, size=size, kind="binary", unread="binary", mtime=mtime, head=head)
 
 
 def _read_metadata(executed: Path) -> ReproductionSummary:

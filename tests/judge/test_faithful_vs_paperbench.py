@@ -11,10 +11,16 @@ import pytest
 from paperbench.judge import build_view
 from paperbench.judge._faithful_files import category_files, ranking_tree
 from paperbench.judge._faithful_log import fold_like_paperbench
+from paperbench.papers import PaperSource
+from paperbench.testing import FakeLLMServer
 
+from .scripted import ScriptedJudge, all_text, last_user_text
+from .test_grader import SCORES, _judge, by_word, grade
+from .test_prompts import fenced_blocks
 from .upstream import (
     UPSTREAM_ENV,
     generated_logs,
+    paperbench_reads,
     reduce_log,
     upstream_git,
     upstream_reduce_log,
@@ -111,3 +117,57 @@ def test_every_file_is_listed_past_twenty_thousand(tmp_path: Path) -> None:
     assert len(view.files) == 20_051
     assert view.files_not_listed == 0 and view.cuts == []
     assert "src/model.py" in [f.path for f in category_files(view, "Code Development")]
+
+
+SUBMISSION: dict[str, str | bytes] = {
+    "main.py": "def train_alpha():\n    return 'MAIN_CODE'\n",
+    "calib/binning.py": "def binning_estimator(x):\n    return 'BINNING_CODE'\n",
+    "src/util.py": "UTIL_CODE = 1\n",
+    "README.md": "# Replication\nREADME_TEXT\n",
+    "results.csv": "method,ece\nALPHA,RESULT_ROW\n",
+    "weights.pt": b"\x80\x03WEIGHTS\x00\xff\xfe" * 8,
+}
+ANSWER = [
+    "binning.py",  # a bare name: not at the top, so not read
+    "results.csv",  # outside Code Development's files: read
+    "main.py",
+    "main.py",  # named twice: read twice
+    "weights.pt",  # binary: read, decoded as Latin-1
+    "../secret.txt",  # outside the submission: PaperBench reads it, the host never does
+    "/etc/passwd",  # an absolute path: PaperBench cannot label it, skipped
+    "- README.md",  # not a path as written: skipped
+    "src/../calib/binning.py",  # read, labelled as written
+    "./README.md",
+    "src/util.py",  # the eleventh line: past the ten read
+]
+
+
+def test_the_answer_is_read_as_written(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    root = tmp_path / "submission"
+    for rel, content in SUBMISSION.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            (root / rel).write_bytes(content)
+        else:
+            (root / rel).write_text(content)
+    (tmp_path / "secret.txt").write_text("SECRET_OUTSIDE\n")
+    answer = "\n".join(ANSWER)
+    theirs = paperbench_reads(answer, root, 10)
+    assert [label for label, _ in theirs] == [
+        "results.csv", "main.py", "main.py", "weights.pt", "../secret.txt",
+        "src/../calib/binning.py", "README.md",
+    ]  # fmt: skip
+    inside = [(label, text) for label, text in theirs if not label.startswith("../")]
+    view = build_view(root)
+    fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=ANSWER)
+    paper = PaperSource.resolve(None).load("calibration-binning")
+    grade(fake_llm, view, paper, _judge(tmp_path, "simple-faithful"), tmp_path / "out")
+    request = next(
+        all_text(r)
+        for r in fake_llm.requests
+        if "The criterion you grade now" in last_user_text(r) and "> ALPHA" in last_user_text(r)
+    )
+    blocks = [b for b in fenced_blocks(request) if b.startswith("file: ")]
+    # the same files in the same order with the same labels and text, outside files left out
+    assert [(b.split("\n", 1)[0][6:], b.split("\n", 1)[1]) for b in blocks] == inside
+    assert "SECRET_OUTSIDE" not in request and "UTIL_CODE" not in request

@@ -140,3 +140,26 @@ def walked_files(root: Path) -> list[str]:
         rel = Path(folder).relative_to(root)
         out.extend((rel / name).as_posix() for name in sorted(files))
     return out
+
+
+def paperbench_reads(answer: str, root: Path, max_files: int) -> list[tuple[str, str]]:
+    """What PaperBench's ``_prepare_relevant_files`` reads of a ranking answer, on a local
+    submission folder (its ``computer=None`` path): each of the first ``max_files`` lines,
+    stripped of white space then of ``/``, joined to ``root`` and read (the first 200,000
+    characters as UTF-8, else as Latin-1), labelled by the stripped line relative to ``root``;
+    a line whose read or label fails is skipped. (label, content) in order, repeats kept."""
+    out: list[tuple[str, str]] = []
+    for line in answer.split("\n")[:max_files]:
+        target = root / line.strip().strip("/")
+        try:
+            try:
+                with target.open(encoding="utf-8") as handle:
+                    content = handle.read(200_000)
+            except UnicodeDecodeError:
+                with target.open(encoding="latin1") as handle:
+                    content = handle.read(200_000)
+            label = (root / line.strip()).relative_to(root).as_posix()
+        except (OSError, ValueError):
+            continue
+        out.append((label, content))
+    return out
