@@ -45,7 +45,7 @@ from paperbench.judge._prompts import grading_messages, parsing_messages, rankin
 from paperbench.judge._types import CallCost, LeafGrade, SampleGrade
 from paperbench.judge._view import SubmissionView, ViewFile
 from paperbench.llm import count_tokens
-from paperbench.rubric import NodePath, TaskNode, prior_criteria
+from paperbench.rubric import NodePath, TaskNode, iter_nodes, node_at, prior_criteria
 
 _WITH_LOG = frozenset({"Code Execution", "Result Analysis", "Subtree"})
 
@@ -60,6 +60,23 @@ class ParsedVerdict(BaseModel):
 
 MAX_PRIOR_NODES: dict[str, int] = {"pinn": 5}
 """Papers whose preceding criteria PaperBench caps (its one huge rubric); no cap otherwise."""
+
+
+def subtree_criterion(node: TaskNode) -> str:
+    """A subtree graded as one unit, as PaperBench words it: every node in pre-order, one a
+    line, ``| `` once per level below the subtree's root, its weight after it."""
+    return "".join(
+        f"{'| ' * len(path)}{sub.requirements} (weight: {sub.weight})\n"
+        for path, sub in iter_nodes(node)
+    )
+
+
+def criterion_for(job: Job, leaf: Leaf) -> str:
+    """The criterion's text in the prompts: a leaf's own; for a subtree cut at the depth
+    limit, the subtree it stands for in PaperBench's words (:func:`subtree_criterion`)."""
+    if leaf.category == "Subtree" and job.uncut_rubric is not None:
+        return subtree_criterion(node_at(job.uncut_rubric, leaf.path))
+    return leaf.node.requirements
 
 
 def prior_for(rubric: TaskNode, path: NodePath, paper_id: str) -> list[str]:
@@ -245,6 +262,9 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
     shown: list[str] = []
     addenda = "\n\n".join(t for t in (job.addendum, job.judge_addendum) if t)
     max_files = config.budgets.max_files or 10
+    criterion = criterion_for(job, leaf)
+    # the criteria before the leaf in their own texts, as in the rubric before a depth cut
+    prior = prior_for(job.uncut_rubric or job.rubric, leaf.path, job.paper_id)
     try:
         ranking_model = job.model(roles.ranking, sample)
         grading_model = job.model(roles.grading, sample)
@@ -254,7 +274,7 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
                 job.judge,
                 paper=paper,
                 addenda=addenda,
-                criterion=leaf.node.requirements,
+                criterion=criterion,
                 tree=_tree(job, leaf.category, ranking_model.name),
                 max_files=max_files,
             ),
@@ -270,8 +290,8 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
             addendum=job.addendum,
             judge_addendum=job.judge_addendum,
             context=context,
-            criterion=leaf.node.requirements,
-            prior=prior_for(job.rubric, leaf.path, job.paper_id),
+            criterion=criterion,
+            prior=prior,
             code_dev=job.options.code_dev,
         )
         # no max_tokens unless the config sets one (PaperBench sets none)

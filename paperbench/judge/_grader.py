@@ -413,7 +413,11 @@ async def grade_submission(
     started = time.perf_counter()
     options = options or GradeOptions(samples=judge.config.samples)
     settings = settings or ModelSettings()
-    rubric = transform_rubric(rubric if rubric is not None else paper.rubric(), options)
+    base = rubric if rubric is not None else paper.rubric()
+    rubric = transform_rubric(base, options)
+    uncut = None
+    if options.max_depth is not None:
+        uncut = transform_rubric(base, options.model_copy(update={"max_depth": None}))
     folder = out_dir / "grading"
     folder.mkdir(parents=True, exist_ok=True)
     identity = judge.identity.model_dump(mode="json")
@@ -442,6 +446,7 @@ async def grade_submission(
         rubric_dir=paper.checks_root,
         check_runner=check_runner,
         sandbox=sandbox,
+        uncut_rubric=uncut,
     )
     grades = dict(kept)
     if on_start is not None:

@@ -15,13 +15,15 @@ from paperbench.papers import PaperSource
 from paperbench.testing import FakeLLMServer
 
 from .scripted import ScriptedJudge, all_text, last_user_text
-from .test_grader import SCORES, _judge, by_word, grade
+from .test_grader import SCORES, _judge, by_word, grade, small_rubric
 from .test_prompts import fenced_blocks
 from .upstream import (
     UPSTREAM_ENV,
     generated_logs,
     paperbench_reads,
+    prior_requirements,
     reduce_log,
+    subtree_requirements,
     upstream_git,
     upstream_reduce_log,
     walked_files,
@@ -171,3 +173,31 @@ def test_the_answer_is_read_as_written(fake_llm: FakeLLMServer, tmp_path: Path) 
     # the same files in the same order with the same labels and text, outside files left out
     assert [(b.split("\n", 1)[0][6:], b.split("\n", 1)[1]) for b in blocks] == inside
     assert "SECRET_OUTSIDE" not in request and "UTIL_CODE" not in request
+
+
+def test_a_subtree_at_the_depth_limit_is_sent_in_its_own_texts(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    rubric = small_rubric()
+    data = rubric.to_dict()
+    root = tmp_path / "submission"
+    for rel, content in SUBMISSION.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(content if isinstance(content, bytes) else content.encode())
+    fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["main.py"])
+    paper = PaperSource.resolve(None).load("calibration-binning")
+    judge = _judge(tmp_path, "simple-faithful")
+    grade(fake_llm, build_view(root), paper, judge, tmp_path / "out", rubric=rubric, max_depth=2)
+    grading = [
+        all_text(r) for r in fake_llm.requests if "The criterion you grade now" in last_user_text(r)
+    ]
+    assert len(grading) == 2
+    for node, word in zip(data["sub_tasks"], ["ALPHA", "DELTA"], strict=True):
+        # both at level 2: each graded as one subtree
+        criterion = subtree_requirements(node)
+        (request,) = [t for t in grading if word in t.split("The criterion you grade now")[1]]
+        # PaperBench's words for the subtree, and the criteria before it in their own texts
+        assert "> " + criterion.replace("\n", "\n> ") in request
+        prior = "".join(f"- {text}\n" for text in prior_requirements(data, node["id"]))
+        assert "these come before the one you grade (do not grade them):\n\n" + prior in request
+    assert any("- Method\n" in t for t in grading)

@@ -10,6 +10,7 @@ two whenever the reference is at hand.
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import random
 import re
@@ -163,3 +164,34 @@ def paperbench_reads(answer: str, root: Path, max_files: int) -> list[tuple[str,
             continue
         out.append((label, content))
     return out
+
+
+def subtree_requirements(node: dict[str, Any], depth: int = 0) -> str:
+    """PaperBench's text for a subtree graded as one unit (``build_requirements_string`` in
+    ``SimpleJudge.grade_subtree``), on rubric JSON."""
+    text = f"{'| ' * depth}{node['requirements']} (weight: {node['weight']})\n"
+    for sub in node["sub_tasks"]:
+        text += subtree_requirements(sub, depth + 1)
+    return text
+
+
+def prior_requirements(root: dict[str, Any], target_id: str) -> list[str]:
+    """PaperBench's ``TaskNode.get_prior_nodes`` (no cap), on rubric JSON: the root, then on
+    the way down to the target every earlier sibling and the ancestor; their requirements."""
+
+    def find(node: dict[str, Any]) -> list[dict[str, Any]] | None:
+        if node["id"] == target_id:
+            return [node]
+        for sub in node["sub_tasks"]:
+            below = find(sub)
+            if below:
+                return [node, *below]
+        return None
+
+    path = find(root)
+    assert path is not None
+    nodes = [root]
+    for parent, node in itertools.pairwise(path):
+        ids = [sub["id"] for sub in parent["sub_tasks"]]
+        nodes += parent["sub_tasks"][: ids.index(node["id"]) + 1]
+    return [n["requirements"] for n in nodes[:-1]]
