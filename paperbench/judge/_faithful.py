@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -90,7 +91,7 @@ def prior_for(rubric: TaskNode, path: NodePath, paper_id: str) -> list[str]:
     return prior[-cap:] if cap is not None else prior
 
 
-def _resolve(written: str, folders: set[str]) -> str | None:
+def _resolve(written: str, folders: frozenset[str]) -> str | None:
     """The submission path a relative path names, as the file system resolves it (``..``
     steps out of a folder that exists); None when it leaves the submission."""
     parts: list[str] = []
@@ -106,7 +107,22 @@ def _resolve(written: str, folders: set[str]) -> str | None:
     return "/".join(parts)
 
 
-def named_files(answer: str, view: SubmissionView, limit: int) -> list[tuple[str, ViewFile]]:
+@dataclass(frozen=True)
+class FileIndex:
+    """The view's files by path and its folders, built once per grading."""
+
+    by_path: dict[str, ViewFile]
+    folders: frozenset[str]
+
+    @classmethod
+    def of(cls, view: SubmissionView) -> FileIndex:
+        folders = {f.path.rsplit("/", 1)[0] for f in view.files if "/" in f.path}
+        folders |= {d.rsplit("/", i)[0] for d in list(folders) for i in range(d.count("/") + 1)}
+        folders |= set(view.skipped_dirs)
+        return cls({f.path: f for f in view.files}, frozenset(folders))
+
+
+def named_files(answer: str, index: FileIndex, limit: int) -> list[tuple[str, ViewFile]]:
     """The files the ranking answer names, as PaperBench reads them: each of its first
     ``limit`` lines, stripped of white space and of ``/`` at either end, is a path in the
     submission folder; a line naming no readable file there is skipped; a file named twice
@@ -114,17 +130,13 @@ def named_files(answer: str, view: SubmissionView, limit: int) -> list[tuple[str
     A line that starts with ``/`` is skipped (PaperBench cannot label it), and a path that
     leaves the submission, or a file the view does not hold, is never read. Each file comes
     with its label as PaperBench writes it (the line as a path, ``..`` kept)."""
-    by_path = {f.path: f for f in view.files}
-    folders = {f.path.rsplit("/", 1)[0] for f in view.files if "/" in f.path}
-    folders |= {d.rsplit("/", i)[0] for d in list(folders) for i in range(d.count("/") + 1)}
-    folders |= set(view.skipped_dirs)
     out: list[tuple[str, ViewFile]] = []
     for line in answer.split("\n")[:limit]:
         written = line.strip()
         if written.startswith("/"):
             continue
-        rel = _resolve(written.strip("/"), folders)
-        found = by_path.get(rel) if rel else None
+        rel = _resolve(written.strip("/"), index.folders)
+        found = index.by_path.get(rel) if rel else None
         if found is None or readable(found) is None:
             continue
         label = "/".join(p for p in written.split("/") if p not in ("", "."))
@@ -281,7 +293,8 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
             label="judge_ranking",
         )
         cost = add_cost(cost, ranking)
-        named = named_files(ranking.text, job.view, max_files)
+        index: FileIndex = _memo(job, "file-index", lambda: FileIndex.of(job.view))
+        named = named_files(ranking.text, index, max_files)
         context = _context(job, leaf, named, grading_model.name)
         shown = [f.path for f in context.files]
         messages = grading_messages(
