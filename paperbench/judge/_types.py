@@ -127,6 +127,9 @@ class LeafGrade(_Record):
     the head of the folded log, records none)."""
     addressed_to_judge: list[AddressedText] = Field(default_factory=list)
     """Text addressed to the judge in what this leaf's grader was shown."""
+    notes: list[str] = Field(default_factory=list)
+    """What kept files from this leaf's grader whatever it chose: the cuts of the judge's view
+    of the submission (``SubmissionView.cuts``), one line each."""
     samples: list[SampleGrade] = Field(default_factory=list)
     """Every verdict when more than one was taken (majority vote → ``score``)."""
     interval: tuple[float, float] | None = None
