@@ -178,10 +178,6 @@ Model = Annotated[
         help="Use this model instead of the config's (e.g. openai/gpt-4o).",
     ),
 ]
-RequiredModel = Annotated[
-    str,
-    typer.Option(metavar="PROVIDER/MODEL", callback=_check_model, help="The model that answers."),
-]
 ResumableModel = Annotated[
     str | None,
     typer.Option(

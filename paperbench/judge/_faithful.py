@@ -2,13 +2,14 @@
 
 1. ranking (label ``judge_ranking``): the paper, the addenda, the criterion and the tree of
    the files the leaf's category may see (:mod:`._faithful_files`); the answer is a list of
-   paths, and of its first ``max_files`` lines those that name such a file are shown;
-2. grading (``judge_grading``): the paper, those files (each up to 200,000 characters,
-   whole while they fit, the next one cut in token space to fill the room), ``reproduce.sh``
-   (every category; not in Code-Dev) and the log folded and cut as PaperBench does
-   (:mod:`._faithful_log`; Code Execution, Result Analysis and subtrees); a free-text
-   verdict. No ``max_tokens`` unless the config sets one; a verdict cut off by a limit is
-   asked once more with twice the room before the leaf is invalid;
+   paths, and of its first ``max_files`` lines each that names a file of the submission is
+   shown, as PaperBench reads it (:func:`named_files`);
+2. grading (``judge_grading``): the paper, those files (each up to 200,000 characters, a
+   binary one 200 kB, whole while they fit, the next one cut in token space to fill the
+   room), ``reproduce.sh`` (every category; not in Code-Dev) and the log folded and cut as
+   PaperBench does (:mod:`._faithful_log`; Code Execution, Result Analysis and subtrees); a
+   free-text verdict. No ``max_tokens`` unless the config sets one; a verdict cut off by a
+   limit is asked once more with twice the room before the leaf is invalid;
 3. parsing (``parsing``): the verdict alone, to a structured score (an integer for a leaf,
    a number for a subtree, as PaperBench's schemas ask).
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -45,8 +47,9 @@ from paperbench.judge._job import Job, Leaf, ModelSettings, add_cost, reason_of,
 from paperbench.judge._log import LogExcerpt
 from paperbench.judge._prompts import grading_messages, parsing_messages, ranking_messages
 from paperbench.judge._types import CallCost, LeafGrade, SampleGrade
+from paperbench.judge._view import SubmissionView, ViewFile
 from paperbench.llm import context_window, count_tokens
-from paperbench.rubric import NodePath, TaskNode, prior_criteria
+from paperbench.rubric import NodePath, TaskNode, iter_nodes, node_at, prior_criteria
 
 _WITH_LOG = frozenset({"Code Execution", "Result Analysis", "Subtree"})
 
@@ -74,6 +77,23 @@ class ParsedBinaryVerdict(BaseModel):
 
 MAX_PRIOR_NODES: dict[str, int] = {"pinn": 5}
 """Papers whose preceding criteria PaperBench caps (its one huge rubric); no cap otherwise."""
+
+
+def subtree_criterion(node: TaskNode) -> str:
+    """A subtree graded as one unit, as PaperBench words it: every node in pre-order, one a
+    line, ``| `` once per level below the subtree's root, its weight after it."""
+    return "".join(
+        f"{'| ' * len(path)}{sub.requirements} (weight: {sub.weight})\n"
+        for path, sub in iter_nodes(node)
+    )
+
+
+def criterion_for(job: Job, leaf: Leaf) -> str:
+    """The criterion's text in the prompts: a leaf's own; for a subtree cut at the depth
+    limit, the subtree it stands for in PaperBench's words (:func:`subtree_criterion`)."""
+    if leaf.category == "Subtree" and job.uncut_rubric is not None:
+        return subtree_criterion(node_at(job.uncut_rubric, leaf.path))
+    return leaf.node.requirements
 
 
 def prior_for(rubric: TaskNode, path: NodePath, paper_id: str) -> list[str]:
@@ -128,21 +148,56 @@ def check_windows(judge: LoadedJudge, settings: ModelSettings) -> None:
             )
 
 
-def _ranked_paths(answer: str, eligible: list[str], limit: int) -> list[str]:
-    """The paths named in the answer's first ``limit`` lines that are eligible files, in
-    order (PaperBench reads those lines and skips what does not exist); a bare file name
-    counts when exactly one eligible file has it."""
-    known = set(eligible)
-    by_name: dict[str, list[str]] = {}
-    for path in eligible:
-        by_name.setdefault(path.rsplit("/", 1)[-1], []).append(path)
-    out: list[str] = []
+def _resolve(written: str, folders: frozenset[str]) -> str | None:
+    """The submission path a relative path names, as the file system resolves it (``..``
+    steps out of a folder that exists); None when it leaves the submission."""
+    parts: list[str] = []
+    for part in written.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts or "/".join(parts) not in folders:
+                return None
+            parts.pop()
+        else:
+            parts.append(part)
+    return "/".join(parts)
+
+
+@dataclass(frozen=True)
+class FileIndex:
+    """The view's files by path and its folders, built once per grading."""
+
+    by_path: dict[str, ViewFile]
+    folders: frozenset[str]
+
+    @classmethod
+    def of(cls, view: SubmissionView) -> FileIndex:
+        folders = {f.path.rsplit("/", 1)[0] for f in view.files if "/" in f.path}
+        folders |= {d.rsplit("/", i)[0] for d in list(folders) for i in range(d.count("/") + 1)}
+        folders |= set(view.skipped_dirs)
+        return cls({f.path: f for f in view.files}, frozenset(folders))
+
+
+def named_files(answer: str, index: FileIndex, limit: int) -> list[tuple[str, ViewFile]]:
+    """The files the ranking answer names, as PaperBench reads them: each of its first
+    ``limit`` lines, stripped of white space and of ``/`` at either end, is a path in the
+    submission folder; a line naming no readable file there is skipped; a file named twice
+    is read twice; a file outside the leaf's category, or binary, is read like any other.
+    A line that starts with ``/`` is skipped (PaperBench cannot label it), and a path that
+    leaves the submission, or a file the view does not hold, is never read. Each file comes
+    with its label as PaperBench writes it (the line as a path, ``..`` kept)."""
+    out: list[tuple[str, ViewFile]] = []
     for line in answer.split("\n")[:limit]:
-        path = line.strip().strip("`*-• ").removeprefix("./").strip("/")
-        if path not in known and len(by_name.get(path, [])) == 1:
-            path = by_name[path][0]
-        if path in known and path not in out:
-            out.append(path)
+        written = line.strip()
+        if written.startswith("/"):
+            continue
+        rel = _resolve(written.strip("/"), index.folders)
+        found = index.by_path.get(rel) if rel else None
+        if found is None or readable(found) is None:
+            continue
+        label = "/".join(p for p in written.split("/") if p not in ("", "."))
+        out.append((label, found))
     return out
 
 
@@ -222,9 +277,9 @@ def _tree(job: Job, category: ContextCategory, model: str) -> str:
     return tree
 
 
-def _context(job: Job, leaf: Leaf, paths: list[str], model: str) -> LeafContext:
+def _context(job: Job, leaf: Leaf, named: list[tuple[str, ViewFile]], model: str) -> LeafContext:
     room = _room(job, leaf.category, model) - FILES_MARGIN
-    files, used = shown_files(job.view, paths, max(room, 0), model)
+    files, used = shown_files(named, max(room, 0), model)
     script_text = script_note = None
     script_tokens = 0
     script = job.view.file("reproduce.sh")
@@ -267,6 +322,9 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
     shown: list[str] = []
     addenda = "\n\n".join(t for t in (job.addendum, job.judge_addendum) if t)
     max_files = config.budgets.max_files or 10
+    criterion = criterion_for(job, leaf)
+    # the criteria before the leaf in their own texts, as in the rubric before a depth cut
+    prior = prior_for(job.uncut_rubric or job.rubric, leaf.path, job.paper_id)
     try:
         ranking_model = job.model(roles.ranking, sample)
         grading_model = job.model(roles.grading, sample)
@@ -276,15 +334,16 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
                 job.judge,
                 paper=paper,
                 addenda=addenda,
-                criterion=leaf.node.requirements,
+                criterion=criterion,
                 tree=_tree(job, leaf.category, ranking_model.name),
                 max_files=max_files,
             ),
             label="judge_ranking",
         )
         cost = add_cost(cost, ranking)
-        ranked = _ranked_paths(ranking.text, _eligible(job, leaf.category), max_files)
-        context = _context(job, leaf, ranked, grading_model.name)
+        index: FileIndex = _memo(job, "file-index", lambda: FileIndex.of(job.view))
+        named = named_files(ranking.text, index, max_files)
+        context = _context(job, leaf, named, grading_model.name)
         shown = [f.path for f in context.files]
         messages = grading_messages(
             job.judge,
@@ -292,8 +351,8 @@ async def _sample(job: Job, leaf: Leaf, sample: int) -> tuple[SampleGrade, CallC
             addendum=job.addendum,
             judge_addendum=job.judge_addendum,
             context=context,
-            criterion=leaf.node.requirements,
-            prior=prior_for(job.rubric, leaf.path, job.paper_id),
+            criterion=criterion,
+            prior=prior,
             code_dev=job.options.code_dev,
         )
         # no max_tokens unless the config sets one (PaperBench sets none)

@@ -12,11 +12,13 @@
   metadata says.
 - **The Result Analysis shortcut** (:func:`no_results`): no changed docs or tables → every
   Result Analysis leaf scores 0 without a model call.
-- **Large files**: the first 200,000 characters (``ViewFile.head``), listed in the tree like
-  any file.
-- **The tree** (:func:`ranking_tree`): every eligible path; if its tokens reach the room the
-  window leaves, only files at most four folders deep; if still too long, cut at the end.
-- **The files** (:func:`shown_files`): the ranked paths in order while they fit in
+- **Large files**: the first 200,000 characters of a text file, the first 200 kB of a binary
+  one decoded (``ViewFile.head``), listed in the tree like any file.
+- **The tree** (:func:`ranking_tree`): every eligible path, in walk order (a folder's own
+  files before its folders, as ``os.walk`` meets them); if its tokens reach the room the window
+  leaves, only files at most four folders deep; if still too long, the paths that fit, in walk
+  order, so the top folder's files (``reproduce.sh``, the README) are kept first.
+- **The files** (:func:`shown_files`): the files the ranking names, in order, while they fit in
   ``window - paper - log (not Code Development) - answer room - 2000``; the first that does
   not fit is cut in token space to fill the room (ending at a whole line), and the rest are
   left out.
@@ -28,7 +30,7 @@ from pathlib import PurePosixPath
 
 from paperbench.judge._context import JOIN_TOKENS, ContextCategory, ContextFile
 from paperbench.judge._fence import fence
-from paperbench.judge._prompts import file_tree
+from paperbench.judge._prompts import file_tree, walk_order
 from paperbench.judge._view import SubmissionView, ViewFile
 from paperbench.llm import count_tokens
 
@@ -131,7 +133,7 @@ def ranking_tree(view: SubmissionView, paths: list[str], room: int, model: str) 
     tree = file_tree(view, shallow)
     if count_tokens(tree, model) < room:
         return tree
-    ordered = sorted(shallow)
+    ordered = walk_order(shallow)
     lo, hi = 0, len(ordered)
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -143,19 +145,18 @@ def ranking_tree(view: SubmissionView, paths: list[str], room: int, model: str) 
 
 
 def shown_files(
-    view: SubmissionView, paths: list[str], room: int, model: str
+    named: list[tuple[str, ViewFile]], room: int, model: str
 ) -> tuple[list[ContextFile], int]:
-    """The files of ``paths`` (in order) that fit in ``room`` tokens, the first that does not
-    fit cut to fill what is left; and the tokens they take."""
-    by_path = {f.path: f for f in view.files}
+    """The ``named`` files (label, file; in order) that fit in ``room`` tokens, the first that
+    does not fit cut to fill what is left; and the tokens they take."""
     out: list[ContextFile] = []
     used = 0
-    for path in paths:
-        f = by_path.get(path)
-        text = readable(f) if f is not None else None
-        if f is None or text is None:
+    for name, f in named:
+        text = readable(f)
+        if text is None:
             continue
-        label = f"file: {path}"
+        path = f.path
+        label = f"file: {name}"
         block = fence(text, label)
         tokens = count_tokens(block, model) + JOIN_TOKENS
         cut = False

@@ -1,25 +1,26 @@
 """reproduce.log for the faithful mode, folded and cut as PaperBench's SimpleJudge does.
 
-PaperBench reads the first 200 kB of the log, masks the parts of each line that change from
-one line to the next (ISO timestamps, dates, times, IP addresses, hex strings of 8 or more
-digits; a progress bar becomes one placeholder), clusters the masked lines with the drain3
-template miner (default settings) and folds each run of consecutive lines of one cluster into
-its first line plus ``  (repeated N times)``. It then keeps the first half of the model's
-window of the folded log, and, if the paper and the log still exceed the window, cuts the log
-to ``window - paper - 5000`` tokens (from the end, keeping the head).
+PaperBench reads the first 200,000 characters of the log, masks the parts of each line that
+change from one line to the next (ISO timestamps, dates, times, IP addresses, hex strings of 8
+or more digits; a progress bar becomes one placeholder), clusters the masked lines with the
+drain3 template miner and folds each run of consecutive lines of one cluster into its first
+line plus ``  (repeated N times)``. It then keeps the first half of the model's window of the
+folded log, and, if the paper and the log still exceed the window, cuts the log to
+``window - paper - 5000`` tokens (from the end, keeping the head).
 
-:func:`fold_like_paperbench` implements drain3's default clustering without the dependency:
-lines group by token count and their first two tokens (a token holding a digit counts as a
-wildcard), and a line joins the cluster whose template shares the most tokens with it when at
-least 40% of its tokens match (the template's wildcards do not count), the template then
-turning every differing token into a wildcard.
+:func:`fold_like_paperbench` runs drain3 itself with the settings PaperBench gets from
+``TemplateMiner()`` (drain3's defaults: similarity 0.4, depth 4, 100 children per node, numeric
+tokens as wildcards, no masking of its own). They are passed explicitly, so a ``drain3.ini`` in
+the working folder (which ``TemplateMiner()`` would read) changes nothing.
 """
 
 from __future__ import annotations
 
 import re
 
-from paperbench._console import plural
+from drain3 import TemplateMiner
+from drain3.template_miner_config import TemplateMinerConfig
+
 from paperbench.judge._faithful_files import cut_to_tokens
 from paperbench.llm import count_tokens
 
@@ -29,9 +30,6 @@ _TIME = re.compile(r"\b\d{2}:\d{2}:\d{2}\b")
 _BAR = re.compile(r"\d+%?\|[█=]+|[KMG]?B/s|\d+%\s*\||[▏▎▍▌▋▊▉]{2,}")
 _IP = re.compile(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b")
 _HEXSTR = re.compile(r"\b[0-9a-fA-F]{8,}\b")
-_WILD = "<*>"
-_SIMILARITY = 0.4
-_PREFIX_TOKENS = 2
 PAPER_MARGIN = 5000
 """Tokens kept free when the paper and the log together exceed the window."""
 
@@ -41,55 +39,29 @@ def _mask(line: str) -> str:
     line = _DATE.sub("<DATE>", line)
     line = _TIME.sub("<TIME>", line)
     if _BAR.search(line):
-        return "<PROGRESS_BAR>"
+        line = "<PROGRESS_BAR>"
     line = _IP.sub("<IP>", line)
     return _HEXSTR.sub("<HEX>", line)
 
 
-def _key(tokens: list[str]) -> tuple[object, ...]:
-    head = tuple(_WILD if any(c.isdigit() for c in t) else t for t in tokens[:_PREFIX_TOKENS])
-    return (len(tokens), *head)
-
-
-def _similarity(template: list[str], tokens: list[str]) -> float:
-    if not tokens:
-        return 1.0
-    same = sum(1 for a, b in zip(template, tokens, strict=True) if a != _WILD and a == b)
-    return same / len(tokens)
-
-
 def fold_like_paperbench(text: str) -> str:
-    """Consecutive lines of one template folded to the first plus ``(repeated N times)``."""
-    clusters: dict[tuple[object, ...], list[list[str]]] = {}
+    """Consecutive lines of one drain3 cluster folded to the first plus ``(repeated N times)``."""
+    miner = TemplateMiner(config=TemplateMinerConfig())
     out: list[str] = []
-    previous: tuple[tuple[object, ...], int] | None = None
+    previous: int | None = None
     repeats = 1
     for line in text.splitlines():
-        tokens = _mask(line).strip().split()
-        key = _key(tokens)
-        bucket = clusters.setdefault(key, [])
-        best, best_sim = -1, -1.0
-        for i, template in enumerate(bucket):
-            sim = _similarity(template, tokens)
-            if sim > best_sim:
-                best, best_sim = i, sim
-        if best >= 0 and best_sim >= _SIMILARITY:
-            template = bucket[best]
-            bucket[best] = [a if a == b else _WILD for a, b in zip(template, tokens, strict=True)]
-        else:
-            bucket.append(tokens)
-            best = len(bucket) - 1
-        cluster = (key, best)
+        cluster: int = miner.add_log_message(_mask(line))["cluster_id"]
         if previous is not None and cluster == previous:
             repeats += 1
             continue
         if repeats > 1:
-            out.append(f"  (repeated {plural(repeats, 'time')})")
+            out.append(f"  (repeated {repeats} times)")
         out.append(line)
         repeats = 1
         previous = cluster
     if repeats > 1:
-        out.append(f"  (repeated {plural(repeats, 'time')})")
+        out.append(f"  (repeated {repeats} times)")
     return "\n".join(out)
 
 

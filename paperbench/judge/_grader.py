@@ -133,6 +133,9 @@ class GradeResult(BaseModel):
     graded_leaves_this_run: int
     reused_leaves: int
     wall_time_s: float
+    view_cuts: list[str] = Field(default_factory=list)
+    """What a cap kept out of the judge's view of the submission (``SubmissionView.cuts``):
+    files no grader could be shown. Each affected leaf carries the same lines."""
     interval: tuple[float, float] | None = None
     """With several verdicts per leaf: the score's 95 % interval from judge disagreement
     (a bootstrap over each leaf's samples, :func:`tree_interval`)."""
@@ -354,6 +357,8 @@ def build_tree(rubric: TaskNode, grades: dict[NodePath, LeafGrade]) -> GradedTas
             metadata["samples"] = [s.score if s.valid else None for s in grade.samples]
         if grade.addressed_to_judge:
             metadata[ADDRESSED_KEY] = [a.model_dump() for a in grade.addressed_to_judge]
+        if grade.notes:
+            metadata["notes"] = list(grade.notes)
         return GradedTaskNode(
             **fields,
             score=grade.score if grade.valid else 0.0,
@@ -413,7 +418,11 @@ async def grade_submission(
         from paperbench.judge._faithful import check_windows
 
         check_windows(judge, settings)
-    rubric = transform_rubric(rubric if rubric is not None else paper.rubric(), options)
+    base = rubric if rubric is not None else paper.rubric()
+    rubric = transform_rubric(base, options)
+    uncut = None
+    if options.max_depth is not None:
+        uncut = transform_rubric(base, options.model_copy(update={"max_depth": None}))
     folder = out_dir / "grading"
     folder.mkdir(parents=True, exist_ok=True)
     identity = judge.identity.model_dump(mode="json")
@@ -442,6 +451,7 @@ async def grade_submission(
         rubric_dir=paper.checks_root,
         check_runner=check_runner,
         sandbox=sandbox,
+        uncut_rubric=uncut,
     )
     grades = dict(kept)
     if on_start is not None:
@@ -452,6 +462,9 @@ async def grade_submission(
         async with semaphore:
             results = await _grade_unit(job, unit)
         for grade in results:
+            if view.cuts and grade.source != "check":
+                # a check runs on the executed submission itself, not on the view
+                grade = grade.model_copy(update={"notes": list(view.cuts)})
             grades[tuple(grade.path)] = grade
             store.append(grade)
             if on_leaf is not None:
@@ -468,6 +481,7 @@ async def grade_submission(
         await job.aclose()
     tree = build_tree(rubric, grades)
     result = _result(paper, judge, options, tree, grades, ledger, len(todo), len(kept), started)
+    result = result.model_copy(update={"view_cuts": list(view.cuts)})
     atomic_write_json(folder / GRADE_FILE, result.model_dump(mode="json"))
     atomic_write_json(
         folder / COMPLETE_FILE,

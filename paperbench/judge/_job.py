@@ -118,6 +118,9 @@ class Job:
     rubric_dir: Path | None = None
     check_runner: CheckRunner | None = None
     sandbox: Any = None
+    uncut_rubric: TaskNode | None = None
+    """The rubric before the depth cut (``GradeOptions.max_depth``), when there was one: the
+    faithful mode shows a subtree and the criteria before a leaf in their own texts."""
     memo: dict[str, int] = field(default_factory=dict)
     evidence: dict[str, str | None] = field(default_factory=dict)
     """Each leaf's own most relevant file, by model and leaf (``simple``'s guarantee)."""

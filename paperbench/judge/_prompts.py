@@ -123,12 +123,25 @@ def grading_messages(
     ]
 
 
+def _walk_key(path: str) -> list[tuple[int, str]]:
+    parts = path.split("/")
+    return [(1, part) for part in parts[:-1]] + [(0, parts[-1])]
+
+
+def walk_order(paths: list[str]) -> list[str]:
+    """``paths`` in the order a top-down ``os.walk`` meets them, as PaperBench lists a
+    submission: the top folder's files first, then each folder walked whole (its own files,
+    then its folders) before the next. Names within a folder are sorted: the order the file
+    system lists them in, which PaperBench takes as it comes, cannot be reproduced."""
+    return sorted(paths, key=_walk_key)
+
+
 def file_tree(view: SubmissionView, paths: list[str] | None = None) -> str:
-    """An indented list of ``paths`` (default: every text file), fenced as data."""
+    """An indented list of ``paths`` (default: every text file) in walk order, fenced as data."""
     chosen = paths if paths is not None else [f.path for f in view.files if f.text is not None]
     lines: list[str] = []
     seen: set[str] = set()
-    for path in sorted(chosen):
+    for path in walk_order(chosen):
         parts = path.split("/")
         for depth in range(len(parts)):
             prefix = "/".join(parts[: depth + 1])

@@ -406,7 +406,7 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
             files_shown=files,
             file_lines_shown=parts,
             files_why={f.path: f.why for f in context.files},
-            notes=[s.note] if s is not None and s.note else [],
+            selection_notes=[s.note] if s is not None and s.note else [],
             log_lines_shown=context.log.shown if context.log is not None else [],
             addressed_to_judge=addressed,
             wall_time_s=elapsed,

@@ -133,8 +133,10 @@ class LeafGrade(_Record):
     """Text addressed to the judge in what this leaf's grader was shown."""
     notes: list[str] = Field(default_factory=list)
     """What kept files from this leaf's grader whatever it chose: the cuts of the judge's view
-    of the submission (``SubmissionView.cuts``), one line each; and in the default mode, a
-    shortlist call that failed (its files then chosen by the lexical index alone)."""
+    of the submission (``SubmissionView.cuts``), one line each."""
+    selection_notes: list[str] = Field(default_factory=list)
+    """What the default mode's file choice for this leaf could not do as designed: a
+    shortlist call that failed (the files then chosen by the lexical index alone)."""
     samples: list[SampleGrade] = Field(default_factory=list)
     """Every verdict when more than one was taken (majority vote → ``score``)."""
     interval: tuple[float, float] | None = None

@@ -6,9 +6,12 @@ optionally, an executed submission (the output folder of ``paperbench reproduce`
 
 - every file with its size, kind (code / doc / data / binary / other) and mtime (an archive
   member's own), and the text of the text files no bigger than ``max_file_bytes``; binary
-  files are listed but never read, so they can never reach a prompt; of an oversized text
-  file only the first ``max_file_bytes`` characters are kept, in ``head``, which only the
-  faithful mode shows (as PaperBench reads the first 200,000 characters of every file);
+  files are listed without ``text``; of an oversized text file only the first
+  ``max_file_bytes`` characters are kept, in ``head``, which both modes show (the faithful
+  one as PaperBench reads the first 200,000 characters of every file it names); of a binary
+  file only its first ``max_file_bytes`` bytes, decoded as UTF-8 else as Latin-1,
+  in ``head``, which only the faithful mode shows (as PaperBench reads any file its ranking
+  names), and ``simple`` never shows anything of a binary file;
 - ``.git``, virtual environments (by name, or any folder holding ``pyvenv.cfg``), caches and
   ``node_modules`` skipped, by exact folder name (PaperBench matches substrings, so it also
   drops e.g. ``src/myvenv_tools/``; we do not);
@@ -88,9 +91,11 @@ class ViewLimits(BaseModel):
     max_file_bytes: int = Field(default=200_000, ge=1)
     """Text files bigger than this (in bytes) are not read whole, only their head: this many
     characters (PaperBench passes its ``SIZE_LIMIT_BYTES`` to a text-mode ``read``, which
-    counts characters)."""
-    max_files: int = Field(default=20_000, ge=1)
-    """Files listed at most; the rest are counted in ``SubmissionView.files_not_listed``."""
+    counts characters); of a binary file, this many bytes."""
+    max_files: int | None = Field(default=None, ge=1)
+    """Files listed at most (None: every file, as PaperBench walks every file, within the
+    caps on reading an untrusted tree); the rest are counted in
+    ``SubmissionView.files_not_listed`` and said in ``SubmissionView.cuts``."""
     log_max_tokens: int = Field(default=64_000, ge=256)
     """The folded log is cut to this (PaperBench: half of a 128k window), head and tail kept."""
     token_model: str = "openai/gpt-4o"
@@ -114,9 +119,11 @@ class ViewFile(BaseModel):
     mtime: float | None = None
     """Last modification (POSIX seconds), as the folder or the archive member records it."""
     head: str | None = None
-    """For an oversized text file: its first ``max_file_bytes`` characters (``text`` stays
-    None; only the faithful mode shows it, as PaperBench reads the first 200,000 characters of
-    every file)."""
+    """For an oversized text file: its first ``max_file_bytes`` characters, which both modes
+    show (the faithful one as PaperBench reads the first 200,000 characters of a file). For a
+    binary file: its first ``max_file_bytes`` bytes, decoded as PaperBench decodes them
+    (UTF-8, else Latin-1), which only the faithful mode shows (PaperBench reads any file its
+    ranking names); ``simple`` never shows anything of a binary file. ``text`` stays None."""
 
 
 class ReproductionSummary(BaseModel):
@@ -171,6 +178,10 @@ class SubmissionView(BaseModel):
     reproduction: ReproductionSummary | None = None
     notes: list[str] = Field(default_factory=list)
     """Anything the view did differently from the usual, in one line each."""
+    cuts: list[str] = Field(default_factory=list)
+    """What a cap kept out of the view (files not listed or not read), one line per cap: no
+    judge can show those files, so every grade of this view carries these lines, on each
+    leaf and in ``grade.json``."""
     limits: ViewLimits = Field(default_factory=ViewLimits)
 
     @property
@@ -239,12 +250,20 @@ def _scan(tree: RawTree, limits: ViewLimits) -> tuple[list[ViewFile], int, list[
         if top is not None:
             skipped.add(top)
             continue
-        if len(files) >= limits.max_files:
+        if limits.max_files is not None and len(files) >= limits.max_files:
             not_listed += 1
             continue
         files.append(_view_file(raw, limits))
     skipped |= {d for d in skip if _under(d, skip) is None}
     return files, not_listed, sorted(skipped)
+
+
+def _as_text(data: bytes) -> str:
+    """Bytes as PaperBench decodes a file it reads: UTF-8, else Latin-1."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
 
 
 def _view_file(raw: RawFile, limits: ViewLimits) -> ViewFile:
@@ -255,17 +274,20 @@ def _view_file(raw: RawFile, limits: ViewLimits) -> ViewFile:
         unread = raw.unread or "unreadable"
         return ViewFile(path=rel, size=size, kind=classify(rel, None), unread=unread, mtime=mtime)
     kind = classify(rel, raw.data[:_SNIFF_BYTES])
-    if kind == "binary":
-        return ViewFile(path=rel, size=size, kind=kind, unread="binary", mtime=mtime)
-    text = raw.data[: limits.max_file_bytes].decode("utf-8", errors="replace")
-    if _looks_binary(text.encode("utf-8", errors="replace")[: 4 * _SNIFF_BYTES]) or (
-        text.count("\ufffd") > max(1, len(text) // 100)
-    ):
-        return ViewFile(path=rel, size=size, kind="binary", unread="binary", mtime=mtime)
-    if size > limits.max_file_bytes:
-        head = head_chars(raw.data, limits.max_file_bytes)
-        return ViewFile(path=rel, size=size, kind=kind, unread="oversized", mtime=mtime, head=head)
-    return ViewFile(path=rel, size=size, kind=kind, text=text, mtime=mtime)
+    data = raw.data[: limits.max_file_bytes]
+    if kind != "binary":
+        text = data.decode("utf-8", errors="replace")
+        if not _looks_binary(text.encode("utf-8", errors="replace")[: 4 * _SNIFF_BYTES]) and (
+            text.count("\ufffd") <= max(1, len(text) // 100)
+        ):
+            if size > limits.max_file_bytes:
+                head = head_chars(raw.data, limits.max_file_bytes)
+                return ViewFile(
+                    path=rel, size=size, kind=kind, unread="oversized", mtime=mtime, head=head
+                )
+            return ViewFile(path=rel, size=size, kind=kind, text=text, mtime=mtime)
+    head = _as_text(data)
+    return ViewFile(path=rel, size=size, kind="binary", unread="binary", mtime=mtime, head=head)
 
 
 def head_chars(data: bytes, chars: int) -> str:
@@ -405,10 +427,9 @@ def build_view(
     tree = read_tree(source, limits.max_file_bytes)
     notes.extend(tree.notes)
     files, not_listed, skipped = _scan(tree, limits)
+    cuts = tree.cuts()
     if not_listed:
-        notes.append(
-            f"{plural(not_listed, 'file')} over the limit of {limits.max_files} not listed"
-        )
+        cuts.append(f"{plural(not_listed, 'file')} over the limit of {limits.max_files} not listed")
     log_view: LogView | None = None
     log_mtime: float | None = None
     if log is not None:
@@ -433,12 +454,13 @@ def build_view(
         submission=str(submission),
         executed=str(executed) if executed is not None else None,
         files=files,
-        files_not_listed=not_listed,
+        files_not_listed=not_listed + tree.not_listed,
         skipped_dirs=skipped,
         reproduce_sh=script.text if script is not None else None,
         log=log_view,
         log_created=log_created,
         reproduction=reproduction,
         notes=notes,
+        cuts=cuts,
         limits=limits,
     )

@@ -6,8 +6,10 @@ followed, no recursion, special files noted): of each file only what the view ca
 held (its first ``max_file_bytes``; of a larger UTF-8 text that is not ASCII, up to four
 times as many bytes, so that its head can hold ``max_file_bytes`` characters), within
 :data:`VIEW_TEXT_CAP` bytes in all, and a ``reproduce.log`` inside the tree is read as a head
-and a tail of at most :data:`LOG_READ_CAP` bytes. A tar bomb therefore costs the host neither
-disk nor more memory than those caps.
+and a tail of at most :data:`LOG_READ_CAP` bytes. At most :data:`VIEW_MAX_FILES` files are
+listed and, in a folder, folders at most :data:`VIEW_MAX_DEPTH` deep are entered. A tar bomb
+therefore costs the host neither disk nor more memory than those caps. What a cap kept out is
+counted and said (:meth:`RawTree.cuts`), never dropped silently.
 """
 
 from __future__ import annotations
@@ -22,10 +24,15 @@ from typing import IO
 
 from paperbench._console import plural
 from paperbench.errors import InputError
-from paperbench.sandbox import Entry, folder_entries, tar_entries
+from paperbench.sandbox import Entry, TreeLimits, folder_entries, tar_entries
 
 VIEW_TEXT_CAP = 256 * 1024 * 1024
 """Bytes of file content the view holds in all (256 MiB); files past it are listed, unread."""
+VIEW_MAX_FILES = TreeLimits().max_entries or 500_000
+"""Files (and links) listed at most, the sandbox's cap on the entries of an untrusted tree;
+the rest are counted."""
+VIEW_MAX_DEPTH = TreeLimits().max_depth
+"""Folders deep a folder is entered (the sandbox's cap); deeper ones are counted, not read."""
 LOG_READ_CAP = 8 * 1024 * 1024
 """Bytes of a reproduce.log read (8 MiB): its first and last halves, the cut said."""
 LOG_NAME = "reproduce.log"
@@ -55,6 +62,32 @@ class RawTree:
     log: bytes | None = None
     """A top-level reproduce.log's head and tail (capped), when the tree holds one."""
     log_size: int = 0
+    not_listed: int = 0
+    """Files past :data:`VIEW_MAX_FILES`."""
+    unread_over_cap: int = 0
+    """Files listed but not read: past :data:`VIEW_TEXT_CAP`."""
+    deep_dirs: int = 0
+    """Folders more than :data:`VIEW_MAX_DEPTH` deep in a folder source: not entered."""
+
+    def cuts(self) -> list[str]:
+        """One line per cap that kept files from the view (none: the view holds them all)."""
+        out: list[str] = []
+        if self.not_listed:
+            out.append(
+                f"{plural(self.not_listed, 'file')} past the view's cap of {VIEW_MAX_FILES} "
+                "files not listed"
+            )
+        if self.unread_over_cap:
+            out.append(
+                f"{plural(self.unread_over_cap, 'file')} listed but not read: past the view's "
+                f"cap of {VIEW_TEXT_CAP} bytes of content"
+            )
+        if self.deep_dirs:
+            out.append(
+                f"{plural(self.deep_dirs, 'folder')} deeper than {VIEW_MAX_DEPTH} levels not "
+                "entered: what they hold is not listed"
+            )
+        return out
 
 
 def read_capped(handle: IO[bytes], size: int, cap: int = LOG_READ_CAP) -> bytes:
@@ -75,7 +108,7 @@ def read_capped(handle: IO[bytes], size: int, cap: int = LOG_READ_CAP) -> bytes:
 @contextlib.contextmanager
 def _entries(source: Path) -> Iterator[Iterator[Entry]]:
     if source.is_dir() and not source.is_symlink():
-        yield folder_entries(source)
+        yield folder_entries(source, max_depth=VIEW_MAX_DEPTH + 1)
         return
     try:
         tar = tarfile.open(source, mode="r:*")  # noqa: SIM115 - closed below
@@ -93,6 +126,7 @@ def read_tree(source: Path, max_file_bytes: int) -> RawTree:
         InputError: ``source`` is not a readable folder or archive.
     """
     tree = RawTree(files=[], dirs=set(), notes=[])
+    folder = source.is_dir() and not source.is_symlink()
     held = 0
     logs: dict[str, tuple[bytes, int]] = {}
 
@@ -100,19 +134,27 @@ def read_tree(source: Path, max_file_bytes: int) -> RawTree:
         if len(tree.notes) < _MAX_NOTES:
             tree.notes.append(text)
 
+    listed = 0
     with _entries(source) as entries:
         for entry in entries:
             if entry.kind == "special":
                 note(f"left out of the view: {entry.rel or source}: {entry.special}")
             elif entry.kind == "dir":
                 tree.dirs.add(entry.rel)
+                if folder and entry.rel.count("/") + 1 > VIEW_MAX_DEPTH:
+                    tree.deep_dirs += 1
+            elif listed >= VIEW_MAX_FILES:
+                tree.not_listed += 1
             elif entry.kind in ("symlink", "hardlink"):
+                listed += 1
                 tree.files.append(RawFile(entry.rel, 0, entry.mtime, "symlink", unread="symlink"))
             elif entry.open is not None:
+                listed += 1
                 raw = RawFile(entry.rel, entry.size, entry.mtime, "file")
                 budget = min(entry.size, max_file_bytes)
                 if held + budget > VIEW_TEXT_CAP:
                     raw.unread = "over the view's cap"
+                    tree.unread_over_cap += 1
                     note(f"{entry.rel}: not read, over the view's cap of {VIEW_TEXT_CAP} bytes")
                 else:
                     try:

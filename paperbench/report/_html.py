@@ -343,6 +343,7 @@ def run_page_context(run: RunFiles, metrics: RunMetrics) -> dict[str, Any]:
         "problems": problems,
         "tree": tree,
         "leaves": leaves,
+        "view_cuts": grade.view_cuts if grade is not None else [],
         "events": transcript_items(events),
         "events_total": len(events),
         "torn": torn,

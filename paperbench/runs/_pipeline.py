@@ -657,8 +657,28 @@ def _repro_detail(meta: ReproductionMetadata) -> str:
     return f"reproduce.sh {meta.status}{code} in {meta.wall_time_s:.0f} s"
 
 
+WAKE_S = 0.5
+"""How often :func:`execute`'s event loop wakes at least."""
+
+
 def execute(
     spec: RunSpec, stages: Sequence[StageName] | None = None, *, waited_s: float = 0.0
 ) -> RunOutcome | None:
-    """:func:`run_stages` from synchronous code, in any process (e.g. a Ray worker)."""
-    return asyncio.run(run_stages(spec, stages, waited_s=waited_s))
+    """:func:`run_stages` from synchronous code, in any process (e.g. a Ray worker).
+
+    The event loop wakes at least every :data:`WAKE_S`: an interrupt raised without a
+    signal (Ray's cancellation of a running task interrupts the main thread) is then seen
+    within that, not when the stage next has I/O (a quiet reproduction: hours)."""
+
+    async def body() -> RunOutcome | None:
+        async def wake() -> None:
+            while True:
+                await asyncio.sleep(WAKE_S)
+
+        waker = asyncio.create_task(wake())
+        try:
+            return await run_stages(spec, stages, waited_s=waited_s)
+        finally:
+            waker.cancel()
+
+    return asyncio.run(body())

@@ -17,6 +17,7 @@ from paperbench.testing import FakeLLMServer
 
 from .scripted import ScriptedJudge, all_text, last_user_text
 from .test_grader import SCORES, _judge, by_word, grade
+from .upstream import UPSTREAM_ENV, upstream_definitions, upstream_git
 
 T0 = 1_700_000_000
 """reproduce.log.creation_time in these tests."""
@@ -246,36 +247,8 @@ def test_the_faithful_judge_calls_openai_through_chat_completions(
     assert grading.name.startswith("openai/o3-mini") and grading.api.protocol == protocol
 
 
-UPSTREAM_ENV = "PAPERBENCH_UPSTREAM_GIT"
-"""A git directory of openai/preparedness (PaperBench's code), when at hand."""
-
-
-def _upstream(source: str, names: list[str], **namespace: Any) -> dict[str, Any]:
-    """The named top-level definitions of ``source`` at HEAD of the reference, executed alone
-    (its package and other dependencies are not imported)."""
-    import ast
-    import subprocess
-
-    git = os.environ.get(UPSTREAM_ENV, "")
-    shown = ["git", "--git-dir", git, "show", f"HEAD:{source}"]
-    text = subprocess.run(shown, check=True, capture_output=True, text=True).stdout
-    scope: dict[str, Any] = dict(namespace)
-
-    def defined(node: ast.stmt) -> set[str]:
-        if isinstance(node, ast.FunctionDef | ast.ClassDef):
-            return {node.name}
-        if isinstance(node, ast.Assign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            return {t.id for t in targets if isinstance(t, ast.Name)}
-        return set()
-
-    body = [node for node in ast.parse(text).body if defined(node) & set(names)]
-    exec(compile(ast.Module(body=body, type_ignores=[]), source, "exec"), scope)
-    return {name: scope[name] for name in names}
-
-
 @pytest.mark.skipif(
-    not os.path.isdir(os.environ.get(UPSTREAM_ENV, "")), reason=f"{UPSTREAM_ENV} not set"
+    upstream_git() is None, reason=f"set {UPSTREAM_ENV} to a git directory of openai/preparedness"
 )
 def test_windows_reads_and_parse_schema_match_paperbenchs_own_code(tmp_path: Path) -> None:
     from pydantic import BaseModel
@@ -285,10 +258,12 @@ def test_windows_reads_and_parse_schema_match_paperbenchs_own_code(tmp_path: Pat
     from paperbench.llm import context_window
 
     common = "project/common/preparedness_turn_completer/preparedness_turn_completer/utils.py"
-    windows = _upstream(common, ["CONTEXT_WINDOW_LENGTHS"])["CONTEXT_WINDOW_LENGTHS"]
+    windows = upstream_definitions(common, ["CONTEXT_WINDOW_LENGTHS"])["CONTEXT_WINDOW_LENGTHS"]
     assert {m: context_window(f"openai/{m}") for m in windows} == windows
     judge = "project/paperbench/paperbench/judge/"
-    read = _upstream(judge + "utils.py", ["safe_read_file", "SIZE_LIMIT_BYTES"], Path=Path)
+    read = upstream_definitions(
+        judge + "utils.py", ["safe_read_file", "SIZE_LIMIT_BYTES"], Path=Path
+    )
     root = tmp_path / "s"
     root.mkdir()
     texts = {
@@ -304,7 +279,7 @@ def test_windows_reads_and_parse_schema_match_paperbenchs_own_code(tmp_path: Pat
         assert f is not None
         expected = read["safe_read_file"](root / name, read["SIZE_LIMIT_BYTES"])
         assert readable(f) == expected, name
-    simple = _upstream(
+    simple = upstream_definitions(
         judge + "simple.py",
         ["ParsedJudgeResponseInt", "ParsedJudgeResponseFloat"],
         BaseModel=BaseModel,

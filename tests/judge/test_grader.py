@@ -182,7 +182,7 @@ def test_faithful_makes_three_calls_per_leaf_with_the_roles_models(
     submission = make_submission(
         {**FILES, "results.csv": "method,ece\nALPHA,0.01\n", "reproduce.log.creation_time": "1000"}
     )
-    fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["main.py", "binning.py"])
+    fake_llm.handler = ScriptedJudge(by_word(SCORES), ranked=["main.py", "calib/binning.py"])
     judge = _judge(tmp_path, "simple-faithful")
     text = judge.path.read_text().replace("openai/o3-mini-2025-01-31", "openai/gpt-4.1-mini", 1)
     text = text.replace("openai/o3-mini-2025-01-31", "openai/gpt-4.1").replace(
@@ -204,13 +204,15 @@ def test_faithful_makes_three_calls_per_leaf_with_the_roles_models(
     grading = [r for r in fake_llm.requests if r.model == "gpt-4.1"]
     code = [r for r in grading if "DELTA" not in last_user_text(r)]
     (results,) = [r for r in grading if "DELTA" in last_user_text(r)]
-    # the ranked files are what the grader saw (a bare name found under its folder)
+    # the ranked files are what the grader saw
     assert len(code) == 3
     assert all("def train_alpha" in all_text(r) for r in code)
     assert all("binning_estimator" in all_text(r) for r in code)
     assert all("Run reproduce.sh." not in all_text(r) for r in code)
-    # Result Analysis: docs and changed tables only, never code
-    assert "def train_alpha" not in all_text(results)
+    # Result Analysis: its tree lists docs and changed tables only, never code
+    (tree,) = [r for r in fake_llm.requests if r.model == "gpt-4.1-mini" and "DELTA" in all_text(r)]
+    assert "results.csv" in all_text(tree) and "main.py" not in all_text(tree)
+    assert "def train_alpha" in all_text(results)  # named by the ranking: read, as PaperBench
 
 
 def test_context_is_chosen_by_category(

@@ -127,7 +127,7 @@ def test_evidence_in_other_words_and_split_evidence_reach_the_grader(
     assert why["src/pkg/zeta.py"] == "shortlist" and why["src/pkg/helpers.py"] == "import hop"
     assert grades["l1"].files_why["src/settings_zz.py"] == "shortlist"
     assert "lexical" in why.values()  # the rest of the room: the BM25 ranking
-    assert not grades["l0"].notes and not grades["l1"].notes
+    assert not grades["l0"].selection_notes and not grades["l1"].selection_notes
 
 
 def test_a_path_the_shortlist_invents_is_ignored(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
@@ -157,9 +157,9 @@ def test_a_failed_shortlist_call_leaves_a_note_and_the_lexical_choice(
     grades = _grade(fake_llm, tmp_path)
     assert grades["l0"].valid and grades["l1"].valid
     for grade in (grades["l0"], grades["l1"]):
-        assert len(grade.notes) == 1
-        assert "shortlist call failed" in grade.notes[0]
-        assert "lexical index alone" in grade.notes[0]
+        assert len(grade.selection_notes) == 1
+        assert "shortlist call failed" in grade.selection_notes[0]
+        assert "lexical index alone" in grade.selection_notes[0]
         assert set(grade.files_why.values()) == {"lexical"}
     assert "MARK_B" not in _grading_text(fake_llm, QUOKKA)
 

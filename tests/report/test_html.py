@@ -94,7 +94,7 @@ def test_a_leaf_shows_why_each_file_was_chosen_and_its_notes(tmp_path: Path) -> 
     lines = leaves.read_text().splitlines()
     first = json.loads(lines[0])
     first["files_why"] = {"train.py": "shortlist", "calibrate.py": "import hop"}
-    first["notes"] = ["the file shortlist call failed (refused): files chosen by BM25"]
+    first["selection_notes"] = ["the file shortlist call failed (refused): files chosen by BM25"]
     leaves.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     files = read_group_files(group)
     write_html(summarize_group(files), files, tmp_path / "html")
