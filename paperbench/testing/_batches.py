@@ -1,8 +1,8 @@
 """The providers' batch APIs on the fake server, with their real wire shapes.
 
     OpenAI Files     POST /v1/files (multipart, purpose=batch), GET /v1/files/{id}[/content]
-    OpenAI Batch     POST /v1/batches, GET /v1/batches/{id}, POST /v1/batches/{id}/cancel
-    Anthropic        POST /v1/messages/batches, GET /v1/messages/batches/{id}[/results],
+    OpenAI Batch     POST /v1/batches, GET /v1/batches[/{id}], POST /v1/batches/{id}/cancel
+    Anthropic        POST /v1/messages/batches, GET /v1/messages/batches[/{id}[/results]],
                      POST /v1/messages/batches/{id}/cancel
 
 Each request in a batch is answered by the server as if it had been sent alone (its
@@ -184,6 +184,8 @@ class Batches:
                     return 200, stored.data, "application/octet-stream"
             if method == "POST" and parts == ["batches"]:
                 return self._create_openai(headers, raw)
+            if method == "GET" and parts == ["batches"]:
+                return _json(200, self._list("openai", self._openai_object) | {"object": "list"})
             if len(parts) in (2, 3) and parts[0] == "batches":
                 batch = self.batches.get(parts[1])
                 if batch is None or batch.provider != "openai":
@@ -201,6 +203,8 @@ class Batches:
         with self._lock:
             if method == "POST" and not parts:
                 return self._create_anthropic(headers, raw)
+            if method == "GET" and not parts:
+                return _json(200, self._list("anthropic", self._anthropic_object))
             batch = self.batches.get(parts[0]) if parts else None
             if batch is None or batch.provider != "anthropic":
                 return _anthropic_error(404, "not_found_error", "message batch not found")
@@ -218,6 +222,19 @@ class Batches:
             if method == "POST" and parts[1:] == ["cancel"]:
                 return self._cancel(batch)
         return _anthropic_error(404, "not_found_error", "not found")
+
+    def _list(self, provider: str, render: Callable[[Batch], dict[str, Any]]) -> dict[str, Any]:
+        """All of a provider's batches, newest first, in one page."""
+        mine = [b for b in reversed(self.batches.values()) if b.provider == provider]
+        for batch in mine:
+            self._advance(batch)
+        ids = [b.id for b in mine]
+        return {
+            "data": [render(b) for b in mine],
+            "has_more": False,
+            "first_id": ids[0] if ids else None,
+            "last_id": ids[-1] if ids else None,
+        }
 
     # -- OpenAI -----------------------------------------------------------------------------
 
@@ -459,11 +476,11 @@ class Batches:
             (ok if status == 200 else bad).append(line)
         if ok:
             batch.output_file_id = self._store(
-                f"batch_{batch.id}_output.jsonl", "batch_output", _jsonl(ok)
+                f"{batch.id}_output.jsonl", "batch_output", _jsonl(ok)
             ).id
         if bad:
             batch.error_file_id = self._store(
-                f"batch_{batch.id}_error.jsonl", "batch_output", _jsonl(bad)
+                f"{batch.id}_error.jsonl", "batch_output", _jsonl(bad)
             ).id
 
     # -- Anthropic --------------------------------------------------------------------------

@@ -165,6 +165,7 @@ def test_openai_batch_cancelled(fake_llm: FakeLLMServer) -> None:
     assert _lines(client, cancelled.error_file_id)["q1"]["error"]["code"] == "batch_cancelled"
     with pytest.raises(openai.ConflictError):
         client.batches.cancel(batch.id)
+    assert [b.id for b in client.batches.list()] == [batch.id]
 
 
 @pytest.mark.parametrize(
@@ -318,6 +319,8 @@ def test_anthropic_batch_canceled_and_expired(fake_llm: FakeLLMServer) -> None:
     expired = client.messages.batches.retrieve(other.id)
     assert expired.request_counts.expired == 3
     assert {r.result.type for r in client.messages.batches.results(other.id)} == {"expired"}
+    listed = list(client.messages.batches.list())
+    assert [b.id for b in listed] == [other.id, batch.id]
 
 
 @pytest.mark.parametrize(
