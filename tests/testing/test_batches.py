@@ -364,3 +364,15 @@ def test_batch_routes_switched_off_are_not_found(fake_llm: FakeLLMServer) -> Non
         anthropic_client(fake_llm).messages.batches.create(
             requests=[{"custom_id": "a", "params": _params("x")}]
         )
+
+
+def test_anthropic_beta_batch_keeps_its_beta_header(fake_llm: FakeLLMServer) -> None:
+    client = anthropic_client(fake_llm)
+    batch = client.beta.messages.batches.create(
+        requests=[{"custom_id": "a", "params": _params("x")}],
+        betas=["context-management-2025-06-27"],
+    )
+    assert [r.result.type for r in client.beta.messages.batches.results(batch.id)] == ["succeeded"]
+    (request,) = fake_llm.requests
+    assert request.headers["anthropic-beta"] == "context-management-2025-06-27"
+    assert request.batch == batch.id
