@@ -4,6 +4,10 @@
     OpenAI Responses          POST /v1/responses          (base_url: server.openai_url)
     Anthropic Messages        POST /v1/messages           (base_url: server.anthropic_url)
 
+and both providers' batch APIs (OpenAI's Files and Batch APIs, Anthropic's Message Batches:
+:mod:`paperbench.testing._batches`, test hooks on ``server.batches``), each batched request
+answered as if sent alone and recorded with its ``batch``.
+
 It answers from a script (``server.script(FakeReply(...), Fault.rate_limit(0.1), ...)``),
 else from a callback (``server.handler = lambda request: FakeReply(...)``), else with a
 default reply: the smallest JSON that fits a requested schema, or ``"ok"``. Every request is
@@ -50,6 +54,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 from paperbench.llm._limits import default_context_windows
+from paperbench.testing._batches import Batches
 from paperbench.testing._prompt import PromptCache
 from paperbench.testing._rules import Issued, Refusal, check
 from paperbench.testing._stream import Event, failure_event, stream_events
@@ -196,6 +201,9 @@ class RecordedRequest:
     headers: dict[str, str]
     body: dict[str, Any]
     time: float
+    batch: str | None = None
+    """The batch the request came in (its id), or ``None`` when sent alone."""
+    custom_id: str | None = None
 
     @property
     def model(self) -> str:
@@ -276,6 +284,9 @@ class FakeLLMServer:
         self.requests: list[RecordedRequest] = []
         self.handler_errors: list[str] = []
         """What a raising ``handler`` raised (each such call was answered with a 400)."""
+        self.batches = Batches(self._answer_batched, RecordedRequest, lambda: self.url)
+        """The batch APIs' files and batches; ``delay`` and the test hooks (``process``,
+        ``expire``)."""
         self._httpd = _Server((host, port), _make_handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -383,6 +394,24 @@ class FakeLLMServer:
                 return Fault.http(400, f"the fake server's handler raised {type(exc).__name__}")
         return default_reply(request)
 
+    def _answer_batched(self, request: RecordedRequest) -> tuple[int, dict[str, Any]]:
+        """The status and body of the answer to a batch's request, as if it had been sent
+        alone (not streamed; a fault that breaks a connection is a 500, or Anthropic's 529)."""
+        refusal = self._refusal_for(request)
+        if refusal is not None:
+            return refusal.status, refusal.body(request.protocol)
+        answer = self._answer_for(request)
+        if isinstance(answer, Fault) and answer.kind == "status" and answer.status == 200:
+            answer = FakeReply(text="late")  # a slow answer
+        if isinstance(answer, FakeReply):
+            return 200, _render(self, request, answer)
+        if answer.kind != "status":
+            status = (
+                529 if answer.kind == "stream_error" and request.protocol == "messages" else 500
+            )
+            answer = Fault(status=status, message=answer.message)
+        return answer.status, _error_body(request.protocol, answer)
+
     def _wait(self, seconds: float) -> bool:
         """Sleep unless the server stops first; True if it is stopping."""
         return self._stopping.wait(seconds) if seconds > 0 else self._stopping.is_set()
@@ -444,13 +473,28 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
+        def _batch_api(self, method: str) -> bool:
+            """Answer a batch API request; False when the path is not one."""
+            if not server.batches.owns(path := self.path.split("?")[0]):
+                return False
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            status, data, content_type = server.batches.route(method, path, headers, raw)
+            self._send_bytes(status, data, {}, content_type=content_type)
+            return True
+
         def do_GET(self) -> None:
+            if self._batch_api("GET"):
+                return
             if self.path.rstrip("/") in ("/v1/models", "/models"):
                 self._send(200, {"object": "list", "data": []})
             else:
                 self._send(404, {"error": {"message": "not found", "type": "invalid_request"}})
 
         def do_POST(self) -> None:
+            if self._batch_api("POST"):
+                return
             if server._unheard():
                 self._reset()
                 return
