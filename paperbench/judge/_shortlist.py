@@ -1,9 +1,9 @@
 """The default mode's shortlist: which files each leaf's grader needs, named by the model.
 
-One structured call per group of up to ``shortlist_batch`` leaves of one category (in the
-rubric's order): the submission map (:mod:`paperbench.judge._map`) as a prefix that every
-shortlist call of a paper shares, then the group's criteria; the answer names up to
-``shortlist_files`` paths per criterion. The paths are the model's word, not the view's:
+One structured call per group of about ``shortlist_batch`` leaves of one category (in the
+rubric's order, groups of even sizes): the submission map (:mod:`paperbench.judge._map`) as
+a prefix that every shortlist call of a paper shares, then the group's criteria; the answer
+names up to ``shortlist_files`` paths per criterion. The paths are the model's word, not the view's:
 only paths the view holds count (the rest are dropped, and counted in ``ignored``). A call
 that fails (refused, invalid after the client's retries) gives each of its leaves no
 shortlist and a note saying so; those leaves' files are chosen by the lexical index alone.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +25,8 @@ from paperbench.judge._prompts import render
 from paperbench.judge._types import CallCost
 from paperbench.llm import UserMessage
 from paperbench.rubric import iter_leaves
+
+_T = TypeVar("_T")
 
 
 class Pick(BaseModel):
@@ -61,6 +64,21 @@ def submission_map(job: Job, model: str) -> SubmissionMap:
     return found
 
 
+def _even(members: list[_T], size: int) -> list[list[_T]]:
+    """``members`` in order, in as many groups as ``size`` goes into their count (rounded to
+    the nearest, at least one), of even sizes: a short remainder joins the others rather than
+    carrying the map on a call of its own (a group holds at most 1.5 × ``size``)."""
+    calls = max(1, (len(members) + size // 2) // size)
+    base, more = divmod(len(members), calls)
+    out: list[list[_T]] = []
+    start = 0
+    for k in range(calls):
+        end = start + base + (1 if k < more else 0)
+        out.append(members[start:end])
+        start = end
+    return out
+
+
 def _groups(job: Job, size: int) -> dict[tuple[int, ...], tuple[int, list[tuple[str, str]]]]:
     """Leaf path → (group number, the group's (path key, requirements) in rubric order); a
     leaf whose check is run is in no group."""
@@ -77,8 +95,7 @@ def _groups(job: Job, size: int) -> dict[tuple[int, ...], tuple[int, list[tuple[
         out: dict[tuple[int, ...], tuple[int, list[tuple[str, str]]]] = {}
         number = 0
         for members in by_category.values():
-            for start in range(0, len(members), size):
-                group = members[start : start + size]
+            for group in _even(members, size):
                 items = [(".".join(map(str, p)), text) for p, text in group]
                 for p, _ in group:
                     out[p] = (number, items)

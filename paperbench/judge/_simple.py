@@ -7,7 +7,10 @@ the run wrote; the files the shortlist call (:mod:`paperbench.judge._shortlist`)
 batch's leaves (every leaf's first, then every leaf's second, ...); the files those import;
 then BM25 over the batch's requirement texts. A batch whose context would leave out any
 leaf's must-have files (its own top BM25 file and its first ``must_have_shortlisted``
-shortlisted ones) is split until none does (down to a leaf alone with the whole budget). A
+shortlisted ones) is split until none does (down to a leaf alone with the whole budget).
+With ``room_to_need``, a call's submission room is what its must-have files (and the files
+they import) take, not the whole ``submission_tokens``: a small batch is not filled with
+BM25 extras. A
 leaf whose shortlist call failed is graded on the BM25 choice and carries a note saying so;
 every file shown records why it was chosen (``LeafGrade.files_why``).
 
@@ -23,6 +26,7 @@ again for that leaf alone, once; then the leaf is invalid.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import time
 from collections import Counter
@@ -33,7 +37,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from paperbench.errors import IncompleteAnswerError, ModelError
 from paperbench.judge._addressed import context_findings
 from paperbench.judge._config import SimpleConfig
-from paperbench.judge._context import LeafContext, Why, select_context, selectable
+from paperbench.judge._context import (
+    _WITH_LOG,
+    LeafContext,
+    Why,
+    select_context,
+    selectable,
+)
 from paperbench.judge._job import Job, Leaf, add_cost, reason_of, sum_cost, vote
 from paperbench.judge._prompts import CATEGORY_QUESTIONS, render
 from paperbench.judge._shortlist import Shortlist, shortlist, submission_map
@@ -118,9 +128,10 @@ def batch_context(
     model: str,
     preferred: Mapping[str, Why] | None = None,
     extra: int = 0,
+    room: int | None = None,
 ) -> LeafContext:
-    """The batch's context; ``extra`` raises the cap on its submission content (never past
-    what the window leaves)."""
+    """The batch's context; ``room`` (when given) lowers the cap on its submission content,
+    ``extra`` raises it (never past what the window leaves)."""
     config = job.judge.config
     assert isinstance(config, SimpleConfig)
     budgets = config.budgets
@@ -129,10 +140,13 @@ def batch_context(
     )
     fixed += sum(count_tokens(line, model) for line in leaves[0].prior)
     fixed += budgets.answer_room(len(leaves)) - budgets.answer_tokens  # the batch's extra room
+    budget = budgets.submission_budget(fixed + 600, extra)
+    if room is not None:
+        budget = min(budget, room + extra)
     return select_context(
         job.view,
         leaves[0].category,
-        budgets.submission_budget(fixed + 600, extra),
+        budget,
         "\n".join(leaf.node.requirements for leaf in leaves),
         model=model,
         index=job.index(model),
@@ -265,6 +279,41 @@ def _must_haves(job: Job, leaf: Leaf, found: Shortlist | None, model: str) -> li
     return must
 
 
+def _needed_room(
+    job: Job, leaves: list[Leaf], lists: list[Shortlist | None], model: str
+) -> int | None:
+    """The submission room that holds the batch's must-have files whole (with the files they
+    import, and, for Result Analysis, the files the run wrote, shown first) after the script's
+    and the log's shares;
+    None when that is not less than ``submission_tokens`` (or the rule is off)."""
+    config = job.judge.config
+    assert isinstance(config, SimpleConfig)
+    budgets, cap = config.budgets, config.budgets.submission_tokens
+    if not config.room_to_need or cap is None:
+        return None
+    index, category, code_dev = job.index(model), leaves[0].category, job.options.code_dev
+    where = {f.path: i for i, f in enumerate(index.files)}
+    must = {
+        p
+        for leaf, found in zip(leaves, lists, strict=True)
+        for p in _must_haves(job, leaf, found, model)
+    }
+    imports = submission_map(job, model).imports
+    need = {p for p in must | {t for m in must for t in imports.get(m, [])} if p in where}
+    if category == "Result Analysis" and not code_dev:
+        can = selectable(index, category)
+        need |= {f.path for f in index.files if f.changed is not None and f.path in can}
+    files = sum(index.whole(where[p])[1] for p in need)
+    shares, whole = 0.0, 0
+    if not code_dev and job.view.reproduce_sh is not None:
+        shares, whole = budgets.script_share, index.whole_tokens("script")
+    if category in _WITH_LOG and not code_dev and job.view.log is not None:
+        shares, whole = shares + budgets.log_share, whole + index.whole_tokens("log")
+    # either bound leaves the files ``files`` after the script and the log take their parts
+    room = min(files + whole, math.ceil(files / max(1.0 - shares, 0.05)))
+    return None if room >= cap else room
+
+
 def _missing_tokens(
     job: Job, leaves: list[Leaf], lists: list[Shortlist | None], context: LeafContext, model: str
 ) -> int:
@@ -348,14 +397,17 @@ async def grade_batch(job: Job, leaves: list[Leaf]) -> list[LeafGrade]:
         return [_shortcut(leaf, context) for leaf in leaves]
     lists = [await shortlist(job, leaf, name) for leaf in leaves]
     preferred = _preferred(job, leaves, lists, name) if any(s and s.paths for s in lists) else None
+    room = None if preferred is None else _needed_room(job, leaves, lists, name)
     if preferred is not None:
-        context = batch_context(job, leaves, name, preferred)
+        context = batch_context(job, leaves, name, preferred, room=room)
     by_leaf = dict(enumerate(lists))
-    if len(leaves) > 1 and missing_evidence(job, leaves, context, name, by_leaf):
+    if (len(leaves) > 1 or room is not None) and missing_evidence(
+        job, leaves, context, name, by_leaf
+    ):
         # one call with room for the must-have files costs less than two calls
         extra = _missing_tokens(job, leaves, lists, context, name)
         if extra:
-            context = batch_context(job, leaves, name, preferred, extra)
+            context = batch_context(job, leaves, name, preferred, extra, room)
     if len(leaves) > 1 and missing_evidence(job, leaves, context, name, by_leaf):
         half = len(leaves) // 2
         return [*await grade_batch(job, leaves[:half]), *await grade_batch(job, leaves[half:])]

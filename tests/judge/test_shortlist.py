@@ -199,3 +199,75 @@ def test_a_batch_gets_room_for_its_must_have_files_before_it_is_split(
     [grading] = [r for r in fake_llm.requests if batch_criteria(r)]
     text = last_user_text(grading)
     assert "MARK_A" in text and "MARK_B" in text
+
+
+def _one_leaf_request(fake_llm: FakeLLMServer, tmp_path: Path, room_to_need: bool) -> str:
+    """The request that grades the quokka leaf alone, under the catalog's simple judge with
+    ``room_to_need`` set as given."""
+    folder = tmp_path / f"judges-{room_to_need}"
+    shutil.copytree(catalog_dir(), folder, dirs_exist_ok=True)
+    config = yaml.safe_load((folder / "simple.yaml").read_text())
+    config["room_to_need"] = room_to_need
+    (folder / "sized.yaml").write_text(yaml.safe_dump(config))
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: SHORTLIST.get(r, []))
+    rubric = _rubric().to_dict()
+    rubric["sub_tasks"][0]["sub_tasks"] = rubric["sub_tasks"][0]["sub_tasks"][:1]
+    before = len(fake_llm.requests)
+    asyncio.run(
+        grade_submission(
+            build_view(_submission(tmp_path / f"submission-{room_to_need}")),
+            PaperSource.resolve(None).load("calibration-binning"),
+            load_judge_config(folder / "sized.yaml"),
+            out_dir=tmp_path / f"out-{room_to_need}",
+            rubric=TaskNode.model_validate(rubric),
+            options=GradeOptions(samples=1),
+            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
+        )
+    )
+    [grading] = [r for r in fake_llm.requests[before:] if batch_criteria(r)]
+    return last_user_text(grading)
+
+
+def test_a_one_leaf_call_is_given_the_room_its_must_have_files_take(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """The catalog's simple judge sizes a call's submission room to its must-have files: a
+    lone leaf is shown its shortlisted file and what it imports, without the decoys in its
+    words that the full room (``submission_tokens``) is filled with."""
+    assert load_judge_config("simple").config.room_to_need  # type: ignore[union-attr]
+    sized = _one_leaf_request(fake_llm, tmp_path, room_to_need=True)
+    full = _one_leaf_request(fake_llm, tmp_path, room_to_need=False)
+    assert all(mark in sized and mark in full for mark in ("MARK_B", "MARK_H"))
+    assert full.count("src/decoy_") >= 6  # the full room: decoys up to max_files
+    assert sized.count("src/decoy_") <= 2  # at most its own top lexical file
+    assert len(sized) < len(full)
+
+
+def test_a_short_last_shortlist_group_joins_the_others(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """17 leaves of one category with ``shortlist_batch`` 16: one shortlist call (the map is
+    not sent again for a single leaf), which names every leaf's files."""
+    texts = [f"The quokka variant {i} is implemented." for i in range(17)]
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: ["src/pkg/zeta.py"])
+    rubric = _rubric().to_dict()
+    rubric["sub_tasks"][0]["sub_tasks"] = [
+        {**rubric["sub_tasks"][0]["sub_tasks"][0], "id": f"q{i}", "requirements": text}
+        for i, text in enumerate(texts)
+    ]
+    asyncio.run(
+        grade_submission(
+            build_view(_submission(tmp_path / "submission")),
+            PaperSource.resolve(None).load("calibration-binning"),
+            load_judge_config("simple"),
+            out_dir=tmp_path / "out",
+            rubric=TaskNode.model_validate(rubric),
+            options=GradeOptions(samples=1),
+            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
+        )
+    )
+    shortlists = [r for r in fake_llm.requests if is_shortlist(r)]
+    assert len(shortlists) == 1
+    assert all(t in last_user_text(shortlists[0]) for t in texts)
+    graded = [r for r in fake_llm.requests if batch_criteria(r)]
+    assert all("MARK_B" in last_user_text(r) for r in graded)
