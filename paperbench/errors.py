@@ -8,28 +8,43 @@ what was expected. The CLI prints ``str(error)`` and exits 1 for bad input, 2 fo
     │   ├── RubricError            a rubric or graded-tree file that does not fit the schema
     │   ├── PaperError             a paper bundle that cannot be used
     │   │   └── LfsPointerError    paper.md is a Git LFS pointer, not the paper
-    │   └── ConfigError            a YAML/JSON configuration file that does not validate
+    │   ├── ConfigError            a YAML/JSON configuration file that does not validate
+    │   └── ShapeMismatchError     a predicted tree unlike its gold tree [judge._eval]
     ├── UsageError                 a command used wrongly (exit 2)
     ├── ModelError                 a model call that failed (providers in paperbench.llm)
     │   ├── MissingKeyError        no API key in the environment or .env
     │   ├── UnknownProviderError   a provider/model string with no registered provider
     │   ├── ModelRequestError      the provider refused the request (400/401/403/404)
-    │   │   └── ModelAuthError     the key was rejected or lacks the permission (401/403)
+    │   │   ├── ModelAuthError     the key was rejected or lacks the permission (401/403)
+    │   │   └── ContextLengthError  the conversation does not fit the context window
     │   ├── ModelUnavailableError  retries exhausted: 429/5xx/timeouts/dropped connections
     │   ├── StructuredOutputError  the answer never matched the requested schema
     │   ├── IncompleteAnswerError  cut off at max_tokens, refused, or empty (``stop_reason``)
     │   ├── BudgetExhaustedError   a cost cap was reached; no new call was started
     │   └── ProviderNotInstalledError  the provider's SDK is not installed (install hint)
-    └── SandboxError               a sandbox that could not be created or used
-        ├── SandboxUnavailableError  no engine/backend answers
-        ├── ImageBuildError          an image could not be built
-        ├── UnsafeArchiveError       an archive member that would escape its folder
-        └── EgressProxyError         the egress proxy (network policy filtered) failed
+    ├── SandboxError               a sandbox that could not be created or used
+    │   ├── SandboxLostError         a started sandbox is gone; a rollout restarts it
+    │   ├── SandboxUnavailableError  no engine/backend answers
+    │   │   └── DiskCapUnavailableError  the disk cap cannot be enforced [sandbox._disk]
+    │   ├── ImageBuildError          an image could not be built
+    │   │   └── DerivedBuildError    a derived image's build failed [sandbox._images]
+    │   ├── UnsafeArchiveError       an archive member that would escape (also InputError)
+    │   ├── EgressProxyError         the egress proxy (network policy filtered) failed
+    │   └── FirewallError            host firewall rules not set [sandbox._docker_firewall]
+    ├── RolloutPausedError         a rollout stopped and kept resumable (``kind``, ``reason``)
+    ├── ExecutorUnavailableError   the executor asked for cannot work (a Ray cluster)
+    └── StagePaused                a run's stage paused; resumed with the group [runs._pipeline]
+
+A class marked ``[module]`` is defined in ``paperbench.<module>``, beside the code that
+raises it; every other class is defined here. ``(also X)`` names a second base class.
+Control-flow signals that never reach a user (``TransientError`` of the retry loop,
+``LimitReached``, ``StageFailed``) are not part of this tree.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 
 class PaperbenchError(Exception):
@@ -166,6 +181,21 @@ class EgressProxyError(SandboxError):
     """The egress proxy behind network policy ``filtered`` could not be set up or run."""
 
 
+PauseKind = Literal["provider", "sandbox"]
+
+
+class RolloutPausedError(PaperbenchError):
+    """The rollout stopped before its end and is kept resumable (no status.json): the
+    provider stayed unavailable past the model layer's retries (``provider``), or the sandbox
+    was lost more often than ``max_restarts`` (``sandbox``)."""
+
+    def __init__(self, out_dir: Path, kind: PauseKind, reason: str) -> None:
+        super().__init__(f"{out_dir}: the run is paused: {reason}")
+        self.out_dir = out_dir
+        self.kind: PauseKind = kind
+        self.reason = reason
+
+
 class ExecutorUnavailableError(PaperbenchError):
     """The executor asked for cannot work (a Ray cluster that cannot be joined); nothing of
     the group was written."""
@@ -190,6 +220,7 @@ __all__ = [
     "PaperError",
     "PaperbenchError",
     "ProviderNotInstalledError",
+    "RolloutPausedError",
     "RubricError",
     "SandboxError",
     "SandboxLostError",

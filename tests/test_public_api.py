@@ -99,6 +99,7 @@ PUBLIC: dict[str, list[str]] = {
         "PaperError",
         "PaperbenchError",
         "ProviderNotInstalledError",
+        "RolloutPausedError",
         "RubricError",
         "SandboxError",
         "SandboxLostError",

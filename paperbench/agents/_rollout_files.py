@@ -8,7 +8,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -23,7 +23,9 @@ from paperbench.agents._base import (
 from paperbench.agents._resources import ResolvedResources
 from paperbench.agents._snapshots import DEFAULT_KEEP_SNAPSHOTS, DEFAULT_SNAPSHOTS_MAX_BYTES
 from paperbench.agents._transcript import NoteEvent, StartEvent, TranscriptEvent
-from paperbench.errors import ConfigError, InputError, PaperbenchError, UsageError
+from paperbench.errors import ConfigError, InputError, UsageError
+from paperbench.errors import PauseKind as PauseKind
+from paperbench.errors import RolloutPausedError as RolloutPausedError
 from paperbench.llm import BudgetCaps, CostJournal, CostRecord, CostTotal
 from paperbench.sandbox import IsolationKind, LeftOutFile, NetworkPolicy, SandboxConfig
 from paperbench.sandbox._internal_nets import IPNetwork
@@ -119,21 +121,6 @@ class RolloutStatus(BaseModel):
     """``submission.tar.gz`` when the final submission was saved."""
     submission_bytes: int = 0
     costs: CostTotal = Field(default_factory=CostTotal)
-
-
-PauseKind = Literal["provider", "sandbox"]
-
-
-class RolloutPausedError(PaperbenchError):
-    """The rollout stopped before its end and is kept resumable (no status.json): the
-    provider stayed unavailable past the model layer's retries (``provider``), or the sandbox
-    was lost more often than ``max_restarts`` (``sandbox``)."""
-
-    def __init__(self, out_dir: Path, kind: PauseKind, reason: str) -> None:
-        super().__init__(f"{out_dir}: the run is paused: {reason}")
-        self.out_dir = out_dir
-        self.kind: PauseKind = kind
-        self.reason = reason
 
 
 @dataclass

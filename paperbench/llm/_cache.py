@@ -13,17 +13,24 @@ short transaction and ``busy_timeout`` makes writers wait for each other. The sc
 by forward-only, named migrations recorded in the file itself. :meth:`ResponseCache.aget`
 and :meth:`ResponseCache.aput` run the SQLite calls in the cache's own thread, off the event
 loop.
+
+A cache holds its connection until :meth:`ResponseCache.close`. The caches of
+:func:`shared_cache` are counted: each :func:`shared_cache` is matched by a
+:func:`release_shared` (a :class:`~paperbench.llm.Model` does it in ``aclose``), and the
+last release closes the file. Whatever is still open when the process exits is closed then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import hashlib
 import json
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -118,11 +125,13 @@ class ResponseCache:
         self.path = Path(path) if path is not None else default_cache_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._closed = False
         self._conn = sqlite3.connect(
             self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
         # One thread does this cache's I/O, so that callers on an event loop never block it.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-cache")
+        _OPEN.add(self)
         try:
             _while_busy(self._open)
         except BaseException:
@@ -199,9 +208,16 @@ class ResponseCache:
         return int(row[0])
 
     def close(self) -> None:
+        """Finish this cache's pending I/O and close its connection (again: nothing)."""
         self._executor.shutdown(wait=True)
         with self._lock:
             self._conn.close()
+            self._closed = True
+        _OPEN.discard(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def __enter__(self) -> ResponseCache:
         return self
@@ -210,15 +226,48 @@ class ResponseCache:
         self.close()
 
 
+_OPEN: weakref.WeakSet[ResponseCache] = weakref.WeakSet()
+"""Every cache of this process whose connection is open."""
+
 _SHARED: dict[Path, ResponseCache] = {}
+_USERS: dict[Path, int] = {}
 _SHARED_LOCK = threading.Lock()
 
 
 def shared_cache(path: str | Path | None) -> ResponseCache:
-    """One :class:`ResponseCache` per file per process."""
+    """One :class:`ResponseCache` per file per process, opened by its first user; each call
+    is one more user, to be matched by :func:`release_shared`."""
     resolved = (Path(path) if path is not None else default_cache_path()).resolve()
     with _SHARED_LOCK:
         cache = _SHARED.get(resolved)
         if cache is None:
             cache = _SHARED[resolved] = ResponseCache(resolved)
+        _USERS[resolved] = _USERS.get(resolved, 0) + 1
         return cache
+
+
+def release_shared(cache: ResponseCache) -> None:
+    """One user of a :func:`shared_cache` is done; the last one closes it."""
+    with _SHARED_LOCK:
+        path = cache.path
+        if _SHARED.get(path) is not cache:
+            return
+        _USERS[path] -= 1
+        if _USERS[path] > 0:
+            return
+        del _SHARED[path], _USERS[path]
+    cache.close()
+
+
+def open_caches() -> int:
+    """How many caches of this process have their connection open."""
+    return len(_OPEN)
+
+
+@atexit.register
+def _close_all() -> None:
+    with _SHARED_LOCK:
+        _SHARED.clear()
+        _USERS.clear()
+    for cache in list(_OPEN):
+        cache.close()

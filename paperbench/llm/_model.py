@@ -38,7 +38,7 @@ from paperbench.errors import (
     ModelError,
     StructuredOutputError,
 )
-from paperbench.llm._cache import ResponseCache, cache_key, shared_cache
+from paperbench.llm._cache import ResponseCache, cache_key, release_shared, shared_cache
 from paperbench.llm._costs import CostLedger, CostRecord, PriceTable
 from paperbench.llm._gate import EndpointGate, endpoint_gate
 from paperbench.llm._registry import ModelAPI, Target, resolve
@@ -82,6 +82,7 @@ class Model:
         self.ledger = ledger if ledger is not None else CostLedger()
         self.stage = stage
         self._cache = cache
+        self._shared_cache = False  # the cache is the shared one, taken on first use
         self._api: ModelAPI | None = None
         self._prices = PriceTable.load(self.config.prices_path)
 
@@ -109,11 +110,20 @@ class Model:
     def cache(self) -> ResponseCache:
         if self._cache is None:
             self._cache = shared_cache(self.config.cache_path)
+            self._shared_cache = True
         return self._cache
 
     async def aclose(self) -> None:
-        if self._api is not None:
-            await self._api.aclose()
+        """Close the provider client and give back the shared cache (the last user of a
+        cache file closes it); the model may be used again after."""
+        try:
+            if self._api is not None:
+                await self._api.aclose()
+        finally:
+            if self._shared_cache and self._cache is not None:
+                release_shared(self._cache)
+                self._cache = None
+                self._shared_cache = False
 
     async def __aenter__(self) -> Model:
         return self

@@ -16,8 +16,9 @@ from pydantic import BaseModel
 
 from paperbench.errors import IncompleteAnswerError, MissingKeyError, StructuredOutputError
 from paperbench.llm import Model, ModelOutput, ResponseCache, Usage
+from paperbench.llm._cache import open_caches
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, FakeUsage
-from tests.llm.helpers import config_for, fast, gen
+from tests.llm.helpers import config_for, fast, gen, run
 
 
 class Verdict(BaseModel):
@@ -276,3 +277,46 @@ def test_a_cache_hit_needs_no_key_a_request_does(
             gen(replay, "grade leaf 2")
         assert len(fake_llm.requests) == 1
         assert replay.ledger.records[-1].outcome == "failed"
+
+
+def test_the_shared_cache_is_closed_when_its_last_model_is(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    before = open_caches()
+    config = config_for("chat", fake_llm, cache=True, cache_path=str(tmp_path / "c.sqlite"))
+
+    async def grade() -> tuple[ModelOutput, ModelOutput]:
+        async with Model(config) as first, Model(config) as second:
+            assert first.cache is second.cache  # one connection per file per process
+            answer = await first.generate("grade leaf 1")
+            assert open_caches() == before + 1
+            hit = await second.generate("grade leaf 1")
+            await first.aclose()
+            assert not second.cache.closed  # still used by the second model
+        return answer, hit
+
+    answer, hit = run(grade())
+    assert hit.cached and hit.text == answer.text and len(fake_llm.requests) == 1
+    assert open_caches() == before
+
+    model = Model(config)  # used again after aclose: the cache is opened again, then closed
+    assert gen(model, "grade leaf 1").cached
+    assert open_caches() == before
+
+
+def test_a_cache_closed_twice_and_one_left_open_at_exit(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        from paperbench.llm import _cache
+        cache = _cache.ResponseCache(sys.argv[1])
+        cache.close()
+        cache.close()
+        assert _cache.open_caches() == 0
+        left = _cache.shared_cache(sys.argv[1])
+        assert _cache.open_caches() == 1
+        _cache._close_all()
+        assert left.closed and _cache.open_caches() == 0
+        """
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "c.sqlite")], check=True)
