@@ -70,7 +70,9 @@ def test_the_leaderboard_names_the_model_that_ran_not_the_configs_default(
     [row] = summary["agents"]
     assert (row["agent"], row["model"], row["label"]) == ("basic", "openai/gpt-4o-mini", "basic")
     assert [r["model"] for r in summary["runs"]] == ["openai/gpt-4o-mini"]
-    assert summary["judge"]["called"] == {"grading": ["openai/gpt-4.1-mini"]}
+    # the grading calls and the shortlist calls that choose their evidence
+    called = {"grading": ["openai/gpt-4.1-mini"], "shortlist": ["openai/gpt-4.1-mini"]}
+    assert summary["judge"]["called"] == called
     lines = result.stdout.splitlines()
     board = next(line for line in lines if line.startswith("│ basic "))
     assert board.split("│")[2].strip() == "openai/gpt-4o-mini"
