@@ -172,33 +172,9 @@ def _build(
     groups: dict[str, list[dict[str, object]]] = defaultdict(list)
     for leaf in leaves:
         groups[f"{leaf.category} {leaf.index // 8}"].append(
-            {
-                "id": f"leaf-{leaf.index}",
-                "requirements": leaf.criterion,
-                "weight": 1,
-                "sub_tasks": [],
-                "task_category": leaf.category,
-                "finegrained_task_category": None,
-            }
+            _leaf_node(leaf.index, leaf.criterion, leaf.category)
         )
-    rubric = {
-        "id": "root",
-        "requirements": "The paper is replicated.",
-        "weight": 1,
-        "task_category": None,
-        "finegrained_task_category": None,
-        "sub_tasks": [
-            {
-                "id": f"group-{i}",
-                "requirements": name,
-                "weight": 1,
-                "task_category": None,
-                "finegrained_task_category": None,
-                "sub_tasks": subs,
-            }
-            for i, (name, subs) in enumerate(groups.items())
-        ],
-    }
+    rubric = _rubric_of(groups)
     (data / "rubric.json").write_text(json.dumps(rubric))
 
     sub = root / "submission"
@@ -406,15 +382,24 @@ def _class_rubric(leaves: list[ClassLeaf]) -> dict[str, object]:
     groups: dict[str, list[dict[str, object]]] = defaultdict(list)
     for leaf in leaves:  # siblings of one class, eight at most (the simple mode's batch)
         groups[f"class {leaf.kind} {leaf.index // 8}"].append(
-            {
-                "id": f"leaf-{leaf.index}",
-                "requirements": leaf.criterion,
-                "weight": 1,
-                "sub_tasks": [],
-                "task_category": leaf.category,
-                "finegrained_task_category": None,
-            }
+            _leaf_node(leaf.index, leaf.criterion, leaf.category)
         )
+    return _rubric_of(groups)
+
+
+def _leaf_node(index: int, criterion: str, category: str) -> dict[str, object]:
+    return {
+        "id": f"leaf-{index}",
+        "requirements": criterion,
+        "weight": 1,
+        "sub_tasks": [],
+        "task_category": category,
+        "finegrained_task_category": None,
+    }
+
+
+def _rubric_of(groups: dict[str, list[dict[str, object]]]) -> dict[str, object]:
+    """A rubric whose root holds one node per group of leaves."""
     return {
         "id": "root",
         "requirements": "The paper is replicated.",
