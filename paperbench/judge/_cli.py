@@ -276,6 +276,8 @@ def _say_failures(results: list[GradeResult]) -> None:
         report_invalid(name, result.leaves, result.invalid_reasons, result.invalid_messages)
         for line in result.view_cuts:
             warning(f"{name}: the judge's view was cut: {line}")
+        for note, leaves in result.selection_notes.items():
+            warning(f"{name}: {plural(leaves, 'leaf', 'leaves')}: {note}")
         if result.unscored_reason:
             warning(f"{name} unscored: {result.unscored_reason}")
     failed = [str(r.judge["name"]) for r in results if r.nothing_graded]

@@ -29,6 +29,7 @@ import asyncio
 import hashlib
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -136,6 +137,9 @@ class GradeResult(BaseModel):
     view_cuts: list[str] = Field(default_factory=list)
     """What a cap kept out of the judge's view of the submission (``SubmissionView.cuts``):
     files no grader could be shown. Each affected leaf carries the same lines."""
+    selection_notes: dict[str, int] = Field(default_factory=dict)
+    """Each way evidence was chosen less well than the judge asks (a failed shortlist call:
+    the lexical index alone), with the number of leaves it concerned; each leaf says so too."""
     interval: tuple[float, float] | None = None
     """With several verdicts per leaf: the score's 95 % interval from judge disagreement
     (a bootstrap over each leaf's samples, :func:`tree_interval`)."""
@@ -481,7 +485,10 @@ async def grade_submission(
         await job.aclose()
     tree = build_tree(rubric, grades)
     result = _result(paper, judge, options, tree, grades, ledger, len(todo), len(kept), started)
-    result = result.model_copy(update={"view_cuts": list(view.cuts)})
+    notes = Counter(note for grade in grades.values() for note in grade.selection_notes)
+    result = result.model_copy(
+        update={"view_cuts": list(view.cuts), "selection_notes": dict(notes)}
+    )
     atomic_write_json(folder / GRADE_FILE, result.model_dump(mode="json"))
     atomic_write_json(
         folder / COMPLETE_FILE,

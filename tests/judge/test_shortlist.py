@@ -4,6 +4,7 @@ submission, so evidence reaches the grader whatever its words (issue 28)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from pathlib import Path
 
@@ -162,6 +163,9 @@ def test_a_failed_shortlist_call_leaves_a_note_and_the_lexical_choice(
         assert "lexical index alone" in grade.selection_notes[0]
         assert set(grade.files_why.values()) == {"lexical"}
     assert "MARK_B" not in _grading_text(fake_llm, QUOKKA)
+    # and the grading as a whole says so in grade.json (what `grade` prints a warning from)
+    result = json.loads((tmp_path / "out" / "grading" / "grade.json").read_text())
+    assert list(result["selection_notes"].values()) == [2], result["selection_notes"]
 
 
 def test_a_batch_gets_room_for_its_must_have_files_before_it_is_split(
