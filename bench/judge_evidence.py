@@ -260,16 +260,16 @@ _CRITERION_KEY = re.compile(r"^\[(\d+)\]\n> (.*)$", re.M)
 _MAP_PATH = re.compile(r"^(\S+) \[", re.M)
 
 
-def _shortlist_reply(
-    text: str, files_of: dict[str, list[str]], rng: random.Random | None
-) -> FakeReply:
+def _shortlist_reply(text: str, files_of: dict[str, list[str]], seed: int | None) -> FakeReply:
     """The simple mode's shortlist: per criterion key, the files ``files_of`` gives for its
-    text (a correct ranker), or, with ``rng``, six paths of the map at random (the floor)."""
+    text (a correct ranker), or, with ``seed``, six paths of the map at random (the floor;
+    drawn per criterion, so the calls' order changes nothing)."""
     question = text.split("# The criteria", 1)[-1]
     paths = _MAP_PATH.findall(text.split("# The criteria", 1)[0])
     picks = []
     for key, criterion in _CRITERION_KEY.findall(question):
-        if rng is not None:
+        if seed is not None:
+            rng = random.Random(f"{seed}|{criterion.strip()}")
             named = rng.sample(paths, min(6, len(paths)))
         else:
             named = files_of.get(criterion.strip(), [])
@@ -525,15 +525,15 @@ def _build_classes(
 def _class_handler(leaves: list[ClassLeaf], ranker: str, seed: int) -> object:
     """Answers every call: verdicts 1 (each grading answer carries its leaf's tag, so the
     parsing call that reads it is counted for that leaf); ranking calls with the leaf's
-    evidence files first (``correct``) or the tree in a random order (``random``)."""
-    rng = random.Random(seed)
+    evidence files first (``correct``) or the tree in a random order (``random``, drawn per
+    request text, so the calls' order changes nothing)."""
     files_of = {leaf.criterion: leaf.files for leaf in leaves}
 
     def answer(request: RecordedRequest) -> FakeReply:
         text = _text(request)
         schema = requested_schema(request)
         if _is_shortlist(request):
-            return _shortlist_reply(text, files_of, rng if ranker == "random" else None)
+            return _shortlist_reply(text, files_of, seed if ranker == "random" else None)
         if schema is not None and "verdicts" in schema.get("properties", {}):
             keys = _KEY.findall(text)
             verdicts = [{"key": k, "explanation": "scripted", "score": 1} for k in keys]
@@ -548,7 +548,7 @@ def _class_handler(leaves: list[ClassLeaf], ranker: str, seed: int) -> object:
         first = mine[0].files if mine and ranker == "correct" else []
         rest = [p for p in tree if p not in first]
         if ranker == "random":
-            rng.shuffle(rest)
+            random.Random(f"{seed}|{text}").shuffle(rest)
         return FakeReply(text="\n".join([*first, *rest]))
 
     return answer

@@ -151,7 +151,8 @@ class SimpleConfig(_Common):
     """Paths the shortlist call names per criterion, at most."""
     must_have_shortlisted: int = Field(default=2, ge=0)
     """A leaf's first this-many shortlisted files must be in the context of the call that
-    grades it (with its top lexical file): a batch that cannot hold them all is split."""
+    grades it (with its top lexical file, unless one of them scores at least half as high on
+    the criterion's words): a batch that cannot hold them all is split."""
     room_to_need: bool = False
     """A call's submission room is what its leaves' must-have files take whole (with, for
     Result Analysis, the files the run wrote) plus the script's and the log's shares, never

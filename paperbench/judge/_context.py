@@ -265,6 +265,16 @@ class SubmissionIndex:
         scores: list[float] = self._bm25.get_scores(query).tolist()
         return scores
 
+    def file_scores(self, requirements: str) -> list[float]:
+        """Every file's relevance to ``requirements``: its best chunk's BM25 score and a
+        tenth of the rest's sum (0.0 where no word is shared)."""
+        per_chunk = self.chunk_scores(requirements)
+        out = []
+        for i in range(len(self.files)):
+            scores = [per_chunk[c] for c in self.per_file.get(i, [])]
+            out.append(max(scores, default=0.0) + 0.1 * sum(scores))
+        return out
+
     def whole(self, file: int) -> tuple[str, int]:
         """The fenced file (of a file too big to read whole, its head) and its tokens."""
         if file not in self._whole:
@@ -446,14 +456,14 @@ def select_context(
     # files, ranked by the leaf's requirements
     room = budget - script_tokens - log_reserve
     score_list = index.chunk_scores(requirements)
+    file_scores = index.file_scores(requirements)
     rank = {path: n for n, path in enumerate(preferred or {})}
     candidates: list[tuple[int, int, float, int]] = []
     whys: dict[int, Why] = {}
     for i, f in enumerate(index.files):
         if not _eligible(view, category, f):
             continue
-        chunk_scores = [score_list[c] for c in index.per_file.get(i, [])]
-        file_score = max(chunk_scores, default=0.0) + 0.1 * sum(chunk_scores)
+        file_score = file_scores[i]
         # Result Analysis: what the run wrote comes first, whatever its words
         if f.changed is not None and category == "Result Analysis":
             priority, whys[i] = 0, "run wrote"

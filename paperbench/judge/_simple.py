@@ -6,8 +6,9 @@ verdict. The context is chosen for the batch from, in order: for Result Analysis
 the run wrote; the files the shortlist call (:mod:`paperbench.judge._shortlist`) named for the
 batch's leaves (every leaf's first, then every leaf's second, ...); the files those import;
 then BM25 over the batch's requirement texts. A batch whose context would leave out any
-leaf's must-have files (its own top BM25 file and its first ``must_have_shortlisted``
-shortlisted ones) is split until none does (down to a leaf alone with the whole budget).
+leaf's must-have files (its first ``must_have_shortlisted`` shortlisted ones, and its own
+top BM25 file unless one of those scores at least half as high) is split until none does
+(down to a leaf alone with the whole budget).
 With ``room_to_need``, a call's submission room is what its must-have files (and the files
 they import) take, not the whole ``submission_tokens``: a small batch is not filled with
 BM25 extras. A
@@ -268,15 +269,32 @@ def missing_evidence(
 
 
 def _must_haves(job: Job, leaf: Leaf, found: Shortlist | None, model: str) -> list[str]:
-    """A leaf's must-have files: its top lexical file, and its first shortlisted ones that
-    its category can be shown."""
+    """A leaf's must-have files: its first shortlisted ones that its category can be shown,
+    and its top lexical file unless the words already agree with one of those."""
     config = job.judge.config
     assert isinstance(config, SimpleConfig)
-    must = [] if (own := _own_evidence(job, leaf, model)) is None else [own]
+    named: list[str] = []
     if found is not None and found.paths:
         can = selectable(job.index(model), leaf.category)
-        must += [p for p in found.paths if p in can][: config.must_have_shortlisted]
-    return must
+        named = [p for p in found.paths if p in can][: config.must_have_shortlisted]
+    own = _own_evidence(job, leaf, model)
+    if own is None or own in named or _words_agree(job, leaf, named, own, model):
+        return named
+    return [own, *named]
+
+
+def _words_agree(job: Job, leaf: Leaf, named: list[str], own: str, model: str) -> bool:
+    """Whether a shortlisted file is one the criterion's words point to as well (its lexical
+    score at least half the top file's): then the top lexical file adds nothing the ranking
+    missed and is not a must-have. A shortlist of files that share few of the criterion's
+    words (a ranking that may be wrong) keeps it."""
+    if not named:
+        return False
+    index = job.index(model)
+    where = {f.path: i for i, f in enumerate(index.files)}
+    scores = index.file_scores(leaf.node.requirements)
+    top = scores[where[own]] if own in where else 0.0
+    return top > 0 and any(scores[where[p]] >= 0.5 * top for p in named if p in where)
 
 
 def _needed_room(

@@ -275,3 +275,54 @@ def test_a_short_last_shortlist_group_joins_the_others(
     assert all(t in last_user_text(shortlists[0]) for t in texts)
     graded = [r for r in fake_llm.requests if batch_criteria(r)]
     assert all("MARK_B" in last_user_text(r) for r in graded)
+
+
+def _lone_leaf_shown(fake_llm: FakeLLMServer, tmp_path: Path, named: list[str]) -> LeafGrade:
+    """The quokka leaf graded alone (catalog's simple judge), its shortlist naming ``named``,
+    over a submission whose top lexical file for it is a helper that only mentions it."""
+    root = tmp_path / "submission"
+    files = {
+        "README.md": f"# Replication ({tmp_path.name})\n",  # not the other's cached answer
+        "src/quokka_estimator.py": "def quokka_estimator(x):\n    return x / 2  # MARK_Q\n",
+        "src/pkg/zeta.py": "def lerp_blend(x):\n    return x  # MARK_Z\n",
+        "src/uses.py": "from .quokka_estimator import quokka_estimator  # MARK_U\n"
+        "# the quokka estimator: implemented, the quokka estimator as the paper describes\n"
+        "def quokka_estimator_implemented_paper(x):\n    return quokka_estimator(x)\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: named)
+    rubric = _rubric().to_dict()
+    rubric["sub_tasks"][0]["sub_tasks"] = rubric["sub_tasks"][0]["sub_tasks"][:1]
+    asyncio.run(
+        grade_submission(
+            build_view(root),
+            PaperSource.resolve(None).load("calibration-binning"),
+            load_judge_config("simple"),
+            out_dir=tmp_path / "out",
+            rubric=TaskNode.model_validate(rubric),
+            options=GradeOptions(samples=1),
+            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
+        )
+    )
+    lines = (tmp_path / "out" / "grading" / "leaves.jsonl").read_text().splitlines()
+    return LeafGrade.model_validate_json(lines[0])
+
+
+def test_the_top_lexical_file_is_a_must_have_only_when_the_shortlist_shares_few_words(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """A shortlist that names a file in the criterion's words has the words' vote already:
+    the call's room is what that file takes, and the helper the lexical index ranks first
+    is not shown. A shortlist naming a file in none of its words may be wrong: the top
+    lexical file stays a must-have and is shown beside it."""
+    agree = _lone_leaf_shown(fake_llm, tmp_path / "agree", ["src/quokka_estimator.py"])
+    assert agree.files_why == {"src/quokka_estimator.py": "shortlist"}
+    text = _grading_text(fake_llm, QUOKKA)
+    assert "MARK_Q" in text and "MARK_U" not in text
+    other = _lone_leaf_shown(fake_llm, tmp_path / "other", ["src/pkg/zeta.py"])
+    assert other.files_why.get("src/uses.py") == "lexical", other.files_why
+    assert other.files_why["src/pkg/zeta.py"] == "shortlist"
+    text = _grading_text(fake_llm, QUOKKA)
+    assert "MARK_Z" in text and "MARK_U" in text
