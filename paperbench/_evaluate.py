@@ -25,7 +25,8 @@ from paperbench.agents._resources import (
     refuse_image_without_docker,
     refuse_install_without_docker,
 )
-from paperbench.errors import UsageError
+from paperbench.errors import InputError, UsageError
+from paperbench.judge import read_result
 from paperbench.report import Summary, read_group_files, summarize_group, write_report
 from paperbench.runs._config import DEFAULT_RUNS_DIR, EvalConfig, ExecutorSettings
 from paperbench.runs._executor import Executor, build_executor
@@ -235,6 +236,8 @@ def _finish(group_dir: Path, config: GroupConfig, executor: Executor, report: bo
             warning(f"{outcome.key.label}: failed in {outcome.failed_stage}: {outcome.reason}")
         elif outcome.status == "disqualified":
             warning(f"{outcome.key.label}: {outcome.reason} (score 0; its monitor.json says more)")
+        else:
+            _say_evidence(outcome.key.label, outcome.key.folder(group_dir))
     summary = write_report(group_dir) if report else summarize_group(read_group_files(group_dir))
     for run in summary.runs:
         if run.harness_refusals:
@@ -245,6 +248,17 @@ def _finish(group_dir: Path, config: GroupConfig, executor: Executor, report: bo
                 markup=False,
             )
     return Evaluation(group_dir=group_dir, outcomes=outcomes, summary=summary)
+
+
+def _say_evidence(label: str, folder: Path) -> None:
+    """A graded run's warnings of evidence the judge was not shown as it asks (as ``grade``
+    prints them); a grading without its grade.json is counted elsewhere."""
+    try:
+        result = read_result(folder)
+    except InputError:
+        return
+    for line in result.evidence_warnings():
+        warning(f"{label}: grading: {line}")
 
 
 async def _work(group_dir: Path, config: GroupConfig, executor: Executor) -> list[RunOutcome]:

@@ -274,10 +274,8 @@ def _say_failures(results: list[GradeResult]) -> None:
         if result.unanswered_attempts:
             warning(unanswered_line(name, result.unanswered_attempts))
         report_invalid(name, result.leaves, result.invalid_reasons, result.invalid_messages)
-        for line in result.view_cuts:
-            warning(f"{name}: the judge's view was cut: {line}")
-        for note, leaves in result.selection_notes.items():
-            warning(f"{name}: {plural(leaves, 'leaf', 'leaves')}: {note}")
+        for line in result.evidence_warnings():
+            warning(f"{name}: {line}")
         if result.unscored_reason:
             warning(f"{name} unscored: {result.unscored_reason}")
     failed = [str(r.judge["name"]) for r in results if r.nothing_graded]

@@ -148,6 +148,13 @@ class GradeResult(BaseModel):
     def tree(self) -> GradedTaskNode:
         return GradedTaskNode.model_validate(self.graded_task_tree)
 
+    def evidence_warnings(self) -> list[str]:
+        """One line per way the judge was shown less than it asks (a cut of the view, a
+        choice of evidence made without the shortlist), for a console to warn with."""
+        cuts = [f"the judge's view was cut: {line}" for line in self.view_cuts]
+        notes = self.selection_notes.items()
+        return cuts + [f"{plural(n, 'leaf', 'leaves')}: {note}" for note, n in notes]
+
     def addressed_to_judge(self) -> list[AddressedFinding]:
         """The text addressed to the judge that the grading found (the root's
         ``judge_metadata``).

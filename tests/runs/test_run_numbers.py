@@ -25,7 +25,7 @@ from paperbench.runs._store import GROUP_LOG
 from paperbench.sandbox._local_gc import reap_local_orphans
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, Fault, RecordedRequest
 from tests.judge.conftest import fake_llm  # noqa: F401  (a fixture used here)
-from tests.judge.scripted import ScriptedJudge
+from tests.judge.scripted import ScriptedJudge, is_shortlist
 from tests.runs.groups import sleeper_agent
 
 PAPER = "calibration-binning"
@@ -95,6 +95,33 @@ def test_the_leaderboard_names_the_model_that_ran_not_the_configs_default(
     assert json.loads((group / "summary.json").read_text())["agents"][0]["model"] == (
         "openai/gpt-4o-mini"
     )
+
+
+def test_run_warns_of_evidence_chosen_without_the_shortlist_as_grade_does(
+    tmp_path: Path,
+    fake_llm: FakeLLMServer,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The judge's shortlist call is refused: the leaves are graded on the lexical choice,
+    and `run`'s console says so for the run, with the leaves' count from its grade.json."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-fake-server")
+
+    def handler(request: RecordedRequest) -> FakeReply | Fault:
+        return Fault.http(400, "refused") if is_shortlist(request) else _agent_or_judge(request)
+
+    fake_llm.handler = handler
+    args = ["run", "--agent", "basic", "--agent-base-url", fake_llm.openai_url, "--papers", PAPER]
+    args += ["--judge-model", "openai/gpt-4.1-mini", "--judge-base-url", fake_llm.openai_url]
+    args += ["--skip-reproduction", "--sandbox", "local", "--runs-dir", str(tmp_path / "runs")]
+    result = CliRunner().invoke(app, [*args, "--group", "g"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    grade = json.loads(
+        (tmp_path / "runs/g" / PAPER / "basic/seed-0/grading/grade.json").read_text()
+    )
+    [(note, leaves)] = grade["selection_notes"].items()
+    assert "shortlist call failed" in note and leaves > 0
+    said = " ".join(result.output.split())
+    assert f"{PAPER}/basic/seed-0: grading: {leaves} leaves: {note}" in said, result.output
 
 
 def test_a_resumed_display_prints_only_the_lines_of_its_own_work(tmp_path: Path) -> None:
