@@ -40,6 +40,9 @@ files (simple-faithful's ranking: first, then the rest of the tree; simple's sho
 files for each criterion), ``random`` with the tree shuffled, or six paths of the map drawn at
 random per criterion (the floor). Tokens and requests per leaf count every request about the
 leaf (shortlist, ranking, grading, parsing), a shared request in equal shares.
+Billed-equivalent tokens count the part of each request the provider's prefix cache would
+serve (the fake server's cache, replayed in arrival order) at the model's cached-input rate
+(gpt-4o: half the input price).
 
     .venv/bin/python bench/judge_evidence.py --case classes [--sizes 70000,400000]
 """
@@ -67,9 +70,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paperbench.judge import GradeOptions, ModelSettings, build_view, load_judge_config
 from paperbench.judge._grader import grade_submission
-from paperbench.llm import count_tokens
+from paperbench.llm import PriceTable, count_tokens
 from paperbench.papers import load_data_dir_paper
 from paperbench.testing import FakeLLMServer, FakeReply, RecordedRequest, requested_schema
+from paperbench.testing._prompt import PromptCache
 
 CATEGORIES = ("Code Development", "Code Execution", "Result Analysis")
 SHARES = (0.68, 0.17, 0.15)
@@ -569,19 +573,38 @@ def _is_grading(request: RecordedRequest, text: str) -> bool:
     return _GRADING in text
 
 
+def _billed(requests: list[RecordedRequest], tokens: list[int]) -> list[float]:
+    """Each request's input tokens as billed, in uncached-token equivalents: the part its
+    provider's prefix cache would serve (the fake server's cache replayed in arrival order)
+    at the model's cached-input rate over its input rate (the price table's)."""
+    price = PriceTable.load().lookup(MODEL)
+    rate = price.cached_input / price.input if price and price.cached_input is not None else 1.0
+    cache = PromptCache()
+    out = []
+    for request, counted in zip(requests, tokens, strict=True):
+        use = cache.use(request.protocol, request.body)
+        share = use.read / use.input if use.input else 0.0
+        out.append(counted * (1 - share * (1 - rate)))
+    return out
+
+
 def _class_rows(
-    leaves: list[ClassLeaf], texts: list[str], tokens: list[int], grading: list[bool]
-) -> dict[str, tuple[float, float, float]]:
+    leaves: list[ClassLeaf],
+    texts: list[str],
+    tokens: list[int],
+    billed: list[float],
+    grading: list[bool],
+) -> dict[str, tuple[float, float, float, float]]:
     """Per class: the share of leaves whose every marker is in the request that grades it
-    (the last grading request that asks about its criterion), and input tokens and requests
-    per leaf over every request about it (ranking, grading, parsing; a request about several
-    leaves counted in equal shares)."""
+    (the last grading request that asks about its criterion), and input tokens (counted, and
+    billed-equivalent) and requests per leaf over every request about it (ranking, grading,
+    parsing; a request about several leaves counted in equal shares)."""
     parts = [_graded_part(t) if g else t for t, g in zip(texts, grading, strict=True)]
     held = [[lf for lf in leaves if lf.criterion in p or lf.tag in p] for p in parts]
-    rows: dict[str, tuple[float, float, float]] = {}
+    rows: dict[str, tuple[float, float, float, float]] = {}
     for kind in CLASSES:
         mine = [leaf for leaf in leaves if leaf.kind == kind]
-        shown, tok, reqs = 0, 0.0, 0.0
+        shown, tok, paid, reqs = 0, 0.0, 0.0, 0.0
         for leaf in mine:
             asks = [i for i, h in enumerate(held) if leaf in h]
             graded = [i for i in asks if grading[i]]
@@ -589,8 +612,10 @@ def _class_rows(
                 shown += 1
             for i in asks:
                 tok += tokens[i] / len(held[i])
+                paid += billed[i] / len(held[i])
                 reqs += 1 / len(held[i])
-        rows[kind] = (100 * shown / len(mine), tok / len(mine), reqs / len(mine))
+        n = len(mine)
+        rows[kind] = (100 * shown / n, tok / n, paid / n, reqs / n)
     return rows
 
 
@@ -600,11 +625,10 @@ def run_classes(args: argparse.Namespace) -> None:
     table = Table(
         title=f"Evidence shown by class, {args.per_class} leaves per class (a fake model)"
     )
-    for column in ("class", "size", "mode", "ranker", "shown", "input tok/leaf", "req/leaf"):
-        table.add_column(
-            column, justify="right" if column in ("shown", "input tok/leaf", "req/leaf") else "left"
-        )
-    results: list[tuple[str, str, str, str, tuple[float, float, float]]] = []
+    numbers = ("shown", "input tok/leaf", "billed-eq tok/leaf", "req/leaf")
+    for column in ("class", "size", "mode", "ranker", *numbers):
+        table.add_column(column, justify="right" if column in numbers else "left")
+    results: list[tuple[str, str, str, str, tuple[float, float, float, float]]] = []
     for size in (int(s) for s in args.sizes.split(",")):
         rng = random.Random(args.seed)
         used: set[str] = set()
@@ -640,12 +664,14 @@ def run_classes(args: argparse.Namespace) -> None:
                     tokens = [count_tokens(t, MODEL) for t in texts]
                     grading = [_is_grading(r, t) for r, t in zip(requests, texts, strict=True)]
                     Console().print(f"{mode} ({ranker}): {len(requests)} requests, {seconds:.0f} s")
-                    for kind, row in _class_rows(leaves, texts, tokens, grading).items():
+                    billed = _billed(requests, tokens)
+                    rows = _class_rows(leaves, texts, tokens, billed, grading)
+                    for kind, row in rows.items():
                         results.append((kind, f"{total // 1000}k", mode, ranker, row))
-    for kind, size_label, mode, ranker, (shown, tok, reqs) in sorted(results, key=lambda r: r[0]):
-        table.add_row(
-            CLASSES[kind], size_label, mode, ranker, f"{shown:.0f} %", f"{tok:,.0f}", f"{reqs:.2f}"
-        )
+    for kind, size_label, mode, ranker, row in sorted(results, key=lambda r: r[0]):
+        shown, tok, paid, reqs = row
+        cells = (f"{shown:.0f} %", f"{tok:,.0f}", f"{paid:,.0f}", f"{reqs:.2f}")
+        table.add_row(CLASSES[kind], size_label, mode, ranker, *cells)
     Console(width=max(Console().width, 120)).print(table)
 
 
