@@ -258,14 +258,31 @@ def missing_evidence(
     model: str,
     lists: Mapping[int, Shortlist | None] | None = None,
 ) -> list[Leaf]:
-    """The leaves whose must-have files are not all in the batch's context: the file its own
-    lexical context ranks first, and its first shortlisted files (that it can be shown)."""
-    shown = {f.path for f in context.files}
+    """The leaves whose must-have files are not all in the batch's context (:func:`_shown`):
+    its first shortlisted files (that it can be shown), and the file its own lexical context
+    ranks first."""
+    shown = _shown(job, context, model)
     return [
         leaf
         for n, leaf in enumerate(leaves)
         if any(p not in shown for p in _must_haves(job, leaf, (lists or {}).get(n), model))
     ]
+
+
+def _shown(job: Job, context: LeafContext, model: str) -> set[str]:
+    """The files a context shows as a must-have file must be shown: whole, or in part when
+    not even a call's whole submission room (``submission_tokens``) could hold it whole (an
+    excerpt of a smaller file may miss the evidence, so it does not count)."""
+    config = job.judge.config
+    assert isinstance(config, SimpleConfig)
+    cap = config.budgets.submission_tokens
+    index = job.index(model)
+    where = {f.path: i for i, f in enumerate(index.files)}
+    return {
+        f.path
+        for f in context.files
+        if not f.cut or cap is None or f.path not in where or index.whole(where[f.path])[1] > cap
+    }
 
 
 def _must_haves(job: Job, leaf: Leaf, found: Shortlist | None, model: str) -> list[str]:
@@ -342,7 +359,7 @@ def _missing_tokens(
     cap = config.budgets.submission_tokens
     if cap is None:
         return 0  # the budget is already all the window leaves
-    shown = {f.path for f in context.files}
+    shown = _shown(job, context, model)
     index = job.index(model)
     where = {f.path: i for i, f in enumerate(index.files)}
     missing = {

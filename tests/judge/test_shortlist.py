@@ -326,3 +326,47 @@ def test_the_top_lexical_file_is_a_must_have_only_when_the_shortlist_shares_few_
     assert other.files_why["src/pkg/zeta.py"] == "shortlist"
     text = _grading_text(fake_llm, QUOKKA)
     assert "MARK_Z" in text and "MARK_U" in text
+
+
+def test_an_excerpt_of_a_must_have_file_is_not_counted_as_shown(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """Two leaves whose shortlisted files (two 40-line chunks each: the criterion's words in
+    the first, the evidence in the second) do not both fit whole in the submission cap: an
+    excerpt of one would show its words and miss its evidence. The call is given room for
+    both whole, and each leaf's grading request holds its evidence."""
+    folder = tmp_path / "judges"
+    shutil.copytree(catalog_dir(), folder, dirs_exist_ok=True)
+    config = yaml.safe_load((folder / "simple.yaml").read_text())
+    config["budgets"]["submission_tokens"] = 1500
+    (folder / "capped.yaml").write_text(yaml.safe_dump(config))
+    root = tmp_path / "submission"
+    (root / "src").mkdir(parents=True)
+    (root / "README.md").write_text("# Replication\n")
+    for name, words, mark in (
+        ("big_a", "quokka estimator implemented paper", "MARK_A"),
+        ("big_b", "wombat step configured learning rate", "MARK_B"),
+    ):
+        head = "".join(f"# {words} ({j})\nvalue_{j} = compute_{j}(table)\n" for j in range(20))
+        body = "".join(f"other_{j} = reduce_{j}(frame, {j})\n" for j in range(39))
+        (root / "src" / f"{name}.py").write_text(head + body + f"# {mark}\n")
+    picks = {QUOKKA: ["src/big_a.py"], WOMBAT: ["src/big_b.py"]}
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: picks.get(r, []))
+    rubric = _rubric().to_dict()
+    rubric["sub_tasks"][0]["sub_tasks"] = rubric["sub_tasks"][0]["sub_tasks"][:2]
+    asyncio.run(
+        grade_submission(
+            build_view(root),
+            PaperSource.resolve(None).load("calibration-binning"),
+            load_judge_config(folder / "capped.yaml"),
+            out_dir=tmp_path / "out",
+            rubric=TaskNode.model_validate(rubric),
+            options=GradeOptions(samples=1),
+            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
+        )
+    )
+    assert "MARK_A" in _grading_text(fake_llm, QUOKKA)
+    assert "MARK_B" in _grading_text(fake_llm, WOMBAT)
+    lines = (tmp_path / "out" / "grading" / "leaves.jsonl").read_text().splitlines()
+    for grade in (LeafGrade.model_validate_json(line) for line in lines):
+        assert not grade.file_lines_shown, grade.file_lines_shown  # whole files, no excerpt
