@@ -1,12 +1,20 @@
 """The README and docs/ speak of the repository only: they name no file outside it, and every
-relative link they make points at a file (and a heading) the repository has."""
+relative link they make points at a file (and a heading) the repository has. The README stays
+a front door (at most 200 lines), every page of docs/ is on the site, and the commands the
+pages mark for it (a ``<!-- test: commands -->`` line right before a fenced block) exit 0."""
 
 from __future__ import annotations
 
+import glob
 import re
+import shlex
 from pathlib import Path
 
 import pytest
+import yaml
+from typer.testing import CliRunner
+
+from paperbench.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,3 +169,119 @@ def test_the_check_finds_a_reference_outside_the_repository(text: str) -> None:
 )
 def test_the_check_passes_what_is_fine(text: str) -> None:
     assert problems(ROOT / "README.md", text) == []
+
+
+README_MAX_LINES = 200
+"""The README is a front door; the reference is the site under docs/."""
+
+
+def test_the_readme_is_a_front_door_that_links_every_page_of_the_site() -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        if page.name == "index.md":
+            continue  # the site's home page: the README itself is the repository's
+        assert f"](docs/{page.name})" in readme, f"README.md does not link docs/{page.name}"
+
+
+def _nav_pages(nav: object) -> list[str]:
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, list):
+        return [page for item in nav for page in _nav_pages(item)]
+    if isinstance(nav, dict):
+        return [page for value in nav.values() for page in _nav_pages(value)]
+    return []
+
+
+def test_the_site_navigation_holds_every_page_of_docs() -> None:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text("utf-8"))
+    assert config["docs_dir"] == "docs" and config["strict"] is True
+    pages = _nav_pages(config["nav"])
+    assert sorted(pages) == sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+
+
+TESTED = "<!-- test: commands -->"
+"""Put on the line right before a fenced block whose commands a test runs (each must exit 0)."""
+
+
+def marked_commands(path: Path, text: str) -> list[tuple[str, list[str]]]:
+    """(where, argv after ``paperbench``) for every command of the blocks marked ``TESTED``:
+    one command a line, lines ending in a backslash joined, ``#`` comments dropped. A marker
+    without a fenced block right after it, or a command that is not ``paperbench ...``, is a
+    ``ValueError`` naming the file and line."""
+    lines = text.splitlines()
+    found: list[tuple[str, list[str]]] = []
+    for index, line in enumerate(lines):
+        if line.strip() != TESTED:
+            continue
+        where = f"{path.name}:{index + 1}"
+        if index + 1 >= len(lines) or not _FENCE.match(lines[index + 1]):
+            raise ValueError(f"{where}: {TESTED} is not followed by a fenced block")
+        block: list[str] = []
+        for body in lines[index + 2 :]:
+            if _FENCE.match(body):
+                break
+            block.append(body)
+        else:
+            raise ValueError(f"{where}: the fenced block is not closed")
+        joined = "\n".join(block).replace("\\\n", " ")
+        commands = [c for c in joined.splitlines() if shlex.split(c, comments=True)]
+        for number, command in enumerate(commands, start=1):
+            argv = shlex.split(command, comments=True)
+            if argv[0] != "paperbench":
+                raise ValueError(f"{where}: not a paperbench command: {command.strip()}")
+            found.append((f"{where} command {number}", argv[1:]))
+    return found
+
+
+def _expand(argv: list[str]) -> list[str]:
+    """The shell's globbing of the arguments (run from the repository's root)."""
+    out: list[str] = []
+    for arg in argv:
+        matches = sorted(glob.glob(arg, root_dir=ROOT)) if glob.has_magic(arg) else []
+        out.extend(matches or [arg])
+    return out
+
+
+def _documented_commands() -> list[tuple[str, list[str]]]:
+    return [c for doc in doc_files() for c in marked_commands(doc, doc.read_text("utf-8"))]
+
+
+def test_the_docs_mark_cheap_commands_to_run() -> None:
+    assert len(_documented_commands()) >= 5
+
+
+@pytest.mark.parametrize(
+    "argv", [argv for _, argv in _documented_commands()], ids=[w for w, _ in _documented_commands()]
+)
+def test_a_documented_command_exits_0(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "120")
+    result = CliRunner().invoke(app, _expand(argv))
+    assert result.exit_code == 0, f"paperbench {shlex.join(argv)}\n{result.output}"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (f"{TESTED}\nparagraph\n", "is not followed by a fenced block"),
+        (f"{TESTED}\n```bash\npaperbench --help\n", "the fenced block is not closed"),
+        (f"{TESTED}\n```bash\nrm -rf /tmp/x\n```\n", "not a paperbench command: rm -rf /tmp/x"),
+    ],
+)
+def test_a_bad_marked_block_is_named(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        marked_commands(ROOT / "docs" / "x.md", text)
+
+
+def test_marked_commands_join_lines_and_drop_comments() -> None:
+    text = (
+        "```bash\npaperbench not --marked\n```\n"
+        f"{TESTED}\n```bash\npaperbench rubric show a.json \\\n    --depth 2   # why\n\n"
+        "paperbench papers list\n```\n"
+    )
+    assert marked_commands(ROOT / "docs" / "x.md", text) == [
+        ("x.md:4 command 1", ["rubric", "show", "a.json", "--depth", "2"]),
+        ("x.md:4 command 2", ["papers", "list"]),
+    ]
