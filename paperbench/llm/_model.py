@@ -7,7 +7,7 @@ the same steps whatever the provider:
     response cache → for each attempt: connection slot → send window → shared pause
     → the group's slot and pause (when a coordinator is installed: ``_shared``)
     → budget check → provider call → ledger record → the group's slot back with the cost
-    → (retry after a wait, outside the slot)
+    → (retry after a wait, outside the slot: the tenacity policy of ``llm._retry``)
     → completeness and structured-output checks (re-ask a bounded number of times) → cache
 
 Every attempt sent is one record in the ledger (``ok``, ``incomplete``, ``retried`` or
@@ -20,7 +20,6 @@ record it as *invalid*, never as an answer.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import re
 import time
@@ -42,7 +41,7 @@ from paperbench.llm._cache import ResponseCache, cache_key, release_shared, shar
 from paperbench.llm._costs import CostLedger, CostRecord, PriceTable
 from paperbench.llm._gate import EndpointGate, endpoint_gate
 from paperbench.llm._registry import ModelAPI, Target, resolve
-from paperbench.llm._retry import RetryClock, TransientError
+from paperbench.llm._retry import RetryClock, TransientError, retrying
 from paperbench.llm._shared import Coordinator, Grant, current_coordinator, endpoint_id
 from paperbench.llm._types import (
     Message,
@@ -324,19 +323,24 @@ class Model:
             cap_s=config.retry_max_s,
         )
         shared = current_coordinator()
-        while True:
-            async with gate.slot(config.max_connections) as queued_s:
-                clock.queued(queued_s)
-                if not config.shared_backoff:
-                    result = await self._shared(shared, api, request, clock, label, stage, None)
-                else:
+
+        def record(exc: TransientError, **fields: Any) -> None:
+            # an error answer is not billed; no answer at all may have been
+            cost = 0.0 if exc.status is not None else None
+            timing = {"latency_s": exc.latency_s, "answered": exc.answered}
+            self._record(label, stage, cost_usd=cost, **timing, **fields)
+
+        async for attempt in retrying(clock, record):
+            with attempt:  # the slot is given back before tenacity waits, so others may send
+                async with gate.slot(config.max_connections) as queued_s:
+                    clock.queued(queued_s)
+                    if not config.shared_backoff:
+                        return await self._shared(shared, api, request, clock, label, stage, None)
                     async with gate.sending(config.max_connections) as window_s:
                         clock.queued(window_s)
                         await gate.wait_open()
-                        result = await self._shared(shared, api, request, clock, label, stage, gate)
-            if isinstance(result, ModelOutput):
-                return result
-            await asyncio.sleep(result)  # outside the slot, so that others may send
+                        return await self._shared(shared, api, request, clock, label, stage, gate)
+        raise AssertionError("unreachable: the policy returns an answer or raises")
 
     async def _shared(
         self,
@@ -347,7 +351,7 @@ class Model:
         label: str,
         stage: str | None,
         gate: EndpointGate | None,
-    ) -> ModelOutput | float:
+    ) -> ModelOutput:
         """:meth:`_attempt`, inside one of the group's slots when a coordinator is installed
         (see :mod:`paperbench.llm._shared`): the slot is given back with the attempt's cost
         once the attempt is recorded."""
@@ -365,8 +369,7 @@ class Model:
             result = await self._attempt(
                 api, request, clock, label, stage, gate, (coordinator, grant)
             )
-            if isinstance(result, ModelOutput):
-                cost = result.cost_usd
+            cost = result.cost_usd
             return result
         finally:  # also when cancelled: the slot is the group's
             await asyncio.shield(coordinator.release(grant, cost))
@@ -380,9 +383,10 @@ class Model:
         stage: str | None,
         gate: EndpointGate | None,
         shared: tuple[Coordinator, Grant] | None = None,
-    ) -> ModelOutput | float:
-        """Check the budget, send once and record what happened: the answer, or the seconds
-        to wait before the next attempt. Runs inside a connection slot, so that the next
+    ) -> ModelOutput:
+        """Check the budget, send once and record what happened: the answer, or a
+        :class:`TransientError` for the retry policy (which records it, as retried or as the
+        call's failure). Runs inside a connection slot, so that the next
         caller's budget check sees this attempt's cost. With ``gate`` (shared backoff), a
         rate-limit answer slows every caller of the endpoint down and an answer speeds
         them up again; with ``shared`` (a coordinator and its slot), the group's budget is checked
@@ -401,26 +405,12 @@ class Model:
         try:
             answer = await api.generate(request)
         except TransientError as exc:
-            wait = clock.next_wait(exc)
+            exc.latency_s = time.perf_counter() - sent
             if gate is not None and (exc.status == 429 or exc.retry_after is not None):
                 gate.rate_limited(sent_at, exc.retry_after)
                 if shared is not None and exc.retry_after:
                     await shared[0].pause(shared[1].endpoint, exc.retry_after)
-            record = functools.partial(
-                self._record,
-                label,
-                stage,
-                # an error answer is not billed; no answer at all may have been
-                cost_usd=0.0 if exc.status is not None else None,
-                latency_s=time.perf_counter() - sent,
-                answered=exc.answered,
-            )
-            if wait is None:
-                failure = clock.give_up(exc)
-                record(outcome="failed", error=str(failure))
-                raise failure from exc
-            record(outcome="retried", error=str(exc))
-            return wait
+            raise
         except ModelError as exc:  # refused (400/401/403/404): an error answer, not billed
             self._record(
                 label,

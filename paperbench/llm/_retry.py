@@ -7,19 +7,25 @@ dropped connections: worth retrying) or a :class:`~paperbench.errors.ModelReques
 exponential backoff with full jitter, until the next wait would take the call past its total
 retry budget. The budget is counted from the call's first send and leaves out the time the
 call waited for a connection slot, so a call queued behind thousands of others keeps all of
-its retries. The retry loop itself is in :meth:`paperbench.llm.Model.generate`, which leaves
-the connection slot between attempts and records each attempt in the ledger.
+its retries. :func:`retrying` makes that policy a tenacity ``AsyncRetrying`` (its wait, its
+stop, and hooks that record each failed attempt); the loop over it is in
+:meth:`paperbench.llm.Model.generate`, whose attempts hold the connection slot only while they
+send, so the slot is back before every wait.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, NoReturn
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base, wait_random_exponential
 
 from paperbench._console import plural
 from paperbench.errors import (
@@ -54,6 +60,8 @@ class TransientError(Exception):
         self.retry_after = retry_after
         self.status = status
         self.answered = status is not None if answered is None else answered
+        self.latency_s = 0.0
+        """From the attempt's send to this failure (set by the caller that sent it)."""
 
 
 _CONNECTION_REASONS = {
@@ -208,21 +216,75 @@ class RetryClock:
             return 0.0
         return time.monotonic() - self._first_send - self._queued_s
 
-    def next_wait(self, exc: TransientError) -> float | None:
-        """Seconds to wait before the next attempt, or ``None`` when the call must give up."""
-        if exc.retry_after is not None:
-            wait = exc.retry_after
-        else:
-            wait = random.uniform(0.0, min(self.cap_s, self.initial_s * 2 ** (self.attempts - 1)))
-        if self.elapsed_s + wait > self.max_wait_s:
-            return None
-        log.info(
-            "%s: attempt %d failed (%s); retrying in %.2fs", self.model, self.attempts, exc, wait
-        )
-        return wait
-
     def give_up(self, exc: TransientError) -> ModelUnavailableError:
         return ModelUnavailableError(
             f"{self.model}: gave up after {plural(self.attempts, 'attempt')} "
             f"(retry budget {self.max_wait_s:g}s): {exc}"
         )
+
+
+class _WaitRetryAfter(wait_base):
+    """The server's ``retry-after`` when it gave one, else exponential backoff with full
+    jitter (a uniform draw below ``initial_s`` doubled per attempt, at most ``cap_s``)."""
+
+    def __init__(self, clock: RetryClock) -> None:
+        self._backoff = wait_random_exponential(multiplier=clock.initial_s, max=clock.cap_s)
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        exc = _failure(retry_state)
+        return exc.retry_after if exc.retry_after is not None else self._backoff(retry_state)
+
+
+class _StopByBudget(stop_base):
+    """Stop when the coming wait would take the call past its retry budget."""
+
+    def __init__(self, clock: RetryClock) -> None:
+        self.clock = clock
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self.clock.elapsed_s + retry_state.upcoming_sleep > self.clock.max_wait_s
+
+
+def _failure(retry_state: RetryCallState) -> TransientError:
+    outcome = retry_state.outcome
+    exc = outcome.exception() if outcome is not None else None
+    assert isinstance(exc, TransientError)  # only these are retried
+    return exc
+
+
+Record = Callable[..., None]
+"""Writes one attempt's ledger record: ``record(exc, outcome=..., error=...)``."""
+
+
+def retrying(clock: RetryClock, record: Record) -> AsyncRetrying:
+    """The retry policy of one call as a tenacity ``AsyncRetrying``: a
+    :class:`TransientError` is retried after :class:`_WaitRetryAfter`'s wait until
+    :class:`_StopByBudget` says the budget is spent; anything else ends the call at once.
+    Each failed attempt is recorded through ``record``: ``retried`` before its wait, or
+    ``failed`` with the :class:`ModelUnavailableError` the call then raises."""
+
+    def before_sleep(retry_state: RetryCallState) -> None:
+        exc = _failure(retry_state)
+        record(exc, outcome="retried", error=str(exc))
+        log.info(
+            "%s: attempt %d failed (%s); retrying in %.2fs",
+            clock.model,
+            clock.attempts,
+            exc,
+            retry_state.upcoming_sleep,
+        )
+
+    def give_up(retry_state: RetryCallState) -> NoReturn:
+        exc = _failure(retry_state)
+        failure = clock.give_up(exc)
+        record(exc, outcome="failed", error=str(failure))
+        raise failure from exc
+
+    return AsyncRetrying(
+        retry=retry_if_exception_type(TransientError),
+        wait=_WaitRetryAfter(clock),
+        stop=_StopByBudget(clock),
+        before_sleep=before_sleep,
+        retry_error_callback=give_up,
+        sleep=asyncio.sleep,
+    )
