@@ -6,6 +6,7 @@ From Python::
 
     result = paperbench.evaluate(paperbench.EvalConfig(papers="calibration-binning"))
     result = paperbench.resume("runs/20261124-193500")
+    rolled = paperbench.rollout(paperbench.RolloutSettings(paper="calibration-binning"))
 
 The stages have their own packages: :mod:`paperbench.agents` (rollout, monitor),
 :mod:`paperbench.reproduce`, :mod:`paperbench.judge`, :mod:`paperbench.report`,
@@ -26,16 +27,28 @@ except _NotInstalled:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
 if TYPE_CHECKING:
+    from paperbench._entry import rollout
     from paperbench._evaluate import Evaluation, evaluate, resume
+    from paperbench.agents._rollout_settings import RolloutSettings
     from paperbench.runs._config import EvalConfig
 
-__all__ = ["EvalConfig", "Evaluation", "__version__", "evaluate", "resume"]
+__all__ = [
+    "EvalConfig",
+    "Evaluation",
+    "RolloutSettings",
+    "__version__",
+    "evaluate",
+    "resume",
+    "rollout",
+]
 
 _LAZY = {
     "evaluate": "paperbench._evaluate",
     "resume": "paperbench._evaluate",
     "Evaluation": "paperbench._evaluate",
     "EvalConfig": "paperbench.runs._config",
+    "rollout": "paperbench._entry",
+    "RolloutSettings": "paperbench.agents._rollout_settings",
 }
 
 

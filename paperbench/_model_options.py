@@ -6,7 +6,7 @@ marked shared is the option :data:`paperbench._options.SHARED` holds under its n
 from __future__ import annotations
 
 import inspect
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 import annotated_types
 import typer
@@ -23,7 +23,9 @@ def parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
     """The typer parameters of ``model``'s options, in field order."""
     out: list[inspect.Parameter] = []
     for _, field, flag in model_flags(model):
-        default = None if flag.convert else field.get_default(call_default_factory=True)
+        default: Any = None if flag.convert else field.get_default(call_default_factory=True)
+        if field.is_required():
+            default = inspect.Parameter.empty  # a required option
         if flag.shared:
             annotation = SHARED[flag.flag]
         else:

@@ -335,6 +335,10 @@ Concurrency = Annotated[
 
 SHARED: dict[str, Any] = {
     "--data-dir": DataDir,
+    "--paper": Paper,
+    "--resume": Resume,
+    "--model": Model,
+    "--base-url": BaseUrl,
     "--code-dev": CodeDev,
     "--resources-provided": ResourcesProvided,
     "--max-connections": MaxConnections,
