@@ -7,6 +7,7 @@ From Python::
     result = paperbench.evaluate(paperbench.EvalConfig(papers="calibration-binning"))
     result = paperbench.resume("runs/20261124-193500")
     rolled = paperbench.rollout(paperbench.RolloutSettings(paper="calibration-binning"))
+    meta = paperbench.run_reproduction(paperbench.ReproduceSettings(submission=rolled.out_dir))
 
 The stages have their own packages: :mod:`paperbench.agents` (rollout, monitor),
 :mod:`paperbench.reproduce`, :mod:`paperbench.judge`, :mod:`paperbench.report`,
@@ -27,19 +28,22 @@ except _NotInstalled:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
 if TYPE_CHECKING:
-    from paperbench._entry import rollout
+    from paperbench._entry import rollout, run_reproduction
     from paperbench._evaluate import Evaluation, evaluate, resume
     from paperbench.agents._rollout_settings import RolloutSettings
+    from paperbench.reproduce._settings import ReproduceSettings
     from paperbench.runs._config import EvalConfig
 
 __all__ = [
     "EvalConfig",
     "Evaluation",
+    "ReproduceSettings",
     "RolloutSettings",
     "__version__",
     "evaluate",
     "resume",
     "rollout",
+    "run_reproduction",
 ]
 
 _LAZY = {
@@ -49,6 +53,8 @@ _LAZY = {
     "EvalConfig": "paperbench.runs._config",
     "rollout": "paperbench._entry",
     "RolloutSettings": "paperbench.agents._rollout_settings",
+    "run_reproduction": "paperbench._entry",
+    "ReproduceSettings": "paperbench.reproduce._settings",
 }
 
 

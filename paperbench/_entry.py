@@ -4,6 +4,9 @@ config its command is made from and runs it in one event loop.
     import paperbench
 
     result = paperbench.rollout(paperbench.RolloutSettings(paper="calibration-binning"))
+    meta = paperbench.run_reproduction(paperbench.ReproduceSettings(submission="sub.tar.gz"))
+
+(``paperbench.reproduce`` is the reproduction stage's package, hence ``run_reproduction``.)
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ if TYPE_CHECKING:
     from paperbench.agents._rollout_files import RolloutResult
     from paperbench.agents._rollout_settings import RolloutSettings
     from paperbench.agents._transcript import TranscriptEvent
+    from paperbench.reproduce._models import ReproductionMetadata
+    from paperbench.reproduce._settings import ReproduceSettings
 
 
 def rollout(
@@ -44,3 +49,18 @@ def rollout(
             on_event=on_event,
         )
     )
+
+
+def run_reproduction(settings: ReproduceSettings) -> ReproductionMetadata:
+    """Run a submission's reproduce.sh in a fresh sandbox and write the output folder, as
+    ``paperbench reproduce`` does with the same settings; returns metadata.json's content.
+
+    Raises:
+        UsageError: a bad value or output folder, naming its flag.
+        SandboxUnavailableError: the sandbox backend asked for does not answer.
+    """
+    from paperbench.reproduce._settings import prepare_reproduction
+    from paperbench.reproduce._stage import reproduce_submission
+
+    prepared = prepare_reproduction(settings)
+    return asyncio.run(reproduce_submission(prepared.submission, prepared.out_dir, prepared.config))

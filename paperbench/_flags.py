@@ -33,7 +33,10 @@ class Flag:
     """
 
     name: str
+    """``--max-time``; a positional argument is named without dashes (``submission``)."""
     shared: bool = False
+    argument: bool = False
+    """A positional argument of the command rather than an option."""
     metavar: str | None = None
     on_resume: bool = False
     """Whether a resume takes it (how the work runs, not what it is)."""

@@ -28,6 +28,9 @@ def parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
             default = inspect.Parameter.empty  # a required option
         if flag.shared:
             annotation = SHARED[flag.flag]
+        elif flag.argument:
+            argument = typer.Argument(help=field.description, metavar=flag.metavar)
+            annotation = Annotated[field.annotation, argument]
         else:
             lower = [m.ge for m in field.metadata if isinstance(m, annotated_types.Ge)]
             option = typer.Option(

@@ -337,6 +337,7 @@ SHARED: dict[str, Any] = {
     "--data-dir": DataDir,
     "--paper": Paper,
     "--resume": Resume,
+    "--out": Out,
     "--model": Model,
     "--base-url": BaseUrl,
     "--code-dev": CodeDev,

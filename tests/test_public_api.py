@@ -15,11 +15,13 @@ PUBLIC: dict[str, list[str]] = {
     "paperbench": [
         "EvalConfig",
         "Evaluation",
+        "ReproduceSettings",
         "RolloutSettings",
         "__version__",
         "evaluate",
         "resume",
         "rollout",
+        "run_reproduction",
     ],
     "paperbench.agents": [
         "Agent",
@@ -283,6 +285,7 @@ PUBLIC: dict[str, list[str]] = {
         "LOG_NAME",
         "REPRODUCER_IMAGE",
         "ReproduceConfig",
+        "ReproduceSettings",
         "ReproductionMetadata",
         "SCHEMA_VERSION",
         "SUBMISSION_PATH",

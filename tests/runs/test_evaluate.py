@@ -14,6 +14,7 @@ from paperbench._model_options import flag_of, model_flags
 from paperbench.agents import RolloutSettings
 from paperbench.cli import app
 from paperbench.errors import UsageError
+from paperbench.reproduce import ReproduceSettings
 from paperbench.runs import (
     EvalConfig,
     ExecutorSettings,
@@ -42,7 +43,9 @@ def _leaves(model: type[typing.Any], path: tuple[str, ...] = ()) -> list[tuple[s
 
 
 @pytest.mark.parametrize(
-    ("config", "name"), [(EvalConfig, "run"), (RolloutSettings, "rollout")], ids=["run", "rollout"]
+    ("config", "name"),
+    [(EvalConfig, "run"), (RolloutSettings, "rollout"), (ReproduceSettings, "reproduce")],
+    ids=["run", "rollout", "reproduce"],
 )
 def test_every_config_field_is_a_run_option_with_the_same_default(
     config: type[typing.Any], name: str
@@ -50,7 +53,7 @@ def test_every_config_field_is_a_run_option_with_the_same_default(
     flagged = {path: (field, flag) for path, field, flag in model_flags(config)}
     assert set(flagged) == set(_leaves(config)), "a config field without an option"
     command = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
-    params = {p.opts[0]: p for p in command.params if p.param_type_name == "option"}
+    params = {p.opts[0]: p for p in command.params}  # options and arguments
     for path, (field, flag) in flagged.items():
         option = flag.name.split("/")[0]
         assert option in params, f"{'.'.join(path)}: no {option} on `paperbench {name}`"
