@@ -29,7 +29,7 @@ except _NotInstalled:  # running from a source tree that was not installed
 
 if TYPE_CHECKING:
     from paperbench._entry import rollout, run_reproduction
-    from paperbench._evaluate import Evaluation, evaluate, resume
+    from paperbench._evaluate import Evaluation, evaluate, evaluate_async, resume, resume_async
     from paperbench.agents._rollout_settings import RolloutSettings
     from paperbench.reproduce._settings import ReproduceSettings
     from paperbench.runs._config import EvalConfig
@@ -41,7 +41,9 @@ __all__ = [
     "RolloutSettings",
     "__version__",
     "evaluate",
+    "evaluate_async",
     "resume",
+    "resume_async",
     "rollout",
     "run_reproduction",
 ]
@@ -49,6 +51,8 @@ __all__ = [
 _LAZY = {
     "evaluate": "paperbench._evaluate",
     "resume": "paperbench._evaluate",
+    "evaluate_async": "paperbench._evaluate",
+    "resume_async": "paperbench._evaluate",
     "Evaluation": "paperbench._evaluate",
     "EvalConfig": "paperbench.runs._config",
     "rollout": "paperbench._entry",
