@@ -6,6 +6,8 @@ From Python::
 
     result = paperbench.evaluate(paperbench.EvalConfig(papers="calibration-binning"))
     result = paperbench.resume("runs/20261124-193500")
+    rolled = paperbench.rollout(paperbench.RolloutSettings(paper="calibration-binning"))
+    meta = paperbench.run_reproduction(paperbench.ReproduceSettings(submission=rolled.out_dir))
 
 The stages have their own packages: :mod:`paperbench.agents` (rollout, monitor),
 :mod:`paperbench.reproduce`, :mod:`paperbench.judge`, :mod:`paperbench.report`,
@@ -26,16 +28,37 @@ except _NotInstalled:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
 if TYPE_CHECKING:
-    from paperbench._evaluate import Evaluation, evaluate, resume
+    from paperbench._entry import rollout, run_reproduction
+    from paperbench._evaluate import Evaluation, evaluate, evaluate_async, resume, resume_async
+    from paperbench.agents._rollout_settings import RolloutSettings
+    from paperbench.reproduce._settings import ReproduceSettings
     from paperbench.runs._config import EvalConfig
 
-__all__ = ["EvalConfig", "Evaluation", "__version__", "evaluate", "resume"]
+__all__ = [
+    "EvalConfig",
+    "Evaluation",
+    "ReproduceSettings",
+    "RolloutSettings",
+    "__version__",
+    "evaluate",
+    "evaluate_async",
+    "resume",
+    "resume_async",
+    "rollout",
+    "run_reproduction",
+]
 
 _LAZY = {
     "evaluate": "paperbench._evaluate",
     "resume": "paperbench._evaluate",
+    "evaluate_async": "paperbench._evaluate",
+    "resume_async": "paperbench._evaluate",
     "Evaluation": "paperbench._evaluate",
     "EvalConfig": "paperbench.runs._config",
+    "rollout": "paperbench._entry",
+    "RolloutSettings": "paperbench.agents._rollout_settings",
+    "run_reproduction": "paperbench._entry",
+    "ReproduceSettings": "paperbench.reproduce._settings",
 }
 
 

@@ -7,6 +7,9 @@ does, on one typed :class:`~paperbench.runs.EvalConfig`.
 
     result = paperbench.evaluate(paperbench.EvalConfig(papers="calibration-binning"))
     print(result.group_dir, result.summary.agents)
+
+Each runs in one event loop of its own; where one is running already (Jupyter),
+``await paperbench.evaluate_async(config)`` and ``await paperbench.resume_async(group)``.
 """
 
 from __future__ import annotations
@@ -67,6 +70,18 @@ class Evaluation(BaseModel):
 
 
 def evaluate(config: EvalConfig | None = None) -> Evaluation:
+    """:func:`evaluate_async` in an event loop of its own (the only one it starts).
+
+    Raises:
+        UsageError: called where an event loop is running (e.g. in Jupyter): there,
+            ``await paperbench.evaluate_async(config)``.
+        see :func:`evaluate_async`.
+    """
+    _refuse_running_loop("evaluate")
+    return asyncio.run(evaluate_async(config))
+
+
+async def evaluate_async(config: EvalConfig | None = None) -> Evaluation:
     """Run papers × agents × seeds through rollout, monitor, reproduction and grading into
     ``config.runs_dir/<group>/``, and return what it left.
 
@@ -88,10 +103,10 @@ def evaluate(config: EvalConfig | None = None) -> Evaluation:
     planned = plan_group(config)  # every value checked before any work
     refuse_unfit_judge(planned)
     refuse_missing_keys(planned)
-    refuse_silent_servers(planned)
+    await refuse_silent_servers(planned)
     group_dir = config.runs_dir / planned.group
     refuse_existing(group_dir, planned.group)
-    sandbox, reason = asyncio.run(resolve_sandbox(config.sandbox))
+    sandbox, reason = await resolve_sandbox(config.sandbox)
     planned = planned.model_copy(update={"sandbox": sandbox, "sandbox_reason": reason})
     for entry in planned.agents:
         if entry.resources is not None:
@@ -108,12 +123,30 @@ def evaluate(config: EvalConfig | None = None) -> Evaluation:
     try:
         open_group(group_dir, planned)
         _say_group(group_dir, planned)
-        return _finish(group_dir, planned, executor, config.report)
+        return await _finish(group_dir, planned, executor, config.report)
     finally:
         executor.close()
 
 
 def resume(
+    group: str | Path,
+    *,
+    runs_dir: Path = DEFAULT_RUNS_DIR,
+    executor: ExecutorSettings | None = None,
+    report: bool = True,
+) -> Evaluation:
+    """:func:`resume_async` in an event loop of its own (the only one it starts).
+
+    Raises:
+        UsageError: called where an event loop is running (e.g. in Jupyter): there,
+            ``await paperbench.resume_async(group)``.
+        see :func:`resume_async`.
+    """
+    _refuse_running_loop("resume")
+    return asyncio.run(resume_async(group, runs_dir=runs_dir, executor=executor, report=report))
+
+
+async def resume_async(
     group: str | Path,
     *,
     runs_dir: Path = DEFAULT_RUNS_DIR,
@@ -151,16 +184,33 @@ def resume(
         )
         return Evaluation(group_dir=group_dir, outcomes=finished, summary=summary)
     refuse_missing_keys(stored)  # only work still to do can need a key or a server
-    refuse_silent_servers(stored)
+    await refuse_silent_servers(stored)
     runner = build_executor(settings)
     try:
         console.print(f"resuming group {stored.group} in {group_dir}")
         reaped = reap_leftovers()
         if reaped:
             console.print(f"removed {plural(reaped, 'sandbox object')} left by the interrupted run")
-        return _finish(group_dir, stored, runner, report)
+        return await _finish(group_dir, stored, runner, report)
     finally:
         runner.close()
+
+
+def _refuse_running_loop(name: str) -> None:
+    """Refuse a blocking entry point where an event loop is running (it would have to start
+    a second one): say which to await instead.
+
+    Raises:
+        UsageError: an event loop is running in this thread.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise UsageError(
+        f"paperbench.{name}() was called where an event loop is running (e.g. in Jupyter): "
+        f"use `await paperbench.{name}_async(...)` there"
+    )
 
 
 def _finished(group_dir: Path, config: GroupConfig) -> list[RunOutcome] | None:
@@ -228,9 +278,11 @@ def _say_what_is_less(config: GroupConfig) -> None:
         )
 
 
-def _finish(group_dir: Path, config: GroupConfig, executor: Executor, report: bool) -> Evaluation:
+async def _finish(
+    group_dir: Path, config: GroupConfig, executor: Executor, report: bool
+) -> Evaluation:
     _say_what_is_less(config)
-    outcomes = asyncio.run(_work(group_dir, config, executor))
+    outcomes = await _work(group_dir, config, executor)
     for outcome in outcomes:
         if outcome.status == "failed":
             warning(f"{outcome.key.label}: failed in {outcome.failed_stage}: {outcome.reason}")

@@ -19,15 +19,16 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
+from paperbench._flags import parse_concurrency as parse_concurrency
+from paperbench._flags import parse_networks as parse_networks
 from paperbench.agents._rollout_files import DEFAULT_SNAPSHOT_EVERY_S as DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.errors import UsageError
 from paperbench.judge._job import DEFAULT_LEAVES_AT_ONCE as DEFAULT_LEAVES_AT_ONCE
 from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
-from paperbench.sandbox._internal_nets import IPNetwork, parse_allowed
 
 DATA_DIR_ENV = "PAPERBENCH_DATA_DIR"
 
@@ -66,30 +67,6 @@ def _non_negative_number(value: float | None) -> float | None:
     if value is not None and (not math.isfinite(value) or value < 0):
         raise typer.BadParameter(f"expected a number ≥ 0, found {value}")
     return value
-
-
-def parse_concurrency(values: list[str] | None, stages: dict[str, int]) -> dict[str, int]:
-    """``--concurrency`` values (``STAGE=N``, repeatable or comma-separated) over ``stages``,
-    the stages this command takes with their defaults.
-
-    Raises:
-        UsageError: an unknown stage or a count below 1, naming the flag.
-    """
-    out = dict(stages)
-    for value in values or []:
-        for item in value.split(","):
-            stage, sep, number = item.partition("=")
-            stage = stage.strip()
-            if not sep or stage not in stages or not number.strip().isdigit():
-                raise UsageError(
-                    f"--concurrency {item}: expected STAGE=N with STAGE one of "
-                    f"{', '.join(stages)} and N ≥ 1, e.g. {next(iter(stages))}=1"
-                )
-            n = int(number)
-            if n < 1:
-                raise UsageError(f"--concurrency {item}: N must be ≥ 1")
-            out[stage] = n
-    return out
 
 
 # --- where the inputs are --------------------------------------------------------------
@@ -300,24 +277,6 @@ AllowNetwork = Annotated[
 ]
 
 
-def parse_networks(values: list[str] | None) -> tuple[IPNetwork, ...]:
-    """``--allow-network`` values: the ranges, each once.
-
-    Raises:
-        UsageError: a value that is not a CIDR, has host bits set, or opens nothing,
-            naming the flag.
-    """
-    found: list[IPNetwork] = []
-    for value in values or []:
-        try:
-            network = parse_allowed(value)
-        except ValueError as exc:
-            raise UsageError(f"--allow-network: {exc}") from None
-        if network not in found:
-            found.append(network)
-    return tuple(found)
-
-
 # --- limits ----------------------------------------------------------------------------
 
 MaxSteps = Annotated[
@@ -373,3 +332,38 @@ Concurrency = Annotated[
         "takes are listed in its help).",
     ),
 ]
+
+SHARED: dict[str, Any] = {
+    "--data-dir": DataDir,
+    "--paper": Paper,
+    "--resume": Resume,
+    "--out": Out,
+    "--model": Model,
+    "--base-url": BaseUrl,
+    "--code-dev": CodeDev,
+    "--resources-provided": ResourcesProvided,
+    "--max-connections": MaxConnections,
+    "--sandbox": Sandbox,
+    "--allow-unsandboxed": AllowUnsandboxed,
+    "--allow-uncapped-disk": AllowUncappedDisk,
+    "--gpus": Gpus,
+    "--gpu-type": GpuType,
+    "--cpus": Cpus,
+    "--memory": Memory,
+    "--disk": Disk,
+    "--image": Image,
+    "--env": Env,
+    "--agent-env": AgentEnv,
+    "--network": Network,
+    "--allow-network": AllowNetwork,
+    "--max-steps": MaxSteps,
+    "--max-time": MaxTime,
+    "--max-dollars": MaxDollars,
+    "--max-tokens": MaxTokens,
+    "--snapshot-every": SnapshotEvery,
+    "--reproduce-timeout": ReproduceTimeout,
+    "--budget-dollars": BudgetDollars,
+    "--concurrency": Concurrency,
+}
+"""The shared options by flag: a config field marked ``Flag(name, shared=True)`` is made into
+the option here (see :mod:`paperbench._model_options`)."""

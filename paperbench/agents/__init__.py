@@ -46,7 +46,7 @@ from paperbench.agents._resources import (
     resources_from_flags,
     resources_line,
 )
-from paperbench.agents._rollout import rollout
+from paperbench.agents._rollout import rollout, run_rollout
 from paperbench.agents._rollout_files import (
     RolloutConfig,
     RolloutPausedError,
@@ -54,6 +54,8 @@ from paperbench.agents._rollout_files import (
     RolloutStatus,
     load_status,
 )
+from paperbench.agents._rollout_plan import RolloutOptions
+from paperbench.agents._rollout_settings import RolloutSettings
 from paperbench.agents._tools import ToolResult, ToolSet, run_tool, tool_defs
 from paperbench.agents._transcript import (
     TRANSCRIPT_VERSION,
@@ -103,8 +105,10 @@ __all__ = [
     "ReplayConfig",
     "ResolvedResources",
     "RolloutConfig",
+    "RolloutOptions",
     "RolloutPausedError",
     "RolloutResult",
+    "RolloutSettings",
     "RolloutStatus",
     "RunContext",
     "RunResources",
@@ -124,6 +128,7 @@ __all__ = [
     "resources_from_flags",
     "resources_line",
     "rollout",
+    "run_rollout",
     "run_tool",
     "tool_defs",
     "write_report",

@@ -4,15 +4,16 @@ parse flags, call the engine, print)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import shlex
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
@@ -20,38 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from paperbench._console import console, err_console, plural, print_table, printable, warning
-from paperbench._options import (
-    DEFAULT_SNAPSHOT_EVERY_S,
-    AgentEnv,
-    AllowNetwork,
-    AllowUncappedDisk,
-    AllowUnsandboxed,
-    BaseUrl,
-    CodeDev,
-    Cpus,
-    DataDir,
-    Disk,
-    Env,
-    Gpus,
-    GpuType,
-    Image,
-    Json,
-    MaxDollars,
-    MaxSteps,
-    MaxTime,
-    MaxTokens,
-    Memory,
-    Model,
-    Network,
-    OptionalPaper,
-    Out,
-    Paper,
-    Resume,
-    Sandbox,
-    SnapshotEvery,
-    parse_networks,
-)
-from paperbench.agents._base import AgentLimits, read_transcript
+from paperbench._model_options import from_options, parameters
+from paperbench._options import DataDir, Json, OptionalPaper, Out
+from paperbench.agents._base import read_transcript
 from paperbench.agents._monitor import (
     NETWORK_LOG_FILE,
     REPORT_FILE,
@@ -64,26 +36,21 @@ from paperbench.agents._monitor import (
     paper_rules,
     write_report,
 )
-from paperbench.agents._resources import resources_from_flags, resources_line
-from paperbench.agents._rollout import rollout
+from paperbench.agents._resources import resources_line
+from paperbench.agents._rollout import run_rollout
 from paperbench.agents._rollout_files import (
-    DEFAULT_MAX_RESTARTS,
     RolloutPausedError,
     RolloutResult,
     RolloutStatus,
 )
+from paperbench.agents._rollout_settings import RolloutSettings, prepare_rollout
 from paperbench.agents._transcript import ModelCallEvent, StartEvent, ToolEvent, TranscriptEvent
 from paperbench.errors import InputError, UsageError
-from paperbench.llm import ModelConfig
 from paperbench.papers import PaperSource
 from paperbench.sandbox import (
     Blacklist,
-    NetworkPolicy,
-    SandboxConfig,
-    SandboxLimits,
     read_blacklist,
 )
-from paperbench.sandbox._internal_nets import describe
 
 EXIT_ERROR = 3
 """Exit code when the rollout ran but ended in an error (the agent or its sandbox failed)."""
@@ -126,51 +93,6 @@ def _log_to_stderr() -> None:
 
 
 # --- rollout ---------------------------------------------------------------------------
-
-
-def _default_out(paper_id: str, agent: str, seed: int) -> Path:
-    name = Path(agent).stem if agent.endswith((".yaml", ".yml")) else agent
-    return DEFAULT_RUNS / "default" / paper_id / name / f"seed-{seed}"
-
-
-def _run_folder(out: Path | None, resume: str | None, paper_id: str, agent: str, seed: int) -> Path:
-    """The run folder: ``--resume FOLDER`` (a run to continue) or ``--out FOLDER`` (a new one)."""
-    if resume is not None:
-        if out is not None:
-            raise UsageError(
-                "give --out FOLDER for a new run or --resume FOLDER to continue one, not both"
-            )
-        folder = Path(resume)
-        if not folder.is_dir():
-            raise UsageError(f"--resume {resume}: no such folder; give the run folder to continue")
-        if not (folder / "config.json").exists() and not (folder / "status.json").exists():
-            raise UsageError(
-                f"--resume {resume}: no run to resume there (no config.json); start one with "
-                "--out FOLDER"
-            )
-        return folder
-    folder = out or _default_out(paper_id, agent, seed)
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"--out {folder}: exists and is not a folder; give another --out")
-    if folder.is_dir() and any(folder.iterdir()):
-        raise UsageError(
-            f"--out {folder}: the folder is not empty; continue the run in it with --resume "
-            f"{folder} (instead of --out), or give another --out"
-        )
-    return folder
-
-
-def _model_config(model: str | None, base_url: str | None) -> ModelConfig | None:
-    if model is None:
-        if base_url is not None:
-            raise UsageError("--base-url needs a model: pass --model provider/model")
-        return None
-    try:
-        return ModelConfig(model=model, base_url=base_url)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        flag = "--base-url" if "base_url" in err["loc"] else "--model"
-        raise UsageError(f"{flag}: {err['msg']}") from None
 
 
 def _duration(seconds: float) -> str:
@@ -221,120 +143,17 @@ class _Progress:
         )
 
 
-def rollout_command(
-    ctx: typer.Context,
-    paper: Paper,
-    agent: Annotated[
-        str,
-        typer.Option(
-            "--agent", metavar="CONFIG", help="An agent from the catalog, or a YAML file."
-        ),
-    ] = "replay",
-    data_dir: DataDir = None,
-    model: Model = None,
-    base_url: BaseUrl = None,
-    seed: Annotated[int, typer.Option(min=0, help="The seed, recorded with the run.")] = 0,
-    sandbox: Sandbox = "auto",
-    allow_unsandboxed: AllowUnsandboxed = False,
-    allow_uncapped_disk: AllowUncappedDisk = False,
-    network: Network = None,
-    allow_network: AllowNetwork = None,
-    code_dev: CodeDev = False,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            metavar="FOLDER",
-            help="The new run's folder (default: runs/default/<paper>/<agent>/seed-<n>).",
-        ),
-    ] = None,
-    resume: Resume = None,
-    snapshot_every: SnapshotEvery = DEFAULT_SNAPSHOT_EVERY_S,
-    max_steps: MaxSteps = None,
-    max_time: MaxTime = None,
-    max_dollars: MaxDollars = None,
-    max_tokens: MaxTokens = None,
-    gpus: Gpus = None,
-    gpu_type: GpuType = None,
-    cpus: Cpus = None,
-    memory: Memory = None,
-    disk: Disk = None,
-    image: Image = None,
-    env: Env = None,
-    agent_env: AgentEnv = None,
-    max_restarts: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="New sandboxes (from the last snapshot) started when the sandbox is lost, "
-            "before the run pauses.",
-        ),
-    ] = DEFAULT_MAX_RESTARTS,
-    as_json: Json = False,
-) -> None:
-    """Run an agent on a paper in a fresh sandbox; write the run folder (config.json,
-    transcript.jsonl, costs.jsonl, snapshots/, submission.tar.gz, status.json last). Progress
-    goes to stderr: live on a terminal, a line per step when piped. --resume FOLDER continues a
-    run that did not finish in a new sandbox from its last snapshot; give it the flags the run
-    was started with (a change is refused). Exit code 0 when the agent
-    submitted or reached a limit, 3 when it ended in an error, 4 when the run paused (provider
-    unavailable past its retries, sandbox lost too often): it prints the command that
-    continues it."""
-    from paperbench.agents._config import load_agent
-
+def _rollout(ctx: typer.Context, as_json: bool, **values: Any) -> None:
     _log_to_stderr()
-    allow_networks = parse_networks(allow_network)
-    chosen = NetworkPolicy(network) if network is not None else NetworkPolicy.FILTERED
-    if allow_networks and chosen is NetworkPolicy.NONE:
-        raise UsageError("--allow-network: the sandbox has no network (--network none)")
-    model_config = _model_config(model, base_url)
-    the_paper = PaperSource.resolve(data_dir).load(paper)
-    the_paper.require_usable()
-    out_dir = _run_folder(out, resume, the_paper.id, agent, seed)
-    resources = resources_from_flags(
-        gpus=gpus,
-        gpu_type=gpu_type,
-        cpus=cpus,
-        memory=memory,
-        disk=disk,
-        image=image,
-        agent_env=agent_env,
-        env=env,
-    )
-    loaded = load_agent(agent).for_paper(the_paper.id)
-    limits: AgentLimits = loaded.config.limits
-    overrides = {
-        "steps": max_steps,
-        "wall_time_s": max_time,
-        "dollars": max_dollars,
-        "tokens": max_tokens,
-    }
-    limits = limits.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    if model_config is None and loaded.config.model:
-        model_config = ModelConfig(model=loaded.config.model)
-    if allow_unsandboxed:
-        warning("--allow-unsandboxed: without bubblewrap the agent runs on the host itself")
-    if allow_uncapped_disk and disk is None:
-        warning("--allow-uncapped-disk: the agent's sandbox has no disk cap")
-    if allow_networks:
-        warning(describe(allow_networks))
-    progress = _Progress(f"rollout of {the_paper.id}", err_console.is_terminal, err_console)
-    call = rollout(
-        the_paper,
-        loaded,
-        out_dir=out_dir,
-        model_config=model_config,
-        seed=seed,
-        sandbox=SandboxConfig(backend=sandbox, allow_unsandboxed=allow_unsandboxed),
-        network=chosen,
-        allow_networks=allow_networks,
-        code_dev=code_dev,
-        snapshot_every_s=snapshot_every,
-        resume=resume is not None,
-        limits=limits,
-        max_restarts=max_restarts,
-        resources=resources,
-        sandbox_limits=SandboxLimits(allow_uncapped_disk=allow_uncapped_disk),
+    prepared = prepare_rollout(from_options(RolloutSettings, values))
+    title = f"rollout of {prepared.paper.id}"
+    progress = _Progress(title, err_console.is_terminal, err_console)
+    call = run_rollout(
+        prepared.paper,
+        prepared.agent,
+        prepared.options,
+        out_dir=prepared.out_dir,
+        resume=prepared.resume,
         on_event=progress.on_event,
     )
     try:
@@ -344,7 +163,7 @@ def rollout_command(
         else:
             result = asyncio.run(call)
     except RolloutPausedError as exc:
-        again = _resume_command(ctx, out_dir)
+        again = _resume_command(ctx, prepared.out_dir)
         console.print(
             f"paused ({exc.kind}): {' '.join(exc.reason.split())}; continue with: {again}",
             markup=False,
@@ -357,6 +176,36 @@ def rollout_command(
         _summary(result)
     if result.status.status == "error":
         raise typer.Exit(EXIT_ERROR)
+
+
+def _rollout_command() -> Callable[..., None]:
+    def rollout_command(ctx: typer.Context, as_json: bool = False, **values: Any) -> None:
+        _rollout(ctx, as_json, **values)
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        *parameters(RolloutSettings),
+        inspect.Parameter("as_json", keyword, default=False, annotation=Json),
+    ]
+    rollout_command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    rollout_command.__annotations__ = {p.name: p.annotation for p in params}
+    rollout_command.__doc__ = (
+        "Run an agent on a paper in a fresh sandbox; write the run folder (config.json, "
+        "transcript.jsonl, costs.jsonl, snapshots/, submission.tar.gz, status.json last). "
+        "Progress goes to stderr: live on a terminal, a line per step when piped. --resume "
+        "FOLDER continues a run that did not finish in a new sandbox from its last snapshot; "
+        "give it the flags the run was started with (a change is refused). Exit code 0 when "
+        "the agent submitted or reached a limit, 3 when it ended in an error, 4 when the run "
+        "paused (provider unavailable past its retries, sandbox lost too often): it prints "
+        "the command that continues it."
+    )
+    return rollout_command
+
+
+rollout_command = _rollout_command()
+"""``paperbench rollout``: :func:`paperbench.rollout` from the command line, its options made
+from :class:`~paperbench.agents.RolloutSettings`."""
 
 
 def _resume_command(ctx: typer.Context, out_dir: Path) -> str:

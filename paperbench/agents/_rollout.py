@@ -86,7 +86,12 @@ from paperbench.agents._rollout_files import (
     check_out_dir,
     used_before,
 )
-from paperbench.agents._rollout_plan import LoadedAgentLike, RolloutPlan, plan_rollout
+from paperbench.agents._rollout_plan import (
+    LoadedAgentLike,
+    RolloutOptions,
+    RolloutPlan,
+    plan_rollout,
+)
 from paperbench.agents._snapshots import (
     DEFAULT_KEEP_SNAPSHOTS,
     DEFAULT_SNAPSHOTS_MAX_BYTES,
@@ -423,15 +428,7 @@ async def rollout(
             the sandbox lost or not started, more often than ``max_restarts``); the run folder
             is kept without status.json, to be resumed.
     """
-    paper.require_usable()  # no LFS pointer, a rubric that loads: before any folder
-    out = Path(out_dir)
-    status_file = out / "status.json"
-    if status_file.exists():
-        status = RolloutStatus.model_validate(read_json(status_file))
-        return RolloutResult(status=status, out_dir=out, already_finished=True)
-    plan = plan_rollout(
-        paper,
-        agent,
+    options = RolloutOptions(
         model_config=model_config,
         seed=seed,
         sandbox=sandbox,
@@ -449,6 +446,34 @@ async def rollout(
         keep_snapshots=keep_snapshots,
         snapshots_max_bytes=snapshots_max_bytes,
     )
+    return await run_rollout(
+        paper, agent, options, out_dir=out_dir, resume=resume, others=others, on_event=on_event
+    )
+
+
+async def run_rollout(
+    paper: Paper,
+    agent: Agent | LoadedAgentLike,
+    options: RolloutOptions,
+    *,
+    out_dir: Path,
+    resume: bool = False,
+    others: Collection[str] = (),
+    on_event: Callable[[TranscriptEvent], None] | None = None,
+) -> RolloutResult:
+    """:func:`rollout` with its options passed whole (what the command line, the pipeline and
+    ``paperbench.rollout()`` call).
+
+    Raises:
+        see :func:`rollout`.
+    """
+    paper.require_usable()  # no LFS pointer, a rubric that loads: before any folder
+    out = Path(out_dir)
+    status_file = out / "status.json"
+    if status_file.exists():
+        status = RolloutStatus.model_validate(read_json(status_file))
+        return RolloutResult(status=status, out_dir=out, already_finished=True)
+    plan = plan_rollout(paper, agent, options)
     history = check_out_dir(out, plan.config, resume, others)
     session = await _open(paper, plan, out, history, resume, on_event)
     await _attempt(session)

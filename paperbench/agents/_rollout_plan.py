@@ -25,7 +25,12 @@ from paperbench.agents._resources import (
     refuse_install_without_docker,
     resolve,
 )
-from paperbench.agents._rollout_files import RolloutConfig
+from paperbench.agents._rollout_files import (
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_SNAPSHOT_EVERY_S,
+    RolloutConfig,
+)
+from paperbench.agents._snapshots import DEFAULT_KEEP_SNAPSHOTS, DEFAULT_SNAPSHOTS_MAX_BYTES
 from paperbench.errors import UsageError
 from paperbench.llm import Model, ModelConfig
 from paperbench.papers import Paper
@@ -60,6 +65,30 @@ class ResolvedAgent:
     config_file: Path | None = None
     install: list[str] = field(default_factory=list)
     """The config's ``install`` commands: the agent runs in the image they derive."""
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """What a rollout is asked to do besides its paper, agent and run folder, passed whole from
+    the command line, the pipeline and ``paperbench.rollout()`` (each field as the
+    ``rollout`` keyword of the same name)."""
+
+    model_config: ModelConfig | None = None
+    seed: int = 0
+    sandbox: SandboxConfig | None = None
+    network: NetworkPolicy = NetworkPolicy.FILTERED
+    allow_networks: tuple[IPNetwork, ...] = ()
+    code_dev: bool = False
+    snapshot_every_s: float | None = DEFAULT_SNAPSHOT_EVERY_S
+    limits: AgentLimits | None = None
+    instructions: str | None = None
+    image: str | None = None
+    sandbox_limits: SandboxLimits | None = None
+    labels: dict[str, str] | None = None
+    resources: AgentResources | None = None
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    keep_snapshots: int = DEFAULT_KEEP_SNAPSHOTS
+    snapshots_max_bytes: int | None = DEFAULT_SNAPSHOTS_MAX_BYTES
 
 
 @dataclass
@@ -163,36 +192,20 @@ def _instructions_and_resources(
 
 
 def plan_rollout(
-    paper: Paper,
-    agent: Agent | LoadedAgentLike,
-    *,
-    model_config: ModelConfig | None,
-    seed: int,
-    sandbox: SandboxConfig | None,
-    network: NetworkPolicy,
-    allow_networks: tuple[IPNetwork, ...],
-    code_dev: bool,
-    snapshot_every_s: float | None,
-    limits: AgentLimits | None,
-    instructions: str | None,
-    image: str | None,
-    sandbox_limits: SandboxLimits | None,
-    labels: dict[str, str] | None,
-    resources: AgentResources | None,
-    max_restarts: int,
-    keep_snapshots: int,
-    snapshots_max_bytes: int | None,
+    paper: Paper, agent: Agent | LoadedAgentLike, options: RolloutOptions
 ) -> RolloutPlan:
-    """The rollout's arguments resolved (see ``rollout`` for their meaning).
+    """The rollout's options resolved (see ``rollout`` for their meaning).
 
     Raises:
         UsageError, ConfigError: see ``rollout``.
     """
-    who = resolve_agent(paper, agent, limits, model_config)
+    o = options
+    network = o.network
+    who = resolve_agent(paper, agent, o.limits, o.model_config)
     text, resolved, sandbox_env = _instructions_and_resources(
-        who, instructions, code_dev, resources, image, sandbox
+        who, o.instructions, o.code_dev, o.resources, o.image, o.sandbox
     )
-    base = sandbox_limits or SandboxLimits()
+    base = o.sandbox_limits or SandboxLimits()
     if resolved.disk_mb is None and base.disk_mb is None and not base.allow_uncapped_disk:
         # Every agent sandbox has a disk cap unless --allow-uncapped-disk lifts it; the cap
         # is recorded with the resources, as if it had been asked for.
@@ -209,22 +222,23 @@ def plan_rollout(
         agent_config=who.config,
         model=mc.model if mc else None,
         base_url=mc.base_url if mc else None,
-        seed=seed,
-        code_dev=code_dev,
+        seed=o.seed,
+        code_dev=o.code_dev,
         network=network,
-        allow_networks=allow_networks,
+        allow_networks=o.allow_networks,
         blacklist=paper.blacklist() if network == NetworkPolicy.FILTERED else [],
         limits=who.limits,
-        snapshot_every_s=snapshot_every_s,
-        sandbox=sandbox or SandboxConfig(),
+        snapshot_every_s=o.snapshot_every_s,
+        sandbox=o.sandbox or SandboxConfig(),
         image=resolved.image,
         instructions_sha=hashlib.sha256(text.encode()).hexdigest(),
         resources=resolved,
-        max_restarts=max_restarts,
-        keep_snapshots=keep_snapshots,
-        snapshots_max_bytes=snapshots_max_bytes,
+        max_restarts=o.max_restarts,
+        keep_snapshots=o.keep_snapshots,
+        snapshots_max_bytes=o.snapshots_max_bytes,
     )
-    said = (resources.over(who.own_resources) if resources is not None else who.own_resources).env
+    own = who.own_resources
+    said = (o.resources.over(own) if o.resources is not None else own).env
     return RolloutPlan(
         agent=who,
         config=config,
@@ -233,5 +247,5 @@ def plan_rollout(
         sandbox_env=sandbox_env,
         secrets={k: v for k, v in sandbox_env.items() if said.get(k) != v},  # the env file's
         sandbox_limits=resolved.limits(base),
-        labels={**(labels or {}), "paperbench.stage": "rollout", "paperbench.paper": paper.id},
+        labels={**(o.labels or {}), "paperbench.stage": "rollout", "paperbench.paper": paper.id},
     )

@@ -3,8 +3,8 @@
 ``await reproduce_submission(submission, out_dir, config)`` copies the submission into a new
 sandbox, runs ``bash reproduce.sh`` with a timeout and writes ``reproduce.log``,
 ``executed.tar.gz`` and ``metadata.json`` (a :class:`ReproductionMetadata`) into ``out_dir``;
-see :mod:`paperbench.reproduce._stage` for the details. ``paperbench reproduce`` is the same
-from the command line.
+see :mod:`paperbench.reproduce._stage` for the details. ``paperbench reproduce`` and
+``paperbench.run_reproduction()`` are the same on one :class:`ReproduceSettings`.
 """
 
 from paperbench.reproduce._files import default_out_dir
@@ -23,6 +23,7 @@ from paperbench.reproduce._models import (
     ReproductionMetadata,
     Status,
 )
+from paperbench.reproduce._settings import ReproduceSettings
 from paperbench.reproduce._stage import reproduce_submission, resolve_image
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "Attempt",
     "ChangedFiles",
     "ReproduceConfig",
+    "ReproduceSettings",
     "ReproductionMetadata",
     "Status",
     "default_out_dir",

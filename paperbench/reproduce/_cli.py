@@ -3,44 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Any
 
 import typer
 from rich.logging import RichHandler
 from rich.markup import escape
 
-from paperbench._console import console, err_console, warning
-from paperbench._options import (
-    AllowNetwork,
-    AllowUncappedDisk,
-    AllowUnsandboxed,
-    Cpus,
-    Disk,
-    Gpus,
-    Image,
-    Json,
-    Memory,
-    Network,
-    Out,
-    ReproduceTimeout,
-    Sandbox,
-    parse_networks,
-)
-from paperbench.errors import UsageError
-from paperbench.reproduce import (
-    DEFAULT_DISK_MB,
-    ReproduceConfig,
-    ReproductionMetadata,
-    default_out_dir,
-    reproduce_submission,
-)
-from paperbench.sandbox import GpuRequest, NetworkPolicy, SandboxConfig, SandboxUserKind
-from paperbench.sandbox._internal_nets import describe
+from paperbench._console import console, err_console
+from paperbench._model_options import from_options, parameters
+from paperbench._options import Json
+from paperbench.reproduce import ReproductionMetadata, reproduce_submission
+from paperbench.reproduce._settings import ReproduceSettings, prepare_reproduction
 
-_DEFAULTS = ReproduceConfig()
 EXIT_NOT_SUCCESS = 3
 """Exit code when the reproduction ran but did not succeed (failed, timed out, no script)."""
 
@@ -54,96 +33,45 @@ def _log_to_stderr() -> None:
         logger.addHandler(handler)
 
 
-def _check_out_dir(out_dir: Path, force: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--out {out_dir}: exists and is not a folder; give another --out")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        raise UsageError(
-            f"--out {out_dir}: the folder exists and is not empty; pass --force to overwrite "
-            "the reproduction's files in it, or give another --out"
-        )
-
-
-def reproduce(
-    submission: Annotated[
-        Path, typer.Argument(help="A submission folder or a .tar / .tar.gz / .tgz archive.")
-    ],
-    out: Out = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Write into an --out folder that is not empty.")
-    ] = False,
-    sandbox: Sandbox = "auto",
-    allow_unsandboxed: AllowUnsandboxed = False,
-    reproduce_timeout: ReproduceTimeout = None,
-    image: Image = None,
-    retries: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help=f"Salvage retries, each in a new sandbox, after a run that fails within "
-            f"{_DEFAULTS.salvage_window_s:.0f} s.",
-        ),
-    ] = _DEFAULTS.salvage_retries,
-    cpus: Cpus = None,
-    memory: Memory = None,
-    disk: Disk = None,
-    allow_uncapped_disk: AllowUncappedDisk = False,
-    gpus: Gpus = None,
-    network: Network = None,
-    allow_network: AllowNetwork = None,
-    sandbox_user: Annotated[
-        SandboxUserKind,
-        typer.Option(
-            help="Who runs reproduce.sh: root (the sandbox's own superuser, as PaperBench runs "
-            "it) or sandbox (an unprivileged user who owns the submission)."
-        ),
-    ] = _DEFAULTS.user,
-    as_json: Json = False,
-) -> None:
-    """Run a submission's reproduce.sh in a fresh sandbox; write reproduce.log, executed.tar.gz
-    and metadata.json. Exit code 0 on success, 3 when the run failed, timed out or filled its
-    disk, 1 for bad input.
-
-    --out defaults to <submission>.reproduction beside the input (an archive keeps its suffix,
-    e.g. sub.tar.gz.reproduction); it is refused when it exists and is not empty, unless
-    --force."""
+def _reproduce(as_json: bool, **values: Any) -> None:
     _log_to_stderr()
-    allow_networks = parse_networks(allow_network)
-    chosen = NetworkPolicy(network) if network is not None else _DEFAULTS.network
-    if allow_networks and chosen is NetworkPolicy.NONE:
-        raise UsageError("--allow-network: the sandbox has no network (--network none)")
-    out_dir = out or default_out_dir(submission)
-    _check_out_dir(out_dir, force)
-    if allow_networks:
-        warning(describe(allow_networks))
-    limits = _DEFAULTS.limits
-    config = ReproduceConfig(
-        timeout_s=reproduce_timeout or _DEFAULTS.timeout_s,
-        salvage_retries=retries,
-        image=image,
-        sandbox=SandboxConfig(backend=sandbox, allow_unsandboxed=allow_unsandboxed),
-        limits=limits.model_copy(
-            update={
-                "cpus": cpus if cpus is not None else limits.cpus,
-                "memory_mb": memory if memory is not None else limits.memory_mb,
-                "disk_mb": disk if disk is not None else limits.disk_mb or DEFAULT_DISK_MB,
-                "allow_uncapped_disk": allow_uncapped_disk,
-            }
-        ),
-        gpu=GpuRequest(count=gpus) if gpus else None,
-        network=chosen,
-        allow_networks=allow_networks,
-        user=sandbox_user,
-    )
+    prepared = prepare_reproduction(from_options(ReproduceSettings, values))
+    submission, out_dir = prepared.submission, prepared.out_dir
     # on a terminal a spinner; piped, the result line at the end is the one line of it
     with err_console.status(f"reproducing {submission} (its log: {out_dir}/reproduce.log) ..."):
-        meta = asyncio.run(reproduce_submission(submission, out_dir, config))
+        meta = asyncio.run(reproduce_submission(submission, out_dir, prepared.config))
     if as_json:
         console.print(json.dumps(meta.model_dump(mode="json"), indent=2), markup=False)
     else:
         _summary(meta, out_dir)
     if meta.status != "success":
         raise typer.Exit(EXIT_NOT_SUCCESS)
+
+
+def _command() -> Callable[..., None]:
+    def reproduce(as_json: bool = False, **values: Any) -> None:
+        """Run a submission's reproduce.sh in a fresh sandbox; write reproduce.log,
+        executed.tar.gz and metadata.json. Exit code 0 on success, 3 when the run failed, timed
+        out or filled its disk, 1 for bad input.
+
+        --out defaults to <submission>.reproduction beside the input (an archive keeps its
+        suffix, e.g. sub.tar.gz.reproduction); it is refused when it exists and is not empty,
+        unless --force."""
+        _reproduce(as_json, **values)
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [
+        *parameters(ReproduceSettings),
+        inspect.Parameter("as_json", keyword, default=False, annotation=Json),
+    ]
+    reproduce.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    reproduce.__annotations__ = {p.name: p.annotation for p in params}
+    return reproduce
+
+
+reproduce = _command()
+"""``paperbench reproduce``: :func:`paperbench.run_reproduction` from the command line, its
+arguments made from :class:`~paperbench.reproduce.ReproduceSettings`."""
 
 
 def _summary(meta: ReproductionMetadata, out_dir: Path) -> None:

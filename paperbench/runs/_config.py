@@ -2,7 +2,7 @@
 command line alike.
 
 ``paperbench.evaluate(EvalConfig(...))`` takes it from Python; ``paperbench run`` is made from
-it (each field marked with a :class:`~paperbench._model_options.Flag` is an option, its
+it (each field marked with a :class:`~paperbench._flags.Flag` is an option, its
 default the field's default, written once here).
 """
 
@@ -13,10 +13,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from paperbench import _options as opt
-from paperbench._model_options import Flag
+from paperbench._flags import Flag, parse_concurrency, parse_networks
+from paperbench.agents._rollout_files import DEFAULT_SNAPSHOT_EVERY_S
+from paperbench.judge._job import DEFAULT_LEAVES_AT_ONCE
 from paperbench.llm._registry import check_model_name
-from paperbench.llm._types import check_base_url
+from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS, check_base_url
 from paperbench.sandbox._internal_nets import IPNetwork
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -29,8 +30,8 @@ GPUs divided by the GPUs one reproduction takes."""
 
 
 def _concurrency(values: list[str] | None) -> dict[str, int]:
-    stages = {**STAGE_CONCURRENCY, "leaves": opt.DEFAULT_LEAVES_AT_ONCE}
-    return opt.parse_concurrency(values, stages)
+    stages = {**STAGE_CONCURRENCY, "leaves": DEFAULT_LEAVES_AT_ONCE}
+    return parse_concurrency(values, stages)
 
 
 class _Section(BaseModel):
@@ -78,45 +79,45 @@ class AgentSettings(_ModelSection):
         default=None,
         description="An OpenAI- or Anthropic-compatible server for the agents' calls.",
     )
-    max_steps: Annotated[int | None, Flag("--max-steps", opt.MaxSteps)] = Field(
+    max_steps: Annotated[int | None, Flag("--max-steps", shared=True)] = Field(
         default=None, ge=1, description="Steps of each rollout (default: the agent config's)."
     )
-    max_time_s: Annotated[float | None, Flag("--max-time", opt.MaxTime)] = Field(
+    max_time_s: Annotated[float | None, Flag("--max-time", shared=True)] = Field(
         default=None, gt=0, description="Wall time of each rollout, in seconds."
     )
-    max_dollars: Annotated[float | None, Flag("--max-dollars", opt.MaxDollars)] = Field(
+    max_dollars: Annotated[float | None, Flag("--max-dollars", shared=True)] = Field(
         default=None, gt=0, description="Dollars of each rollout."
     )
-    max_tokens: Annotated[int | None, Flag("--max-tokens", opt.MaxTokens)] = Field(
+    max_tokens: Annotated[int | None, Flag("--max-tokens", shared=True)] = Field(
         default=None, ge=1, description="Tokens of each rollout."
     )
-    snapshot_every_s: Annotated[float, Flag("--snapshot-every", opt.SnapshotEvery)] = Field(
-        default=opt.DEFAULT_SNAPSHOT_EVERY_S,
+    snapshot_every_s: Annotated[float, Flag("--snapshot-every", shared=True)] = Field(
+        default=DEFAULT_SNAPSHOT_EVERY_S,
         gt=0,
         description="Seconds between snapshots of a rollout's /home/submission.",
     )
-    gpus: Annotated[int | None, Flag("--gpus", opt.Gpus)] = Field(
+    gpus: Annotated[int | None, Flag("--gpus", shared=True)] = Field(
         default=None, ge=0, description="GPUs of each agent's sandbox and its reproduction."
     )
-    gpu_type: Annotated[str | None, Flag("--gpu-type", opt.GpuType)] = Field(
+    gpu_type: Annotated[str | None, Flag("--gpu-type", shared=True)] = Field(
         default=None, description="What the GPUs are, told to the agent."
     )
-    cpus: Annotated[float | None, Flag("--cpus", opt.Cpus)] = Field(
+    cpus: Annotated[float | None, Flag("--cpus", shared=True)] = Field(
         default=None, gt=0, description="CPUs of each agent's sandbox and its reproduction."
     )
-    memory_mb: Annotated[int | None, Flag("--memory", opt.Memory)] = Field(
+    memory_mb: Annotated[int | None, Flag("--memory", shared=True)] = Field(
         default=None, ge=64, description="Memory of each sandbox in MB."
     )
-    disk_mb: Annotated[int | None, Flag("--disk", opt.Disk)] = Field(
+    disk_mb: Annotated[int | None, Flag("--disk", shared=True)] = Field(
         default=None, ge=16, description="Writable space of each sandbox in MB."
     )
-    image: Annotated[str | None, Flag("--image", opt.Image)] = Field(
+    image: Annotated[str | None, Flag("--image", shared=True)] = Field(
         default=None, description="The image of each agent's sandbox and its reproduction."
     )
-    env: Annotated[list[str] | None, Flag("--env", opt.Env)] = Field(
+    env: Annotated[list[str] | None, Flag("--env", shared=True)] = Field(
         default=None, description="NAME=VALUE pairs set in each agent's sandbox."
     )
-    env_file: Annotated[Path | None, Flag("--agent-env", opt.AgentEnv)] = Field(
+    env_file: Annotated[Path | None, Flag("--agent-env", shared=True)] = Field(
         default=None, description="A dotenv file of keys for the agents' own use."
     )
 
@@ -124,18 +125,18 @@ class AgentSettings(_ModelSection):
 class SandboxSettings(_Section):
     """Where untrusted code runs."""
 
-    backend: Annotated[Literal["auto", "docker", "local"], Flag("--sandbox", opt.Sandbox)] = Field(
+    backend: Annotated[Literal["auto", "docker", "local"], Flag("--sandbox", shared=True)] = Field(
         default="auto", description="The sandbox backend."
     )
-    allow_unsandboxed: Annotated[bool, Flag("--allow-unsandboxed", opt.AllowUnsandboxed)] = Field(
+    allow_unsandboxed: Annotated[bool, Flag("--allow-unsandboxed", shared=True)] = Field(
         default=False, description="Allow plain host subprocesses without bubblewrap."
     )
-    allow_uncapped_disk: Annotated[bool, Flag("--allow-uncapped-disk", opt.AllowUncappedDisk)] = (
-        Field(default=False, description="Allow sandboxes without a disk cap.")
+    allow_uncapped_disk: Annotated[bool, Flag("--allow-uncapped-disk", shared=True)] = Field(
+        default=False, description="Allow sandboxes without a disk cap."
     )
     allow_networks: Annotated[
         tuple[IPNetwork, ...],
-        Flag("--allow-network", opt.AllowNetwork, convert=opt.parse_networks),
+        Flag("--allow-network", shared=True, convert=parse_networks),
     ] = Field(
         default=(),
         description="Internal ranges the agents' and reproductions' sandboxes may reach.",
@@ -150,7 +151,7 @@ class ReproductionSettings(_Section):
         description="Do not run reproduce.sh: the judge grades without its log and outputs "
         "(said and recorded).",
     )
-    timeout_s: Annotated[float | None, Flag("--reproduce-timeout", opt.ReproduceTimeout)] = Field(
+    timeout_s: Annotated[float | None, Flag("--reproduce-timeout", shared=True)] = Field(
         default=None, gt=0, description="Time of each reproduce.sh, in seconds."
     )
 
@@ -164,12 +165,12 @@ class ExecutorSettings(_Section):
     ray_address: Annotated[
         str | None, Flag("--ray-address", metavar="HOST:PORT", on_resume=True)
     ] = Field(default=None, description="With --executor ray: the cluster to join.")
-    max_connections: Annotated[
-        int, Flag("--max-connections", opt.MaxConnections, on_resume=True)
-    ] = Field(default=opt.DEFAULT_MAX_CONNECTIONS, ge=1, description="Requests in flight.")
+    max_connections: Annotated[int, Flag("--max-connections", shared=True, on_resume=True)] = Field(
+        default=DEFAULT_MAX_CONNECTIONS, ge=1, description="Requests in flight."
+    )
     concurrency: Annotated[
         dict[str, int],
-        Flag("--concurrency", opt.Concurrency, on_resume=True, convert=_concurrency),
+        Flag("--concurrency", shared=True, on_resume=True, convert=_concurrency),
     ] = Field(
         default_factory=lambda: _concurrency(None),
         description="Runs in a stage at once (stages rollout, reproduction, grading; leaves: "
@@ -198,7 +199,7 @@ class EvalConfig(BaseModel):
         default=None,
         description="Comma-separated paper ids or a split name (default: every paper).",
     )
-    data_dir: Annotated[Path | None, Flag("--data-dir", opt.DataDir)] = Field(
+    data_dir: Annotated[Path | None, Flag("--data-dir", shared=True)] = Field(
         default=None, description="A PaperBench data directory (default: the bundled papers)."
     )
     agents: Annotated[list[str], Flag("--agent", metavar="CONFIG")] = Field(
@@ -209,18 +210,18 @@ class EvalConfig(BaseModel):
     seeds: Annotated[int, Flag("--seeds")] = Field(
         default=1, ge=1, description="Runs per paper and agent."
     )
-    code_dev: Annotated[bool, Flag("--code-dev", opt.CodeDev)] = Field(
+    code_dev: Annotated[bool, Flag("--code-dev", shared=True)] = Field(
         default=False,
         description="Code-Dev: only Code Development leaves count, and nothing is reproduced.",
     )
-    resources_provided: Annotated[bool, Flag("--resources-provided", opt.ResourcesProvided)] = (
-        Field(default=False, description="Weight 0 for dataset and model acquisition.")
+    resources_provided: Annotated[bool, Flag("--resources-provided", shared=True)] = Field(
+        default=False, description="Weight 0 for dataset and model acquisition."
     )
     monitor_policy: Annotated[Literal["disqualify", "flag"], Flag("--monitor-policy")] = Field(
         default="disqualify",
         description="A blacklist hit disqualifies the run (score 0) or is only flagged.",
     )
-    budget_dollars: Annotated[float | None, Flag("--budget-dollars", opt.BudgetDollars)] = Field(
+    budget_dollars: Annotated[float | None, Flag("--budget-dollars", shared=True)] = Field(
         default=None, ge=0, description="Dollars for the whole group."
     )
     report: Annotated[bool, Flag("--report/--no-report", on_resume=True)] = Field(

@@ -37,11 +37,13 @@ from paperbench.agents import (
     load_agent,
     load_status,
     monitor_run,
-    rollout,
     write_report,
 )
 from paperbench.agents._monitor import harness_note, paper_rules
 from paperbench.agents._resources import resolve
+from paperbench.agents._rollout import run_rollout
+from paperbench.agents._rollout_plan import RolloutOptions
+from paperbench.agents._rollout_settings import agent_overrides
 from paperbench.errors import PaperbenchError
 from paperbench.judge import (
     GradeOptions,
@@ -52,7 +54,6 @@ from paperbench.judge import (
     load_judge_config,
     read_result,
 )
-from paperbench.llm import ModelConfig
 from paperbench.papers import Paper, PaperSource
 from paperbench.reproduce import ReproduceConfig, ReproductionMetadata, reproduce_submission
 from paperbench.rubric import GradedTaskNode, aggregate, code_dev
@@ -274,38 +275,31 @@ async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
     if status is None:
         entry = next(a for a in config.agents if a.name == spec.key.agent)
         agent = _with_group_settings(load_agent(entry.ref).for_paper(paper.id), config)
-        model_name = config.agent_model or agent.config.model
-        model_config = (
-            ModelConfig(
-                model=model_name,
-                base_url=config.agent_base_url,
-                max_connections=config.max_connections,
-            )
-            if model_name
-            else None
+        model_config, limits = agent_overrides(
+            agent.config,
+            model=config.agent_model,
+            base_url=config.agent_base_url,
+            limits=config.agent_limits.given(),
+            max_connections=config.max_connections,
         )
-        given = config.agent_limits.given()
-        limits = agent.config.limits.model_copy(update=given) if given else None
         resume = spec.files.rollout_config.is_file()
         if resume:
             rec.log("rollout: resuming from its snapshots and transcript")
+        options = RolloutOptions(
+            model_config=model_config,
+            seed=spec.key.seed,
+            sandbox=_sandbox(config),
+            allow_networks=config.allow_networks,
+            code_dev=config.mode == "code-dev",
+            limits=limits,
+            labels=_labels(spec),
+            snapshot_every_s=config.snapshot_every_s,
+            resources=config.resources,
+            sandbox_limits=SandboxLimits(allow_uncapped_disk=_uncapped_disk(config)),
+        )
         try:
-            result = await rollout(
-                paper,
-                agent,
-                out_dir=folder,
-                model_config=model_config,
-                seed=spec.key.seed,
-                sandbox=_sandbox(config),
-                allow_networks=config.allow_networks,
-                code_dev=config.mode == "code-dev",
-                resume=resume,
-                limits=limits,
-                labels=_labels(spec),
-                others=(RUN_FILE, RUN_LOG),
-                snapshot_every_s=config.snapshot_every_s,
-                resources=config.resources,
-                sandbox_limits=SandboxLimits(allow_uncapped_disk=_uncapped_disk(config)),
+            result = await run_rollout(
+                paper, agent, options, out_dir=folder, resume=resume, others=(RUN_FILE, RUN_LOG)
             )
         except RolloutPausedError as exc:
             # Like a lost sandbox: the run is kept and goes on when the group is run again.

@@ -11,8 +11,6 @@ missing judge key is refused too.
 
 from __future__ import annotations
 
-import asyncio
-
 from paperbench.errors import MissingKeyError
 from paperbench.llm import ModelConfig
 from paperbench.runs._config import DEFAULT_JUDGE
@@ -111,7 +109,7 @@ def group_servers(config: GroupConfig) -> list[tuple[str, ModelConfig]]:
     return servers
 
 
-def refuse_silent_servers(config: GroupConfig) -> None:
+async def refuse_silent_servers(config: GroupConfig) -> None:
     """One request to each server the group's models call (not the providers' own APIs):
     one that does not answer fails the command before anything is written.
 
@@ -120,4 +118,4 @@ def refuse_silent_servers(config: GroupConfig) -> None:
     """
     from paperbench.llm._probe import probe_servers
 
-    asyncio.run(probe_servers(group_servers(config)))
+    await probe_servers(group_servers(config))

@@ -124,19 +124,21 @@ def test_a_paused_run_says_why_and_how_to_continue_and_exits_4(
 
     seen: dict[str, object] = {}
 
-    async def paused(paper: object, agent: object, *, out_dir: Path, **kw: object) -> None:
-        seen.update(kw)
+    async def paused(
+        paper: object, agent: object, options: object, *, out_dir: Path, **kw: object
+    ) -> None:
+        seen.update(kw, options=options)
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         (Path(out_dir) / "config.json").write_text("{}")  # a run was begun: it can be resumed
         raise RolloutPausedError(out_dir, "provider", "the model provider is unavailable: 503")
 
-    monkeypatch.setattr(_cli, "rollout", paused)
+    monkeypatch.setattr(_cli, "run_rollout", paused)
     out = tmp_path / "run"
     args = ["rollout", "--paper", "calibration-binning", "--agent", "dummy", *LOCAL]
     flags = ["--seed", "2", "--max-restarts", "1", "--max-time", "2h", "--out", str(out)]
     result = CliRunner().invoke(app, [*args, *flags])
     assert result.exit_code == _cli.EXIT_PAUSED == 4, result.output
-    assert seen["max_restarts"] == 1
+    assert seen["options"].max_restarts == 1  # type: ignore[attr-defined]
     (line,) = result.output.strip().splitlines()
     assert line.startswith("paused (provider): the model provider is unavailable: 503; ")
     assert line.endswith(
@@ -145,7 +147,8 @@ def test_a_paused_run_says_why_and_how_to_continue_and_exits_4(
     )
     resumed = CliRunner().invoke(app, shlex.split(line.split("continue with: ")[1])[1:])
     assert resumed.exit_code == 4, resumed.output  # the command it printed is accepted
-    assert seen["resume"] is True and seen["limits"].wall_time_s == 7200  # type: ignore[attr-defined]
+    assert seen["resume"] is True
+    assert seen["options"].limits.wall_time_s == 7200  # type: ignore[attr-defined]
 
 
 def _piped_rollout(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -11,8 +11,10 @@ import typer
 
 import paperbench
 from paperbench._model_options import flag_of, model_flags
+from paperbench.agents import RolloutSettings
 from paperbench.cli import app
 from paperbench.errors import UsageError
+from paperbench.reproduce import ReproduceSettings
 from paperbench.runs import (
     EvalConfig,
     ExecutorSettings,
@@ -40,18 +42,27 @@ def _leaves(model: type[typing.Any], path: tuple[str, ...] = ()) -> list[tuple[s
     return found
 
 
-def test_every_config_field_is_a_run_option_with_the_same_default() -> None:
-    flagged = {path: (field, flag) for path, field, flag in model_flags(EvalConfig)}
-    assert set(flagged) == set(_leaves(EvalConfig)), "a config field without an option"
-    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
-    params = {p.opts[0]: p for p in command.params if p.param_type_name == "option"}
+@pytest.mark.parametrize(
+    ("config", "name"),
+    [(EvalConfig, "run"), (RolloutSettings, "rollout"), (ReproduceSettings, "reproduce")],
+    ids=["run", "rollout", "reproduce"],
+)
+def test_every_config_field_is_a_run_option_with_the_same_default(
+    config: type[typing.Any], name: str
+) -> None:
+    flagged = {path: (field, flag) for path, field, flag in model_flags(config)}
+    assert set(flagged) == set(_leaves(config)), "a config field without an option"
+    command = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    params = {p.opts[0]: p for p in command.params}  # options and arguments
     for path, (field, flag) in flagged.items():
-        name = flag.name.split("/")[0]
-        assert name in params, f"{'.'.join(path)}: no {name} on `paperbench run`"
+        option = flag.name.split("/")[0]
+        assert option in params, f"{'.'.join(path)}: no {option} on `paperbench {name}`"
         assert field.description, f"{'.'.join(path)}: no description (the option's help)"
-        if flag.convert is None:
+        if field.is_required():
+            assert params[option].required, f"{option}: optional, but the config requires it"
+        elif flag.convert is None:
             default = field.get_default(call_default_factory=True)
-            assert params[name].default == default, f"{name}: default differs from the config"
+            assert params[option].default == default, f"{option}: default differs from config"
 
 
 def test_a_flag_converted_from_its_option_reaches_the_config() -> None:

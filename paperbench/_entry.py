@@ -1,0 +1,66 @@
+"""The stages' Python entry points besides :func:`paperbench.evaluate`: each takes the typed
+config its command is made from and runs it in one event loop.
+
+    import paperbench
+
+    result = paperbench.rollout(paperbench.RolloutSettings(paper="calibration-binning"))
+    meta = paperbench.run_reproduction(paperbench.ReproduceSettings(submission="sub.tar.gz"))
+
+(``paperbench.reproduce`` is the reproduction stage's package, hence ``run_reproduction``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from paperbench.agents._rollout_files import RolloutResult
+    from paperbench.agents._rollout_settings import RolloutSettings
+    from paperbench.agents._transcript import TranscriptEvent
+    from paperbench.reproduce._models import ReproductionMetadata
+    from paperbench.reproduce._settings import ReproduceSettings
+
+
+def rollout(
+    settings: RolloutSettings, *, on_event: Callable[[TranscriptEvent], None] | None = None
+) -> RolloutResult:
+    """Run an agent on a paper in a fresh sandbox into its run folder, as ``paperbench
+    rollout`` does with the same settings (``on_event`` is told of each transcript event).
+
+    Raises:
+        UsageError: a bad value or folder, naming its flag.
+        ConfigError: a bad agent config, or a resume whose configuration differs.
+        SandboxUnavailableError: the sandbox backend asked for does not answer.
+        RolloutPausedError: the run paused; it goes on with ``resume=`` its folder.
+    """
+    from paperbench.agents._rollout import run_rollout
+    from paperbench.agents._rollout_settings import prepare_rollout
+
+    prepared = prepare_rollout(settings)
+    return asyncio.run(
+        run_rollout(
+            prepared.paper,
+            prepared.agent,
+            prepared.options,
+            out_dir=prepared.out_dir,
+            resume=prepared.resume,
+            on_event=on_event,
+        )
+    )
+
+
+def run_reproduction(settings: ReproduceSettings) -> ReproductionMetadata:
+    """Run a submission's reproduce.sh in a fresh sandbox and write the output folder, as
+    ``paperbench reproduce`` does with the same settings; returns metadata.json's content.
+
+    Raises:
+        UsageError: a bad value or output folder, naming its flag.
+        SandboxUnavailableError: the sandbox backend asked for does not answer.
+    """
+    from paperbench.reproduce._settings import prepare_reproduction
+    from paperbench.reproduce._stage import reproduce_submission
+
+    prepared = prepare_reproduction(settings)
+    return asyncio.run(reproduce_submission(prepared.submission, prepared.out_dir, prepared.config))

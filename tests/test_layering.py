@@ -1,0 +1,68 @@
+"""The engine does not import the command line: a config built from Python loads neither typer
+nor click nor any CLI module, and no engine module imports one (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import paperbench
+
+PACKAGE = Path(paperbench.__file__).parent
+
+
+def _is_cli(module: str) -> bool:
+    """``paperbench.cli``, every ``paperbench.<stage>._cli``, the typer options and the entry
+    script ``paperbench.__main__``."""
+    return (
+        module in {"paperbench.cli", "paperbench.__main__"}
+        or module in {"paperbench._options", "paperbench._model_options"}
+        or (module.startswith("paperbench.") and module.endswith("._cli"))
+    )
+
+
+def _module_of(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every module an import names (also inside functions), with its line."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def test_no_engine_module_imports_a_cli_module() -> None:
+    offending: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_of(path)
+        if _is_cli(module):
+            continue
+        for line, name in _imported(ast.parse(path.read_text(), str(path))):
+            if _is_cli(name):
+                offending.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}")
+    assert offending == []
+
+
+def test_a_config_from_python_loads_no_command_line() -> None:
+    script = (
+        "import json, sys, paperbench\n"
+        "paperbench.EvalConfig(papers='calibration-binning', seeds=2)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = json.loads(done.stdout)
+    assert "paperbench.runs._config" in loaded  # the config was built
+    cli = [m for m in loaded if m.split(".")[0] in {"typer", "click"} or _is_cli(m)]
+    assert cli == []
