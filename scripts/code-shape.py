@@ -2,7 +2,9 @@
 functions over 80 lines, signatures of 12 or more parameters (outside config models), imports
 from an engine module to a command-line module, and the README's lines.
 
-    python scripts/code-shape.py [--list]
+    python scripts/code-shape.py [TREE] [--list]
+
+TREE: another checkout to count (default: this one), e.g. a worktree of an older commit.
 """
 
 from __future__ import annotations
@@ -11,9 +13,15 @@ import ast
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+_TREES = [a for a in sys.argv[1:] if not a.startswith("--")]
+ROOT = Path(_TREES[0]).resolve() if _TREES else Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "paperbench"
-CLI_MODULES = {"paperbench.cli", "paperbench.__main__", "paperbench._options", "paperbench._model_options"}
+CLI_MODULES = {
+    "paperbench.cli",
+    "paperbench.__main__",
+    "paperbench._options",
+    "paperbench._model_options",
+}
 
 
 def _module(path: Path) -> str:
