@@ -198,6 +198,15 @@ BaseUrl = Annotated[
 MaxConnections = Annotated[
     int, typer.Option(min=1, help="Requests in flight per provider endpoint.")
 ]
+Batch = Annotated[
+    bool,
+    typer.Option(
+        "--batch",
+        help="Send the judge's calls through the providers' batch APIs at half price, one "
+        "batch per judge step across the leaves (slower: a batch may take up to 24 h; "
+        "resumable). Same as `batch: true` in the judge config.",
+    ),
+]
 
 # --- sandboxes -------------------------------------------------------------------------
 

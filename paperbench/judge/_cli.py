@@ -47,6 +47,7 @@ from paperbench._options import (
     DEFAULT_LEAVES_AT_ONCE,
     DEFAULT_MAX_CONNECTIONS,
     BaseUrl,
+    Batch,
     CodeDev,
     Concurrency,
     DataDir,
@@ -133,8 +134,9 @@ def _warn_missing_keys(judges: list[LoadedJudge], settings: ModelSettings) -> No
 
 def _probe_servers(judges: list[LoadedJudge], settings: ModelSettings) -> None:
     """One request to each server the judges will call, before the fan-out of leaves: a
-    server that does not answer fails the command at once (see :mod:`paperbench.llm._probe`)."""
-    from paperbench.llm._probe import probe_servers
+    server that does not answer fails the command at once (see :mod:`paperbench.llm._probe`).
+    A batched judge's servers must also serve the batch API (refused in one line if not)."""
+    from paperbench.llm._probe import probe_batch_routes, probe_servers
 
     flag = "--base-url" if settings.base_url else "--model" if settings.model else "--judge"
     servers = [
@@ -143,6 +145,14 @@ def _probe_servers(judges: list[LoadedJudge], settings: ModelSettings) -> None:
         for model in loaded.identity.models.values()
     ]
     asyncio.run(probe_servers(servers))
+    batched = [
+        (flag, ModelConfig(model=settings.model or model, base_url=settings.base_url))
+        for loaded in judges
+        if settings.batch or getattr(loaded.config, "batch", False)
+        for model in loaded.identity.models.values()
+    ]
+    if batched:
+        asyncio.run(probe_batch_routes(batched))
 
 
 # --- what a failed judging says ----------------------------------------------------------
@@ -339,6 +349,7 @@ def grade(
     sandbox: Sandbox = "auto",
     out: Out = None,
     concurrency: Concurrency = None,
+    batch: Batch = False,
     as_json: Json = False,
 ) -> None:
     """Grade a submission against its paper's rubric with a judge; write grading/grade.json,
@@ -365,6 +376,7 @@ def grade(
         base_url=base_url,
         concurrency=stages["leaves"],
         max_connections=max_connections,
+        batch=batch,
     )
     view = build_view(submission, executed, log=log)
     label = "+".join(j.identity.name for j in judges)
@@ -543,6 +555,7 @@ def judge_eval_command(
     base_url: BaseUrl = None,
     max_connections: MaxConnections = DEFAULT_MAX_CONNECTIONS,
     concurrency: Concurrency = None,
+    batch: Batch = False,
     out: Out = None,
     as_json: Json = False,
 ) -> None:
@@ -563,6 +576,7 @@ def judge_eval_command(
         base_url=base_url,
         concurrency=stages["leaves"],
         max_connections=max_connections,
+        batch=batch,
     )
     _warn_missing_keys(judges, settings)
     _probe_servers(judges, settings)
