@@ -6,6 +6,8 @@ compatible endpoint without the batch routes refused."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from typer.testing import CliRunner
 from paperbench.cli import app
 from paperbench.judge import LeafGrade
 from paperbench.llm import PriceTable, read_cost_journal
-from paperbench.testing import FakeLLMServer, RecordedRequest
+from paperbench.testing import FakeLLMServer, Fault, RecordedRequest
 
 from .conftest import EXAMPLES
 from .scripted import ScriptedJudge
@@ -103,3 +105,87 @@ def test_a_batched_grading_gives_the_live_verdicts_in_one_batch_per_step(
     prices = PriceTable.load()
     assert all(r.cost_usd == pytest.approx(prices.cost(model, r.usage) / 2) for r in sent)
     assert sum(r.cost_usd or 0 for r in sent) > 0
+
+
+def _refuse_some(text: str) -> Fault | None:
+    return Fault.http(400, "this criterion is refused") if len(text) % 3 == 0 else None
+
+
+def test_a_request_failed_inside_a_batch_is_its_leaves_invalid_grade_with_the_reason(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    judge = ScriptedJudge(lambda _: 1.0, fault=_refuse_some)
+    fake_llm.handler = judge
+    args = _args(tmp_path / "o", fake_llm.openai_url, "openai/gpt-4o", "--batch")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    grades = [g for g in _grades(tmp_path / "o").values() if g.source == "llm"]
+    failed = [g for g in grades if not g.valid]
+    assert failed and all(
+        g.reason == "failed" and "this criterion is refused" in (g.error or "") for g in failed
+    )
+    assert any(g.valid and g.score == 1.0 for g in grades)  # the other requests are used
+    records = read_cost_journal(tmp_path / "o" / "grading" / "costs.jsonl")
+    refused = [r for r in records if r.outcome == "failed"]
+    assert refused and all(r.batch_id and r.cost_usd == 0 for r in refused)
+
+
+def test_an_expired_batch_sends_again_only_the_requests_it_left_unanswered(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    server = fake_llm.batches
+    server.delay = 3600.0  # answered only by the hooks below
+
+    def expire_the_first() -> None:
+        while not server.batches:
+            time.sleep(0.01)
+        first = next(iter(server.batches))
+        server.process(first, 2)
+        server.expire(first)
+        server.delay = 0.0
+
+    hooks = threading.Thread(target=expire_the_first, daemon=True)
+    hooks.start()
+    result = runner.invoke(
+        app, _args(tmp_path / "o", fake_llm.openai_url, "openai/gpt-4o", "--batch")
+    )
+    hooks.join(timeout=10)
+    assert result.exit_code == 0, result.output
+    first, *later = server.batches.values()
+    assert first.status == "expired" and len(first.lines) > 2
+    answered = {cid for cid, r in first.results.items() if r != "expired"}
+    assert len(answered) == 2
+    # the requests left unanswered are sent again (with the next step's), once; the
+    # answered ones never
+    again = [cid for batch in later for cid, _ in batch.lines if cid in dict(first.lines)]
+    assert sorted(again) == sorted({cid for cid, _ in first.lines} - answered)
+    assert all(g.valid for g in _grades(tmp_path / "o").values() if g.source == "llm")
+
+
+def test_a_budget_cap_stops_before_a_batch_that_could_pass_it(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    config = tmp_path / "capped.yaml"
+    config.write_text("mode: simple\nroles: {grading: openai/gpt-4o}\nbudgets: {max_usd: 0.001}\n")
+    args = _args(tmp_path / "o", fake_llm.openai_url, "openai/gpt-4o", "--batch")
+    result = runner.invoke(app, [*args, "--judge", str(config)])
+    assert result.exit_code == 1, result.output
+    assert not fake_llm.batches.batches and not fake_llm.requests  # nothing submitted
+    grades = [g for g in _grades(tmp_path / "o").values() if g.source == "llm"]
+    assert grades and all(g.reason == "budget_exhausted" for g in grades)
+    assert "would pass the run budget" in (grades[0].error or "")
+
+
+def test_a_compatible_server_without_the_batch_routes_is_refused_before_any_leaf(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    fake_llm.batches.enabled = False
+    args = _args(tmp_path / "o", fake_llm.openai_url, "openai/gpt-4o", "--batch")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "no batch API" in lines[0] and "--base-url" in lines[0]
+    assert not fake_llm.requests and not (tmp_path / "o" / "grading" / "leaves.jsonl").exists()
