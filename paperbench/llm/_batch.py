@@ -35,7 +35,7 @@ import json
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,9 +202,24 @@ class BatchRunner:
     def _flush(self) -> None:
         groups, self._groups = self._groups, {}
         for group in groups.values():
-            task = asyncio.get_running_loop().create_task(self._submit(group))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            items = [i for its in group.items.values() for i in its]
+            self._spawn(self._submit(group), items)
+
+    def _spawn(self, work: Coroutine[Any, Any, None], items: list[_Item]) -> None:
+        """Run ``work`` in the background; if it fails (a bug), its callers get the error
+        instead of waiting for ever."""
+
+        async def guarded() -> None:
+            try:
+                await work
+            except Exception as exc:
+                for item in items:
+                    _settle(item, exc)
+                raise
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _submit(self, group: _Group) -> None:
         items = [i for its in group.items.values() for i in its]
@@ -268,11 +283,9 @@ class BatchRunner:
             return
         self._polling[batch_id] = dict(items)
         self.counts.submitted += 1
-        task = asyncio.get_running_loop().create_task(
-            self._poll(batch_id, api, self._polling[batch_id], {}, [])
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        waiting = self._polling[batch_id]
+        everyone = [i for its in waiting.values() for i in its]
+        self._spawn(self._poll(batch_id, api, waiting, {}, []), everyone)
 
     async def _poll(
         self,
@@ -332,9 +345,7 @@ class BatchRunner:
             if self.journal is not None and self.journal.known.get(cid) == batch_id:
                 del self.journal.known[cid]
             for item in items:
-                task = asyncio.get_running_loop().create_task(self._again(item))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self._again(item), [item])
 
     async def _again(self, item: _Item) -> None:
         """Send a request left unanswered by its batch in a new one."""

@@ -6,6 +6,10 @@ compatible endpoint without the batch routes refused."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,6 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import paperbench
 from paperbench.cli import app
 from paperbench.judge import LeafGrade
 from paperbench.llm import PriceTable, read_cost_journal
@@ -189,3 +194,47 @@ def test_a_compatible_server_without_the_batch_routes_is_refused_before_any_leaf
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "no batch API" in lines[0] and "--base-url" in lines[0]
     assert not fake_llm.requests and not (tmp_path / "o" / "grading" / "leaves.jsonl").exists()
+
+
+def test_a_batched_grading_killed_after_submitting_polls_its_batch_on_resume(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    server = fake_llm.batches
+    server.delay = 3600.0  # submitted, never answered while the first process lives
+    out = tmp_path / "o"
+    args = _args(out, fake_llm.openai_url, "openai/gpt-4o", "--batch")
+    source = str(Path(paperbench.__file__).parents[1])
+    path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
+    errors = tmp_path / "stderr.txt"
+    with errors.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "paperbench", *args],
+            env={**os.environ, "PYTHONPATH": path},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    journal = out / "grading" / "batches.jsonl"
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            if journal.is_file() and '"submitted"' in journal.read_text():
+                break
+            time.sleep(0.01)
+        assert process.poll() is None, errors.read_text()
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait(timeout=30)
+    assert len(server.batches) == 1
+    (first,) = server.batches.values()
+    assert first.status == "in_progress"
+    server.delay = 0.0
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    # the batch submitted before the kill was polled, never submitted again
+    later = [b for b in server.batches.values() if b is not first]
+    assert later and first.status == "completed"
+    resent = {cid for b in later for cid, _ in b.lines} & {cid for cid, _ in first.lines}
+    assert not resent
+    grades = [g for g in _grades(out).values() if g.source == "llm"]
+    assert grades and all(g.valid for g in grades)
