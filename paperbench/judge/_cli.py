@@ -69,6 +69,7 @@ from paperbench.judge._job import GradeOptions, ModelSettings, missing_keys
 from paperbench.judge._types import LeafGrade
 from paperbench.judge._view import build_view
 from paperbench.llm import ModelConfig
+from paperbench.llm._batch import BatchCounts
 from paperbench.papers import PaperSource
 
 GRADE_STAGES = {"leaves": DEFAULT_LEAVES_AT_ONCE}
@@ -186,6 +187,8 @@ class _GradeProgress:
         self.judge = ""
         self._bar: Progress | None = None
         self._task: TaskID | None = None
+        self._batch_task: TaskID | None = None
+        self._batches = ""
 
     @contextlib.contextmanager
     def running(self) -> Iterator[_GradeProgress]:
@@ -228,10 +231,27 @@ class _GradeProgress:
             self._bar.update(self._task, completed=self.done, extra=extra)
             return
         verdict = f"{grade.score:g}" if grade.valid else f"invalid ({grade.reason})"
+
         path = ".".join(map(str, grade.path)) or "root"
         err_console.print(
             Text(f"{self.judge}: leaf {self.done}/{self.total} [{path}] {verdict}; {extra}")
         )
+
+    def batches(self, counts: BatchCounts) -> None:
+        """Provider batches submitted / in progress / done and their requests answered."""
+        line = (
+            f"batches: {counts.submitted} submitted, {counts.running} in progress, "
+            f"{counts.done} done; {counts.answered} of {counts.requests} requests answered"
+        )
+        if line == self._batches:
+            return
+        self._batches = line
+        if self._bar is not None:
+            if self._batch_task is None:
+                self._batch_task = self._bar.add_task(line, total=None, extra="")
+            self._bar.update(self._batch_task, description=line)
+            return
+        err_console.print(Text(f"{self.judge}: {line}"))
 
 
 # --- grade ---------------------------------------------------------------------------------
@@ -269,6 +289,8 @@ def _table(result: GradeResult, out: Path) -> Table:
         requests += f" ({unanswered_note(result.unanswered_attempts)})"
     if result.refused_calls:
         requests += f" ({result.refused_calls} more refused before sending)"
+    if result.batched_requests:
+        requests += f" ({result.batched_requests} in provider batches, at the batch price)"
     table.add_row("requests sent", requests)
     table.add_row(
         "graded now / reused", f"{result.graded_leaves_this_run} / {result.reused_leaves}"
@@ -405,6 +427,7 @@ def grade(
                 sandbox=SandboxConfig(backend=sandbox),
                 on_leaf=progress.leaf,
                 on_start=progress.start,
+                on_batches=progress.batches,
             )
         )
     if report is None:

@@ -136,6 +136,8 @@ class GradeResult(BaseModel):
     timeout): the server may never have received them."""
     refused_calls: int = 0
     """Calls refused before anything was sent (no key, the budget reached...)."""
+    batched_requests: int = 0
+    """Of ``requests``, those sent in provider batches (at the batch price)."""
     input_tokens: int
     graded_leaves_this_run: int
     reused_leaves: int
@@ -599,6 +601,7 @@ def _result(
         requests=total.requests,
         unanswered_attempts=total.unanswered,
         refused_calls=total.refused,
+        batched_requests=total.batched,
         input_tokens=total.usage.input_tokens,
         graded_leaves_this_run=graded,
         reused_leaves=reused,

@@ -107,6 +107,9 @@ def test_a_batched_grading_gives_the_live_verdicts_in_one_batch_per_step(
     records = read_cost_journal(tmp_path / "batch" / "grading" / "costs.jsonl")
     sent = [r for r in records if r.sent and r.outcome != "cache_hit"]
     assert len(sent) == len(batched) and all(r.batch_id for r in sent)
+    said = " ".join(result.output.split())
+    assert f"batches: {steps} submitted, 0 in progress, {steps} done" in said
+    assert f"({len(sent)} in provider batches, at the batch price)" in said
     prices = PriceTable.load()
     assert all(r.cost_usd == pytest.approx(prices.cost(model, r.usage) / 2) for r in sent)
     assert sum(r.cost_usd or 0 for r in sent) > 0
