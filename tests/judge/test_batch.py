@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -241,3 +242,21 @@ def test_a_batched_grading_killed_after_submitting_polls_its_batch_on_resume(
     assert not resent
     grades = [g for g in _grades(out).values() if g.source == "llm"]
     assert grades and all(g.valid for g in grades)
+
+
+def test_judge_eval_batch_sends_every_call_in_a_batch(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    gold = tmp_path / "gold" / "calibration-binning" / "partial"
+    shutil.copytree(EXAMPLE, gold)  # one gold submission
+    out = tmp_path / "eval"
+    args = ["judge-eval", "--gold", str(gold.parents[1]), "--out", str(out), "--batch"]
+    args += ["--base-url", fake_llm.openai_url, "--model", "openai/gpt-4o"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert fake_llm.requests and all(r.batch is not None for r in fake_llm.requests)
+    [config] = json.loads((out / "report.json").read_text())["configs"]
+    assert set(config["invalid_reasons"]) <= {"not_graded"}  # check leaves: no --executed
+    assert config["overall"]["leaves"] > config["overall"]["invalid"]
+    assert config["cost"]["requests"] == len(fake_llm.requests)
