@@ -260,3 +260,48 @@ def test_judge_eval_batch_sends_every_call_in_a_batch(
     assert set(config["invalid_reasons"]) <= {"not_graded"}  # check leaves: no --executed
     assert config["overall"]["leaves"] > config["overall"]["invalid"]
     assert config["cost"]["requests"] == len(fake_llm.requests)
+
+
+def _run_args(tmp_path: Path, server: FakeLLMServer) -> list[str]:
+    return [
+        "run",
+        "--papers",
+        "calibration-binning",
+        "--sandbox",
+        "local",
+        "--skip-reproduction",
+        "--group",
+        "g",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--batch",
+        "--judge-model",
+        "openai/gpt-4o",
+        "--judge-base-url",
+        server.openai_url,
+    ]
+
+
+def test_run_batch_grades_through_batches_and_its_report_says_so(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    result = runner.invoke(app, _run_args(tmp_path, fake_llm), env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert fake_llm.requests and all(r.batch is not None for r in fake_llm.requests)
+    sent = len(fake_llm.requests)
+    rows = [" ".join(line.replace("│", " ").split()) for line in result.output.splitlines()]
+    assert f"all total {sent} ({sent} batched) 0" in " | ".join(rows)
+    journal = tmp_path / "runs" / "g" / "calibration-binning" / "replay" / "seed-0" / "grading"
+    assert (journal / "batches.jsonl").is_file()
+
+
+def test_run_batch_refuses_a_judge_server_without_the_batch_routes(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.batches.enabled = False
+    result = runner.invoke(app, _run_args(tmp_path, fake_llm), env={"COLUMNS": "300"})
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "no batch API" in lines[0] and "--judge-base-url" in lines[0]
+    assert not (tmp_path / "runs").exists() and not fake_llm.requests
