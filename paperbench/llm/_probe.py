@@ -89,9 +89,11 @@ async def probe_batch_routes(servers: Iterable[tuple[str, ModelConfig]]) -> None
         try:
             await api.probe_batches()
         except ModelRequestError as exc:
-            if "HTTP 404" not in str(exc) and "no batch API" not in str(exc):
-                raise
             where = target.base_url or f"the {target.provider} API"
+            if "no batch API" in str(exc):
+                raise ModelRequestError(f"{flag}: {exc}; grade without --batch") from None
+            if "HTTP 404" not in str(exc):
+                raise
             raise ModelRequestError(
                 f"{flag} {where}: the server has no batch API (HTTP 404 on its batch routes); "
                 "grade without --batch, or give a server that has them"

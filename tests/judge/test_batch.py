@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 
 import paperbench
 from paperbench.cli import app
-from paperbench.judge import LeafGrade
+from paperbench.judge import LeafGrade, load_judge_config
 from paperbench.llm import PriceTable, read_cost_journal
 from paperbench.testing import FakeLLMServer, Fault, RecordedRequest
 
-from .conftest import EXAMPLES
+from .conftest import EXAMPLES, ROOT
 from .scripted import ScriptedJudge
 
 runner = CliRunner()
@@ -305,3 +305,17 @@ def test_run_batch_refuses_a_judge_server_without_the_batch_routes(
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "no batch API" in lines[0] and "--judge-base-url" in lines[0]
     assert not (tmp_path / "runs").exists() and not fake_llm.requests
+
+
+def test_batch_in_a_judge_config_batches_and_leaves_its_identity_alone(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    simple = (ROOT / "judge" / "simple.yaml").read_text()
+    config = tmp_path / "simple.yaml"
+    config.write_text(simple + "\nbatch: true\n")
+    assert load_judge_config(config).identity == load_judge_config("simple").identity
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    args = _args(tmp_path / "o", fake_llm.openai_url, "openai/gpt-4o", "--judge", str(config))
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert fake_llm.requests and all(r.batch is not None for r in fake_llm.requests)
