@@ -120,12 +120,19 @@ def _refuse_some(text: str) -> Fault | None:
     return Fault.http(400, "this criterion is refused") if len(text) % 3 == 0 else None
 
 
+PROVIDERS = pytest.mark.parametrize(
+    ("model", "which"),
+    [("openai/gpt-4o", "openai_url"), ("anthropic/claude-haiku-4-5", "anthropic_url")],
+)
+
+
+@PROVIDERS
 def test_a_request_failed_inside_a_batch_is_its_leaves_invalid_grade_with_the_reason(
-    fake_llm: FakeLLMServer, tmp_path: Path
+    fake_llm: FakeLLMServer, tmp_path: Path, model: str, which: str
 ) -> None:
     judge = ScriptedJudge(lambda _: 1.0, fault=_refuse_some)
     fake_llm.handler = judge
-    args = _args(tmp_path / "o", fake_llm.openai_url, "openai/gpt-4o", "--batch")
+    args = _args(tmp_path / "o", getattr(fake_llm, which), model, "--batch")
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     grades = [g for g in _grades(tmp_path / "o").values() if g.source == "llm"]
@@ -139,8 +146,9 @@ def test_a_request_failed_inside_a_batch_is_its_leaves_invalid_grade_with_the_re
     assert refused and all(r.batch_id and r.cost_usd == 0 for r in refused)
 
 
+@PROVIDERS
 def test_an_expired_batch_sends_again_only_the_requests_it_left_unanswered(
-    fake_llm: FakeLLMServer, tmp_path: Path
+    fake_llm: FakeLLMServer, tmp_path: Path, model: str, which: str
 ) -> None:
     fake_llm.handler = ScriptedJudge(lambda _: 1.0)
     server = fake_llm.batches
@@ -156,13 +164,11 @@ def test_an_expired_batch_sends_again_only_the_requests_it_left_unanswered(
 
     hooks = threading.Thread(target=expire_the_first, daemon=True)
     hooks.start()
-    result = runner.invoke(
-        app, _args(tmp_path / "o", fake_llm.openai_url, "openai/gpt-4o", "--batch")
-    )
+    result = runner.invoke(app, _args(tmp_path / "o", getattr(fake_llm, which), model, "--batch"))
     hooks.join(timeout=10)
     assert result.exit_code == 0, result.output
     first, *later = server.batches.values()
-    assert first.status == "expired" and len(first.lines) > 2
+    assert first.status in ("expired", "ended") and len(first.lines) > 2
     answered = {cid for cid, r in first.results.items() if r != "expired"}
     assert len(answered) == 2
     # the requests left unanswered are sent again (with the next step's), once; the
@@ -307,7 +313,7 @@ def test_run_batch_refuses_a_judge_server_without_the_batch_routes(
     assert not (tmp_path / "runs").exists() and not fake_llm.requests
 
 
-def test_batch_in_a_judge_config_batches_and_leaves_its_identity_alone(
+def test_batch_in_a_judge_config_keeps_its_identity_and_caches_the_answers(
     fake_llm: FakeLLMServer, tmp_path: Path
 ) -> None:
     simple = (ROOT / "judge" / "simple.yaml").read_text()
@@ -319,3 +325,10 @@ def test_batch_in_a_judge_config_batches_and_leaves_its_identity_alone(
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert fake_llm.requests and all(r.batch is not None for r in fake_llm.requests)
+    # the batched answers are in the response cache: grading again sends nothing
+    sent, batches = len(fake_llm.requests), len(fake_llm.batches.batches)
+    again = _args(tmp_path / "again", fake_llm.openai_url, "openai/gpt-4o", "--judge", str(config))
+    result = runner.invoke(app, again)
+    assert result.exit_code == 0, result.output
+    assert (len(fake_llm.requests), len(fake_llm.batches.batches)) == (sent, batches)
+    assert _grades(tmp_path / "again").keys() == _grades(tmp_path / "o").keys()
