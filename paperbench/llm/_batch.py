@@ -248,6 +248,9 @@ class BatchRunner:
             )
         except ModelError as exc:
             outcome = "budget_exhausted" if isinstance(exc, BudgetExhaustedError) else "failed"
+            by_ledger = {id(i.model.ledger): i.model.ledger for i in items}
+            for (ledger_id, stage), usd in held.items():  # nothing was submitted
+                by_ledger[ledger_id].release(stage, usd)
             for item in items:
                 item.model._record(
                     item.label,

@@ -332,3 +332,18 @@ def test_batch_in_a_judge_config_keeps_its_identity_and_caches_the_answers(
     assert result.exit_code == 0, result.output
     assert (len(fake_llm.requests), len(fake_llm.batches.batches)) == (sent, batches)
     assert _grades(tmp_path / "again").keys() == _grades(tmp_path / "o").keys()
+
+
+def test_a_batch_the_provider_refuses_makes_its_leaves_invalid_with_the_reason(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    fake_llm.batches.limits.openai_bytes = 1000  # every input file is over the limit
+    args = _args(tmp_path / "o", fake_llm.openai_url, "openai/gpt-4o", "--batch")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert not fake_llm.batches.batches and not fake_llm.requests
+    grades = [g for g in _grades(tmp_path / "o").values() if g.source == "llm"]
+    assert grades and all(g.reason == "failed" and "HTTP 400" in (g.error or "") for g in grades)
+    records = read_cost_journal(tmp_path / "o" / "grading" / "costs.jsonl")
+    assert records and all(not r.sent and r.outcome == "failed" for r in records)
