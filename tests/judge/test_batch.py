@@ -23,6 +23,7 @@ from paperbench.cli import app
 from paperbench.judge import LeafGrade, load_judge_config
 from paperbench.llm import PriceTable, read_cost_journal
 from paperbench.testing import FakeLLMServer, Fault, RecordedRequest
+from tests.fixtures import openai_client
 
 from .conftest import EXAMPLES, ROOT
 from .scripted import ScriptedJudge
@@ -146,9 +147,16 @@ def test_a_request_failed_inside_a_batch_is_its_leaves_invalid_grade_with_the_re
     assert refused and all(r.batch_id and r.cost_usd == 0 for r in refused)
 
 
-@PROVIDERS
-def test_an_expired_batch_sends_again_only_the_requests_it_left_unanswered(
-    fake_llm: FakeLLMServer, tmp_path: Path, model: str, which: str
+@pytest.mark.parametrize(
+    ("model", "which", "end"),
+    [
+        ("openai/gpt-4o", "openai_url", "expire"),
+        ("anthropic/claude-haiku-4-5", "anthropic_url", "expire"),
+        ("openai/gpt-4o", "openai_url", "cancel"),
+    ],
+)
+def test_an_expired_or_cancelled_batch_sends_again_only_what_it_left_unanswered(
+    fake_llm: FakeLLMServer, tmp_path: Path, model: str, which: str, end: str
 ) -> None:
     fake_llm.handler = ScriptedJudge(lambda _: 1.0)
     server = fake_llm.batches
@@ -159,7 +167,10 @@ def test_an_expired_batch_sends_again_only_the_requests_it_left_unanswered(
             time.sleep(0.01)
         first = next(iter(server.batches))
         server.process(first, 2)
-        server.expire(first)
+        if end == "expire":
+            server.expire(first)
+        else:  # cancelled by someone else (the provider's console, say)
+            openai_client(fake_llm).batches.cancel(first)
         server.delay = 0.0
 
     hooks = threading.Thread(target=expire_the_first, daemon=True)
@@ -168,8 +179,8 @@ def test_an_expired_batch_sends_again_only_the_requests_it_left_unanswered(
     hooks.join(timeout=10)
     assert result.exit_code == 0, result.output
     first, *later = server.batches.values()
-    assert first.status in ("expired", "ended") and len(first.lines) > 2
-    answered = {cid for cid, r in first.results.items() if r != "expired"}
+    assert first.status in ("expired", "ended", "cancelled") and len(first.lines) > 2
+    answered = {cid for cid, r in first.results.items() if r not in ("expired", "canceled")}
     assert len(answered) == 2
     # the requests left unanswered are sent again (with the next step's), once; the
     # answered ones never
