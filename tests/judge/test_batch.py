@@ -5,6 +5,7 @@ compatible endpoint without the batch routes refused."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -20,8 +21,11 @@ from typer.testing import CliRunner
 
 import paperbench
 from paperbench.cli import app
+from paperbench.errors import ModelUnavailableError
 from paperbench.judge import LeafGrade, load_judge_config
-from paperbench.llm import PriceTable, read_cost_journal
+from paperbench.llm import Model, ModelConfig, PriceTable, read_cost_journal
+from paperbench.llm._batch import _with_retries
+from paperbench.llm._retry import TransientError
 from paperbench.testing import FakeLLMServer, Fault, RecordedRequest
 from tests.fixtures import openai_client
 
@@ -358,3 +362,25 @@ def test_a_batch_the_provider_refuses_makes_its_leaves_invalid_with_the_reason(
     assert grades and all(g.reason == "failed" and "HTTP 400" in (g.error or "") for g in grades)
     records = read_cost_journal(tmp_path / "o" / "grading" / "costs.jsonl")
     assert records and all(not r.sent and r.outcome == "failed" for r in records)
+
+
+def test_an_upload_or_poll_that_meets_a_5xx_is_retried_within_the_retry_budget() -> None:
+    calls = 0
+
+    async def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise TransientError("HTTP 500: busy", status=500)
+        return "batch_1"
+
+    fast = {"retry_initial_s": 0.001, "retry_max_s": 0.002}
+    model = Model(ModelConfig(model="openai/gpt-4o", **fast))
+    assert asyncio.run(_with_retries(flaky, model)) == "batch_1" and calls == 3
+
+    async def down() -> str:
+        raise TransientError("HTTP 503: down", status=503)
+
+    model = Model(ModelConfig(model="openai/gpt-4o", max_retry_wait_s=0.01, **fast))
+    with pytest.raises(ModelUnavailableError, match=r"gave up after .*HTTP 503: down"):
+        asyncio.run(_with_retries(down, model))
