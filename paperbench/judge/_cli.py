@@ -69,7 +69,7 @@ from paperbench.judge._job import GradeOptions, ModelSettings, missing_keys
 from paperbench.judge._types import LeafGrade
 from paperbench.judge._view import build_view
 from paperbench.llm import ModelConfig
-from paperbench.llm._batch import BatchCounts
+from paperbench.llm._batch import BatchCounts, batch_progress
 from paperbench.papers import PaperSource
 
 GRADE_STAGES = {"leaves": DEFAULT_LEAVES_AT_ONCE}
@@ -414,7 +414,7 @@ def grade(
         code_dev=code_dev, resources_provided=resources_provided, max_depth=max_depth
     )
     progress = _GradeProgress()
-    with progress.running():
+    with progress.running(), batch_progress(progress.batches):
         results, report = asyncio.run(
             grade_ensemble(
                 view,
@@ -427,7 +427,6 @@ def grade(
                 sandbox=SandboxConfig(backend=sandbox),
                 on_leaf=progress.leaf,
                 on_start=progress.start,
-                on_batches=progress.batches,
             )
         )
     if report is None:

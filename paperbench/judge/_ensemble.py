@@ -22,7 +22,6 @@ from paperbench.judge._grader import LEAVES_FILE, GradeResult, LeafStore, grade_
 from paperbench.judge._job import GradeOptions, ModelSettings
 from paperbench.judge._types import LeafGrade
 from paperbench.judge._view import SubmissionView
-from paperbench.llm._batch import BatchCounts
 from paperbench.papers import Paper
 from paperbench.rubric import NodePath
 
@@ -174,15 +173,13 @@ async def grade_ensemble(
     sandbox: Any = None,
     on_leaf: Callable[[LoadedJudge, LeafGrade], None] | None = None,
     on_start: Callable[[LoadedJudge, int], None] | None = None,
-    on_batches: Callable[[BatchCounts], None] | None = None,
 ) -> tuple[list[GradeResult], EnsembleReport | None]:
     """Grade ``view`` with each judge config, one config after the other (each keeps the
     settings' concurrency to itself), into :func:`ensemble_folders`; with several configs,
     also write ``out_dir/agreement.json`` and return its report.
 
     ``samples`` overrides each config's verdicts per leaf; ``on_start(judge, leaves)`` is
-    called before a config grades, ``on_leaf(judge, grade)`` as each leaf is graded,
-    ``on_batches(counts)`` as provider batches are submitted and end (batched judges).
+    called before a config grades, ``on_leaf(judge, grade)`` as each leaf is graded.
 
     Raises:
         InputError: a folder holds a grading of another paper, judge or options.
@@ -211,7 +208,6 @@ async def grade_ensemble(
                 sandbox=sandbox,
                 on_leaf=leaf_done,
                 on_start=started,
-                on_batches=on_batches,
             )
         )
     if len(results) == 1:

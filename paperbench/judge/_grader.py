@@ -61,7 +61,7 @@ from paperbench.judge._types import ADDRESSED_KEY, AddressedFinding, LeafGrade
 from paperbench.judge._view import SubmissionView
 from paperbench.llm import BudgetCaps, CostJournal, CostLedger
 from paperbench.llm._batch import JOURNAL as BATCH_JOURNAL
-from paperbench.llm._batch import BatchCounts, BatchRunner, batching
+from paperbench.llm._batch import BatchRunner, batching
 from paperbench.papers import Paper
 from paperbench.rubric import (
     GradedTaskNode,
@@ -418,17 +418,17 @@ async def grade_submission(
     rubric: TaskNode | None = None,
     on_leaf: Callable[[LeafGrade], None] | None = None,
     on_start: Callable[[int], None] | None = None,
-    on_batches: Callable[[BatchCounts], None] | None = None,
 ) -> GradeResult:
     """Grade every leaf missing from ``out_dir/grading/leaves.jsonl`` and write the results.
 
     ``on_start(n)`` is called with the number of leaves to grade now, before the first;
-    ``on_leaf(grade)`` as each is graded (for progress); with batching (``settings.batch``
-    or the config's ``batch``), ``on_batches(counts)`` as batches are submitted and end, and
-    each batch is in ``out_dir/grading/batches.jsonl`` from its submission on (a resumed
-    grading polls it instead of submitting its requests again). Check leaves run in ``sandbox`` (a
-    :class:`~paperbench.sandbox.SandboxConfig`): against ``view.executed``, or in Code-Dev
-    (``options.code_dev``), where nothing is reproduced, against ``view.submission``.
+    ``on_leaf(grade)`` as each is graded (for progress; batches report through
+    :func:`paperbench.llm._batch.batch_progress`). With batching (``settings.batch`` or the
+    config's ``batch``), each batch is in ``out_dir/grading/batches.jsonl`` from its
+    submission on (a resumed grading polls it instead of submitting its requests again).
+    Check leaves run in ``sandbox`` (a :class:`~paperbench.sandbox.SandboxConfig`): against
+    ``view.executed``, or in Code-Dev (``options.code_dev``), where nothing is reproduced,
+    against ``view.submission``.
 
     Raises:
         InputError: ``out_dir`` holds a grading of another paper, judge or options.
@@ -495,7 +495,7 @@ async def grade_submission(
             if on_leaf is not None:
                 on_leaf(grade)
 
-    batches = BatchRunner(folder / BATCH_JOURNAL, on_change=on_batches) if job.batching else None
+    batches = BatchRunner(folder / BATCH_JOURNAL) if job.batching else None
     try:
         with batching(batches) if batches is not None else contextlib.nullcontext():
             async with asyncio.TaskGroup() as group:

@@ -140,7 +140,7 @@ class BatchRunner:
         self.window_s = _env_seconds(WINDOW_ENV, DEFAULT_WINDOW_S)
         self.poll_s = _env_seconds(POLL_ENV, DEFAULT_POLL_S)
         self.counts = BatchCounts()
-        self.on_change = on_change
+        self.on_change = on_change if on_change is not None else _ON_CHANGE.get()
         self._groups: dict[tuple[str, str, str], _Group] = {}
         self._last = 0.0
         self._flusher: asyncio.Task[None] | None = None
@@ -455,6 +455,9 @@ def _worst_usd(model: Model, request: ModelRequest, body: dict[str, Any]) -> flo
 _RUNNER: contextvars.ContextVar[BatchRunner | None] = contextvars.ContextVar(
     "paperbench_batch_runner", default=None
 )
+_ON_CHANGE: contextvars.ContextVar[Callable[[BatchCounts], None] | None] = contextvars.ContextVar(
+    "paperbench_batch_progress", default=None
+)
 _DEFAULT: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, BatchRunner] = (
     weakref.WeakKeyDictionary()
 )
@@ -479,3 +482,14 @@ def batching(runner: BatchRunner) -> Iterator[BatchRunner]:
         yield runner
     finally:
         _RUNNER.reset(token)
+
+
+@contextlib.contextmanager
+def batch_progress(on_change: Callable[[BatchCounts], None]) -> Iterator[None]:
+    """Runners made in this context (a grading's) report their :class:`BatchCounts` to
+    ``on_change`` as batches are submitted and end (for a progress display)."""
+    token = _ON_CHANGE.set(on_change)
+    try:
+        yield
+    finally:
+        _ON_CHANGE.reset(token)
