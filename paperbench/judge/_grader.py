@@ -477,6 +477,7 @@ async def grade_submission(
         uncut_rubric=uncut,
     )
     grades = dict(kept)
+    batches = BatchRunner(folder / BATCH_JOURNAL) if job.batching else None
     if on_start is not None:
         on_start(len(todo))
     units = _units(job, todo)
@@ -495,7 +496,6 @@ async def grade_submission(
             if on_leaf is not None:
                 on_leaf(grade)
 
-    batches = BatchRunner(folder / BATCH_JOURNAL) if job.batching else None
     try:
         with batching(batches) if batches is not None else contextlib.nullcontext():
             async with asyncio.TaskGroup() as group:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paperbench.errors import BudgetExhaustedError, ModelError, ModelRequestError
+from paperbench.errors import BudgetExhaustedError, ConfigError, ModelError, ModelRequestError
 from paperbench.llm._registry import ModelAPI
 from paperbench.llm._tokens import count_message_tokens, count_tokens
 from paperbench.llm._types import ModelOutput, ModelRequest
@@ -61,11 +61,18 @@ JOURNAL = "batches.jsonl"
 
 
 def _env_seconds(name: str, default: float) -> float:
+    """A number of seconds from the environment; :class:`ConfigError` naming the variable
+    for anything else."""
     value = os.environ.get(name)
-    try:
-        return float(value) if value else default
-    except ValueError:
+    if not value:
         return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"expected a number of seconds above 0, got {value!r}", path=name)
+    return seconds
 
 
 def custom_id(key: tuple[str, str, str], body: dict[str, Any]) -> str:

@@ -384,3 +384,17 @@ def test_an_upload_or_poll_that_meets_a_5xx_is_retried_within_the_retry_budget()
     model = Model(ModelConfig(model="openai/gpt-4o", max_retry_wait_s=0.01, **fast))
     with pytest.raises(ModelUnavailableError, match=r"gave up after .*HTTP 503: down"):
         asyncio.run(_with_retries(down, model))
+
+
+def test_a_bad_batch_window_in_the_environment_is_one_line_naming_it(
+    fake_llm: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAPERBENCH_BATCH_WINDOW_S", "soon")
+    result = runner.invoke(
+        app, _args(tmp_path / "o", fake_llm.openai_url, "openai/gpt-4o", "--batch")
+    )
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: PAPERBENCH_BATCH_WINDOW_S: expected a number of seconds above 0, got 'soon'"
+    )
+    assert not fake_llm.requests and not fake_llm.batches.batches
