@@ -7,14 +7,19 @@ verdicts, and counting the tokens of what it received:
   submission (code, docs, a long log, result files);
 - the bundled examples (examples/*/*/, their gold rubrics);
 - the engine's overhead on a 9,000-leaf rubric (dummy judge, then the simple mode against
-  the instant server).
+  the instant server);
+- on the synthetic case, each mode with and without ``--batch`` (the providers' batch APIs,
+  on the fake server's): billed-equivalent input tokens per leaf (the ledger's input tokens,
+  cached input at the model's cache rate, cache writes at its write rate, and a batched
+  request at the batch discount; prices from paperbench/_data/prices.yaml) and dollars per
+  leaf from the ledger, with the verdicts compared.
 
 "prefix-cacheable" is the share of input tokens a provider's prefix cache could serve: for
 each request, the longest common prefix (in tokens) with the previous request to the same
 model. Prints tables; nothing is asserted. Goal: simple ≤ 1/5 of faithful's input tokens
 per leaf, with a verdict for every leaf.
 
-    .venv/bin/python bench/judge_cost.py [--skip-examples] [--big-leaves 9000]
+    .venv/bin/python bench/judge_cost.py [--skip-examples] [--big-leaves 9000] [--batch-only]
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from paperbench.judge import (
     load_judge_config,
 )
 from paperbench.judge._view import SubmissionView
-from paperbench.llm import count_tokens
+from paperbench.llm import PriceTable, count_tokens, read_cost_journal
 from paperbench.papers import Paper, PaperSource
 from paperbench.rubric import TaskNode, load_graded
 from paperbench.testing import FakeLLMServer, RecordedRequest
@@ -179,6 +184,7 @@ async def _grade(
     rubric: TaskNode,
     mode: str,
     out: Path,
+    batch: bool = False,
 ) -> dict[str, Any]:
     before = len(server.requests)
     os.environ["PAPERBENCH_CACHE_DIR"] = str(out / "cache")  # no answer reused across runs
@@ -191,7 +197,9 @@ async def _grade(
         out_dir=out,
         rubric=rubric,
         options=GradeOptions(),
-        settings=ModelSettings(base_url=server.openai_url, model=TOKENS, concurrency=16),
+        settings=ModelSettings(
+            base_url=server.openai_url, model=TOKENS, concurrency=16, batch=batch
+        ),
     )
     wall = time.perf_counter() - t0
     requests = server.requests[before:]
@@ -208,6 +216,76 @@ async def _grade(
     }
 
 
+def _billed(out: Path, leaves: int) -> tuple[float, float]:
+    """Billed-equivalent input tokens and dollars per leaf, from the grading's ledger."""
+    prices = PriceTable.load()
+    tokens = dollars = 0.0
+    for record in read_cost_journal(out / "grading" / "costs.jsonl"):
+        price = prices.lookup(record.model)
+        if price is None or record.outcome == "cache_hit":
+            continue
+        usage = record.usage
+        fresh = usage.input_tokens - usage.cached_input_tokens - usage.cache_write_tokens
+        cached = (price.cached_input if price.cached_input is not None else price.input) / (
+            price.input or 1
+        )
+        write = (price.cache_write if price.cache_write is not None else price.input) / (
+            price.input or 1
+        )
+        billed = fresh + usage.cached_input_tokens * cached + usage.cache_write_tokens * write
+        if record.batch_id is not None:
+            discount = price.batch_discount
+            if discount is None:
+                discount = prices.batch_discount.get(record.model.partition("/")[0], 0.0)
+            billed *= 1 - discount
+        tokens += billed
+        dollars += record.cost_usd or 0.0
+    return tokens / leaves, dollars / leaves
+
+
+async def _batch_rows(
+    server: FakeLLMServer, view: SubmissionView, paper: Paper, rubric: TaskNode, tmp: Path
+) -> None:
+    os.environ.setdefault("PAPERBENCH_BATCH_WINDOW_S", "0.05")  # the fake answers at once
+    os.environ.setdefault("PAPERBENCH_BATCH_POLL_S", "0.2")
+    rows = []
+    verdicts: dict[str, dict[str, float]] = {}
+    for mode in ("simple-faithful", "simple"):
+        for batch in (False, True):
+            out = tmp / f"batch-{mode}-{batch}"
+            row = await _grade(server, view, paper, rubric, mode, out, batch=batch)
+            billed, dollars = _billed(out, row["leaves"])
+            grades = json.loads((out / "grading" / "grade.json").read_text())
+            tree = grades["graded_task_tree"]
+            scores = {
+                node["id"]: node["score"]
+                for group in tree["sub_tasks"]
+                for node in group["sub_tasks"]
+            }
+            verdicts[f"{mode}-{batch}"] = scores
+            rows.append(
+                {
+                    "mode": mode + (" --batch" if batch else ""),
+                    "leaves": row["leaves"],
+                    "valid": row["valid"],
+                    "requests/leaf": row["requests/leaf"],
+                    "input tok/leaf": row["input tok/leaf"],
+                    "billed in/leaf": billed,
+                    "$/leaf": dollars,
+                    "wall s": row["wall s"],
+                }
+            )
+    _print("synthetic case, with and without --batch (gpt-4o prices)", rows)
+    for mode in ("simple-faithful", "simple"):
+        same = verdicts[f"{mode}-False"] == verdicts[f"{mode}-True"]
+        print(f"{mode}: the same verdicts with and without --batch: {same}")
+    faithful, simple_batch = rows[0]["billed in/leaf"], rows[3]["billed in/leaf"]
+    print(
+        f"simple --batch / simple-faithful billed-equivalent input per leaf: "
+        f"{simple_batch / faithful:.3f} (goal ≤ 0.050)"
+    )
+
+
 def _print(title: str, rows: list[dict[str, Any]]) -> None:
     print(f"\n{title}")
     if not rows:
@@ -219,7 +297,9 @@ def _print(title: str, rows: list[dict[str, Any]]) -> None:
         cells = []
         for k in keys:
             v, w = row[k], width[k]
-            if k == "cacheable":
+            if k == "$/leaf":
+                cells.append(f"{v:>{w}.4f}")
+            elif k == "cacheable":
                 cells.append(f"{v:>{w}.0%}")
             elif isinstance(v, float):
                 cells.append(f"{v:>{w},.2f}" if v < 100 else f"{v:>{w},.0f}")
@@ -242,12 +322,16 @@ async def _main(args: argparse.Namespace) -> None:
             f"paper {count_tokens(paper.paper_text(), TOKENS):,} tokens, "
             f"submission {_submission_tokens(view):,} tokens"
         )
+        if args.batch_only:
+            await _batch_rows(server, view, paper, rubric, tmp)
+            return
         rows = []
         for mode in ("simple-faithful", "simple"):
             rows.append(await _grade(server, view, paper, rubric, mode, tmp / f"out-{mode}"))
         ratio = rows[1]["input tok/leaf"] / rows[0]["input tok/leaf"]
         _print("synthetic case (fake server, instant answers)", rows)
         print(f"simple / faithful input tokens per leaf: {ratio:.3f} (goal ≤ 0.200)")
+        await _batch_rows(server, view, paper, rubric, tmp)
 
         if not args.skip_examples:
             rows = []
@@ -294,6 +378,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-examples", action="store_true")
     parser.add_argument("--big-leaves", type=int, default=9000)
+    parser.add_argument(
+        "--batch-only", action="store_true", help="only the synthetic case with and without --batch"
+    )
     asyncio.run(_main(parser.parse_args()))
 
 

@@ -175,6 +175,15 @@ BaseUrl = Annotated[
 MaxConnections = Annotated[
     int, typer.Option(min=1, help="Requests in flight per provider endpoint.")
 ]
+Batch = Annotated[
+    bool,
+    typer.Option(
+        "--batch",
+        help="Send the judge's calls through the providers' batch APIs at half price, one "
+        "batch per judge step across the leaves (slower: a batch may take up to 24 h; "
+        "resumable). Same as `batch: true` in the judge config.",
+    ),
+]
 
 # --- sandboxes -------------------------------------------------------------------------
 
@@ -364,6 +373,7 @@ SHARED: dict[str, Any] = {
     "--reproduce-timeout": ReproduceTimeout,
     "--budget-dollars": BudgetDollars,
     "--concurrency": Concurrency,
+    "--batch": Batch,
 }
 """The shared options by flag: a config field marked ``Flag(name, shared=True)`` is made into
 the option here (see :mod:`paperbench._model_options`)."""

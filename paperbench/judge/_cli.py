@@ -47,6 +47,7 @@ from paperbench._options import (
     DEFAULT_LEAVES_AT_ONCE,
     DEFAULT_MAX_CONNECTIONS,
     BaseUrl,
+    Batch,
     CodeDev,
     Concurrency,
     DataDir,
@@ -68,6 +69,7 @@ from paperbench.judge._job import GradeOptions, ModelSettings, missing_keys
 from paperbench.judge._types import LeafGrade
 from paperbench.judge._view import build_view
 from paperbench.llm import ModelConfig
+from paperbench.llm._batch import BatchCounts, batch_progress
 from paperbench.papers import PaperSource
 
 GRADE_STAGES = {"leaves": DEFAULT_LEAVES_AT_ONCE}
@@ -133,8 +135,9 @@ def _warn_missing_keys(judges: list[LoadedJudge], settings: ModelSettings) -> No
 
 def _probe_servers(judges: list[LoadedJudge], settings: ModelSettings) -> None:
     """One request to each server the judges will call, before the fan-out of leaves: a
-    server that does not answer fails the command at once (see :mod:`paperbench.llm._probe`)."""
-    from paperbench.llm._probe import probe_servers
+    server that does not answer fails the command at once (see :mod:`paperbench.llm._probe`).
+    A batched judge's servers must also serve the batch API (refused in one line if not)."""
+    from paperbench.llm._probe import probe_batch_routes, probe_servers
 
     flag = "--base-url" if settings.base_url else "--model" if settings.model else "--judge"
     servers = [
@@ -143,6 +146,14 @@ def _probe_servers(judges: list[LoadedJudge], settings: ModelSettings) -> None:
         for model in loaded.identity.models.values()
     ]
     asyncio.run(probe_servers(servers))
+    batched = [
+        (flag, ModelConfig(model=settings.model or model, base_url=settings.base_url))
+        for loaded in judges
+        if settings.batch or getattr(loaded.config, "batch", False)
+        for model in loaded.identity.models.values()
+    ]
+    if batched:
+        asyncio.run(probe_batch_routes(batched))
 
 
 # --- what a failed judging says ----------------------------------------------------------
@@ -176,6 +187,8 @@ class _GradeProgress:
         self.judge = ""
         self._bar: Progress | None = None
         self._task: TaskID | None = None
+        self._batch_task: TaskID | None = None
+        self._batches = ""
 
     @contextlib.contextmanager
     def running(self) -> Iterator[_GradeProgress]:
@@ -218,10 +231,27 @@ class _GradeProgress:
             self._bar.update(self._task, completed=self.done, extra=extra)
             return
         verdict = f"{grade.score:g}" if grade.valid else f"invalid ({grade.reason})"
+
         path = ".".join(map(str, grade.path)) or "root"
         err_console.print(
             Text(f"{self.judge}: leaf {self.done}/{self.total} [{path}] {verdict}; {extra}")
         )
+
+    def batches(self, counts: BatchCounts) -> None:
+        """Provider batches submitted / in progress / done and their requests answered."""
+        line = (
+            f"batches: {counts.submitted} submitted, {counts.running} in progress, "
+            f"{counts.done} done; {counts.answered} of {counts.requests} requests answered"
+        )
+        if line == self._batches:
+            return
+        self._batches = line
+        if self._bar is not None:
+            if self._batch_task is None:
+                self._batch_task = self._bar.add_task(line, total=None, extra="")
+            self._bar.update(self._batch_task, description=line)
+            return
+        err_console.print(Text(f"{self.judge}: {line}"))
 
 
 # --- grade ---------------------------------------------------------------------------------
@@ -259,6 +289,8 @@ def _table(result: GradeResult, out: Path) -> Table:
         requests += f" ({unanswered_note(result.unanswered_attempts)})"
     if result.refused_calls:
         requests += f" ({result.refused_calls} more refused before sending)"
+    if result.batched_requests:
+        requests += f" ({result.batched_requests} in provider batches, at the batch price)"
     table.add_row("requests sent", requests)
     table.add_row(
         "graded now / reused", f"{result.graded_leaves_this_run} / {result.reused_leaves}"
@@ -339,6 +371,7 @@ def grade(
     sandbox: Sandbox = "auto",
     out: Out = None,
     concurrency: Concurrency = None,
+    batch: Batch = False,
     as_json: Json = False,
 ) -> None:
     """Grade a submission against its paper's rubric with a judge; write grading/grade.json,
@@ -365,6 +398,7 @@ def grade(
         base_url=base_url,
         concurrency=stages["leaves"],
         max_connections=max_connections,
+        batch=batch,
     )
     view = build_view(submission, executed, log=log)
     label = "+".join(j.identity.name for j in judges)
@@ -380,7 +414,7 @@ def grade(
         code_dev=code_dev, resources_provided=resources_provided, max_depth=max_depth
     )
     progress = _GradeProgress()
-    with progress.running():
+    with progress.running(), batch_progress(progress.batches):
         results, report = asyncio.run(
             grade_ensemble(
                 view,
@@ -543,6 +577,7 @@ def judge_eval_command(
     base_url: BaseUrl = None,
     max_connections: MaxConnections = DEFAULT_MAX_CONNECTIONS,
     concurrency: Concurrency = None,
+    batch: Batch = False,
     out: Out = None,
     as_json: Json = False,
 ) -> None:
@@ -563,6 +598,7 @@ def judge_eval_command(
         base_url=base_url,
         concurrency=stages["leaves"],
         max_connections=max_connections,
+        batch=batch,
     )
     _warn_missing_keys(judges, settings)
     _probe_servers(judges, settings)

@@ -105,6 +105,10 @@ class _Common(BaseModel):
     """Verdicts per leaf (majority vote when more than one)."""
     checks: Literal["run", "llm"] = "run"
     """Leaves with a ``check``: run the command in a sandbox, or grade them like any leaf."""
+    batch: bool = False
+    """Send the model calls through the providers' batch APIs, at half price (one batch per
+    step across the leaves); slower (a batch may take up to 24 h). Not part of the judge's
+    identity: it changes where the calls are sent, not what they ask."""
 
 
 class PromptFiles(BaseModel):
@@ -341,7 +345,8 @@ def _identity(
     prompts: dict[str, str],
 ) -> JudgeIdentity:
     digest = hashlib.sha256()
-    digest.update(json.dumps(config.model_dump(mode="json"), sort_keys=True).encode())
+    plain = config.model_dump(mode="json", exclude={"batch"})
+    digest.update(json.dumps(plain, sort_keys=True).encode())
     for role, name in sorted(_prompt_files(config).items()):
         digest.update(f"\x00{role}\x00{name}\x00".encode())
         digest.update(_prompt_path(path, name).read_bytes())

@@ -20,12 +20,16 @@ TaskGroup and a semaphore; the model layer's connection limit does the rest) and
   killed grading loses at most the record in flight; a rerun adds to it);
 - ``costs.json``: the same records with totals by label (judge_ranking, judge_grading,
   parsing) and model, rewritten at the end of each grading;
+- ``batches.jsonl`` (batched gradings): each provider batch, written as soon as the provider
+  returned its id, with its requests' ``custom_id`` s, then its states (see
+  :mod:`paperbench.llm._batch`); a rerun polls these batches instead of submitting again;
 - ``complete.json``: written last; its absence means the grading did not finish.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -56,6 +60,8 @@ from paperbench.judge._job import (
 from paperbench.judge._types import ADDRESSED_KEY, AddressedFinding, LeafGrade
 from paperbench.judge._view import SubmissionView
 from paperbench.llm import BudgetCaps, CostJournal, CostLedger
+from paperbench.llm._batch import JOURNAL as BATCH_JOURNAL
+from paperbench.llm._batch import BatchRunner, batching
 from paperbench.papers import Paper
 from paperbench.rubric import (
     GradedTaskNode,
@@ -130,6 +136,8 @@ class GradeResult(BaseModel):
     timeout): the server may never have received them."""
     refused_calls: int = 0
     """Calls refused before anything was sent (no key, the budget reached...)."""
+    batched_requests: int = 0
+    """Of ``requests``, those sent in provider batches (at the batch price)."""
     input_tokens: int
     graded_leaves_this_run: int
     reused_leaves: int
@@ -414,9 +422,13 @@ async def grade_submission(
     """Grade every leaf missing from ``out_dir/grading/leaves.jsonl`` and write the results.
 
     ``on_start(n)`` is called with the number of leaves to grade now, before the first;
-    ``on_leaf(grade)`` as each is graded (for progress). Check leaves run in ``sandbox`` (a
-    :class:`~paperbench.sandbox.SandboxConfig`): against ``view.executed``, or in Code-Dev
-    (``options.code_dev``), where nothing is reproduced, against ``view.submission``.
+    ``on_leaf(grade)`` as each is graded (for progress; batches report through
+    :func:`paperbench.llm._batch.batch_progress`). With batching (``settings.batch`` or the
+    config's ``batch``), each batch is in ``out_dir/grading/batches.jsonl`` from its
+    submission on (a resumed grading polls it instead of submitting its requests again).
+    Check leaves run in ``sandbox`` (a :class:`~paperbench.sandbox.SandboxConfig`): against
+    ``view.executed``, or in Code-Dev (``options.code_dev``), where nothing is reproduced,
+    against ``view.submission``.
 
     Raises:
         InputError: ``out_dir`` holds a grading of another paper, judge or options.
@@ -465,9 +477,12 @@ async def grade_submission(
         uncut_rubric=uncut,
     )
     grades = dict(kept)
+    batches = BatchRunner(folder / BATCH_JOURNAL) if job.batching else None
     if on_start is not None:
         on_start(len(todo))
-    semaphore = asyncio.Semaphore(settings.concurrency)
+    units = _units(job, todo)
+    # batched: every unit at once, so that all the leaves at one step share one batch
+    semaphore = asyncio.Semaphore(max(len(units), 1) if job.batching else settings.concurrency)
 
     async def run(unit: list[Leaf]) -> None:
         async with semaphore:
@@ -482,10 +497,13 @@ async def grade_submission(
                 on_leaf(grade)
 
     try:
-        async with asyncio.TaskGroup() as group:
-            for unit in _units(job, todo):
-                group.create_task(run(unit))
+        with batching(batches) if batches is not None else contextlib.nullcontext():
+            async with asyncio.TaskGroup() as group:
+                for unit in units:
+                    group.create_task(run(unit))
     finally:
+        if batches is not None:
+            await batches.aclose()
         store.close()
         ledger.close()
         ledger.write(folder / COSTS_FILE)
@@ -583,6 +601,7 @@ def _result(
         requests=total.requests,
         unanswered_attempts=total.unanswered,
         refused_calls=total.refused,
+        batched_requests=total.batched,
         input_tokens=total.usage.input_tokens,
         graded_leaves_this_run=graded,
         reused_leaves=reused,

@@ -70,6 +70,8 @@ class ModelSettings(BaseModel):
     """Leaves (or batches) graded at once; the model layer's connection limit does the rest."""
     max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=1)
     """Requests in flight per provider endpoint."""
+    batch: bool = False
+    """Send the calls through the providers' batch APIs (also the config's ``batch``)."""
 
 
 def missing_keys(judge: LoadedJudge, settings: ModelSettings) -> list[str]:
@@ -136,6 +138,11 @@ class Job:
             self._indexes[model] = SubmissionIndex(self.view, model)
         return self._indexes[model]
 
+    @property
+    def batching(self) -> bool:
+        """The calls go through the providers' batch APIs (``--batch`` or ``batch: true``)."""
+        return self.settings.batch or bool(getattr(self.judge.config, "batch", False))
+
     def model(self, role: RoleModel, sample: int = 0) -> Model:
         """The model of a role for one sample: sample ``i > 0`` salts the response cache
         (``cache_version``) so that it is a new verdict, not the first one again."""
@@ -157,6 +164,7 @@ class Job:
                 cache=True,
                 cache_version=f"judge-sample-{sample}" if sample else None,
                 options={"api": "chat"} if chat else {},
+                batch=self.batching,
             )
             self._models[key] = Model(config, ledger=self.ledger, stage="grading")
         return self._models[key]

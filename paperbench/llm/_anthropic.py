@@ -24,7 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench.errors import ModelRequestError
 from paperbench.llm._answers import ANTHROPIC_STOP, anthropic_usage
-from paperbench.llm._registry import SDKModelAPI, Target, cut_calls, parse_options
+from paperbench.llm._registry import (
+    BatchState,
+    SDKModelAPI,
+    Target,
+    batch_error,
+    cut_calls,
+    parse_options,
+)
 from paperbench.llm._retry import TransientError, connection_reason, status_error
 from paperbench.llm._schema import anthropic_schema
 from paperbench.llm._types import (
@@ -40,6 +47,17 @@ from paperbench.llm._types import (
 )
 
 MAX_BREAKPOINTS = 4
+_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+"""The HTTP status of each error type, for a request that failed inside a batch."""
 _EPHEMERAL = {"type": "ephemeral"}
 
 
@@ -86,6 +104,56 @@ class AnthropicAPI(SDKModelAPI[anthropic.AsyncAnthropic]):
             peek = " ".join(repr(response)[:120].split())
             raise TransientError(f"malformed response: not a message: {peek}", answered=True)
         return self._output(response)
+
+    def request_params(self, request: ModelRequest) -> tuple[str, dict[str, Any]]:
+        return "/v1/messages", self.params(request)
+
+    # -- Message Batches ----------------------------------------------------------------
+
+    async def _call(self, call: Any, *args: Any, **kw: Any) -> Any:
+        try:
+            return await call(*args, **kw)
+        except anthropic.APIError as exc:
+            raise _translate(exc, self.target) from exc
+
+    async def probe_batches(self) -> None:
+        await self._call(self.client.messages.batches.list, limit=1)
+
+    async def submit_batch(self, route: str, lines: list[tuple[str, dict[str, Any]]]) -> str:
+        requests = [{"custom_id": cid, "params": params} for cid, params in lines]
+        batch = await self._call(self.client.messages.batches.create, requests=requests)
+        return str(batch.id)
+
+    async def batch_state(self, batch_id: str) -> BatchState:
+        batch = await self._call(self.client.messages.batches.retrieve, batch_id)
+        counts = batch.request_counts
+        return BatchState(
+            status=batch.processing_status,
+            ended=batch.processing_status == "ended",
+            done=counts.succeeded + counts.errored + counts.canceled + counts.expired,
+        )
+
+    async def batch_results(self, batch_id: str) -> dict[str, ModelOutput | Exception]:
+        out: dict[str, ModelOutput | Exception] = {}
+        stream = await self._call(self.client.messages.batches.results, batch_id)
+        async for line in stream:
+            result = line.result
+            if result.type == "succeeded":
+                out[line.custom_id] = self._output(result.message)
+            elif result.type == "errored":
+                error = result.error.error
+                status = _ERROR_STATUS.get(error.type, 400)
+                out[line.custom_id] = batch_error(
+                    status_error(
+                        status,
+                        f"{error.type}: {error.message}",
+                        headers={},
+                        model=self.target.model,
+                        key_hint="ANTHROPIC_API_KEY",
+                    )
+                )
+            # canceled and expired requests have no result: they may be sent again
+        return out
 
     def params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``messages.create`` for ``request``."""

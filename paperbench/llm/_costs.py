@@ -44,6 +44,9 @@ class ModelPrice(BaseModel):
     cached_input: float | None = Field(default=None, ge=0)
     cache_write: float | None = Field(default=None, ge=0)
     output: float = Field(ge=0)
+    batch_discount: float | None = Field(default=None, ge=0, le=1)
+    """The share taken off every price above for a request sent in a provider batch (0.5:
+    half price); default: the provider's ``batch_discount`` in the table."""
 
     def cost(self, usage: Usage) -> float:
         cached = self.input if self.cached_input is None else self.cached_input
@@ -61,13 +64,18 @@ class ModelPrice(BaseModel):
 class _PriceFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     models: dict[str, ModelPrice] = Field(default_factory=dict)
+    batch_discount: dict[str, float] = Field(default_factory=dict)
+    """Per provider: the share taken off its prices for a request sent in a batch."""
 
 
 class PriceTable:
     """Model prices, looked up by ``provider/model``."""
 
-    def __init__(self, prices: dict[str, ModelPrice]) -> None:
+    def __init__(
+        self, prices: dict[str, ModelPrice], batch_discount: dict[str, float] | None = None
+    ) -> None:
         self.prices = dict(prices)
+        self.batch_discount = dict(batch_discount or {})
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -104,23 +112,49 @@ class PriceTable:
             return None
         return price.cost(usage)
 
+    def batch_cost(self, model: str, usage: Usage) -> float | None:
+        """Cost of ``usage`` on ``model`` for a request sent in a provider batch; ``None``
+        (and one warning) when the model or its batch discount is not in the table."""
+        full = self.cost(model, usage)
+        price = self.lookup(model)
+        if full is None or price is None:
+            return None
+        discount = price.batch_discount
+        if discount is None:
+            discount = self.batch_discount.get(model.partition("/")[0])
+        if discount is None:
+            with self._lock:
+                if f"batch:{model}" not in self._warned:
+                    self._warned.add(f"batch:{model}")
+                    log.warning(
+                        "%s: no batch discount in the price table; the cost of its batched "
+                        "requests is reported as unknown (add batch_discount to a file named "
+                        "by %s)",
+                        model,
+                        PRICES_ENV,
+                    )
+            return None
+        return full * (1 - discount)
+
 
 @lru_cache(maxsize=8)
 def _load_table(override: str | None) -> PriceTable:
     text = resources.files("paperbench").joinpath("_data/prices.yaml").read_text("utf-8")
-    prices = _parse_prices(text, "paperbench/_data/prices.yaml")
+    table = _parse_prices(text, "paperbench/_data/prices.yaml")
     if override:
-        prices.update(_parse_prices(read_text(override), override))
-    return PriceTable(prices)
+        extra = _parse_prices(read_text(override), override)
+        table.models.update(extra.models)
+        table.batch_discount.update(extra.batch_discount)
+    return PriceTable(table.models, table.batch_discount)
 
 
-def _parse_prices(text: str, file: str) -> dict[str, ModelPrice]:
+def _parse_prices(text: str, file: str) -> _PriceFile:
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}".splitlines()[0], file=file) from None
     try:
-        return _PriceFile.model_validate(data).models
+        return _PriceFile.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ConfigError(err["msg"], file=file, path=json_path(err["loc"])) from None
@@ -151,6 +185,8 @@ class CostRecord(BaseModel):
     sent: bool = True
     """False for a call refused before anything was sent (no key, no provider, the budget
     reached); ``budget_exhausted`` and ``cache_hit`` records are never sent."""
+    batch_id: str | None = None
+    """The provider batch the request was sent in (priced at the batch price), if any."""
     answered: bool = True
     """For an attempt sent: whether any HTTP answer came back (an answer, an error status,
     a broken body). False for a refused, reset or dropped connection, a timeout or a
@@ -181,6 +217,8 @@ class CostTotal(BaseModel):
     failed: int = 0
     budget_exhausted: int = 0
     retried: int = 0
+    batched: int = 0
+    """Requests sent in provider batches (at the batch price)."""
     unpriced_calls: int = 0
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
@@ -195,6 +233,7 @@ class CostTotal(BaseModel):
         self.requests += sent and record.answered
         self.unanswered += sent and not record.answered
         self.retried += record.outcome == "retried"
+        self.batched += sent and record.batch_id is not None
         self.cache_hits += record.outcome == "cache_hit"
         self.incomplete += record.outcome == "incomplete"
         self.failed += record.outcome == "failed"
@@ -231,6 +270,8 @@ class CostLedger:
         self._records: list[CostRecord] = []
         self._spent = 0.0
         self._spent_by_stage: dict[str | None, float] = {}
+        self._held = 0.0
+        self._held_by_stage: dict[str | None, float] = {}
         self._lock = threading.Lock()
         for record in records:
             self.add(record)
@@ -248,6 +289,24 @@ class CostLedger:
         with self._lock:
             spent, stage_spent = self._spent, self._spent_by_stage.get(stage, 0.0)
         self.caps.check(model=model, stage=stage, spent=spent, stage_spent=stage_spent)
+
+    def hold(self, what: str, stage: str | None, usd: float) -> None:
+        """Hold ``usd`` (a batch's worst case) against the caps until :meth:`release`;
+        :class:`BudgetExhaustedError` if the spent and held money would then pass one."""
+        with self._lock:
+            spent = self._spent + self._held
+            stage_spent = self._spent_by_stage.get(stage, 0.0) + self._held_by_stage.get(stage, 0.0)
+            self.caps.check_worst(
+                what=what, stage=stage, spent=spent, stage_spent=stage_spent, extra=usd
+            )
+            self._held += usd
+            self._held_by_stage[stage] = self._held_by_stage.get(stage, 0.0) + usd
+
+    def release(self, stage: str | None, usd: float) -> None:
+        """Give back money held by :meth:`hold`."""
+        with self._lock:
+            self._held = max(self._held - usd, 0.0)
+            self._held_by_stage[stage] = max(self._held_by_stage.get(stage, 0.0) - usd, 0.0)
 
     @property
     def records(self) -> list[CostRecord]:

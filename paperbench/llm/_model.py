@@ -315,6 +315,8 @@ class Model:
         """One provider call with its retries; each attempt is recorded in the ledger."""
         config = self.config
         api = self._provider(label, stage, send=True)
+        if config.batch:
+            return await self._batched(api, request, label, stage)
         gate = endpoint_gate(api.connection_key)
         clock = RetryClock(
             model=config.model,
@@ -341,6 +343,20 @@ class Model:
                         await gate.wait_open()
                         return await self._shared(shared, api, request, clock, label, stage, gate)
         raise AssertionError("unreachable: the policy returns an answer or raises")
+
+    async def _batched(
+        self, api: ModelAPI, request: ModelRequest, label: str, stage: str | None
+    ) -> ModelOutput:
+        """The call sent in a provider batch (:mod:`paperbench.llm._batch`): no connection
+        slot (a batch is one upload), its record written when the batch answers."""
+        from paperbench.llm._batch import current_runner
+
+        try:
+            self.ledger.check_budget(self.config.model, stage)
+        except BudgetExhaustedError as exc:
+            self._record(label, stage, outcome="budget_exhausted", error=str(exc), sent=False)
+            raise
+        return await current_runner().generate(self, api, request, label, stage)
 
     async def _shared(
         self,

@@ -25,7 +25,14 @@ from pydantic import BaseModel, ConfigDict
 
 from paperbench.errors import ModelRequestError
 from paperbench.llm._answers import CHAT_STOP, chat_usage, responses_usage
-from paperbench.llm._registry import SDKModelAPI, Target, cut_calls, parse_options
+from paperbench.llm._registry import (
+    BatchState,
+    SDKModelAPI,
+    Target,
+    batch_error,
+    cut_calls,
+    parse_options,
+)
 from paperbench.llm._retry import TransientError, connection_reason, status_error
 from paperbench.llm._schema import openai_schema
 from paperbench.llm._types import (
@@ -103,16 +110,115 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
         digest = hashlib.sha256(json.dumps(prefix, sort_keys=True).encode()).hexdigest()
         return f"pb-{digest[:40]}"
 
-    async def generate(self, request: ModelRequest) -> ModelOutput:
+    def _check(self, request: ModelRequest) -> None:
         thinks = self.reasoning_model and request.reasoning_effort != "none"
         if request.temperature is not None and thinks and not self.custom_endpoint:
             raise ModelRequestError(
                 f"{self.target.model}: reasoning models do not accept a temperature; "
                 "remove it from the call or the model's configuration"
             )
+
+    def request_params(self, request: ModelRequest) -> tuple[str, dict[str, Any]]:
+        """The API route and body of ``request`` (a batch line's ``url`` and ``body``)."""
+        self._check(request)
         if self.protocol == "responses":
-            return await self._responses(request)
-        return await self._chat(request)
+            return "/v1/responses", self._responses_params(request)
+        return "/v1/chat/completions", self._chat_params(request)
+
+    async def generate(self, request: ModelRequest) -> ModelOutput:
+        route, params = self.request_params(request)
+        if route == "/v1/responses":
+            return self._responses_output(await self._send(self.client.responses.create, params))
+        return self._chat_output(await self._send(self.client.chat.completions.create, params))
+
+    # -- Batch API ----------------------------------------------------------------------
+
+    async def _call(self, call: Callable[..., Awaitable[Any]], *args: Any, **kw: Any) -> Any:
+        try:
+            return await call(*args, **kw)
+        except openai.APIError as exc:
+            raise _translate(exc, self.target) from exc
+
+    async def probe_batches(self) -> None:
+        """Raise :class:`ModelRequestError` when the server has no Batch API routes."""
+        await self._call(self.client.batches.list, limit=1)
+
+    async def submit_batch(self, route: str, lines: list[tuple[str, dict[str, Any]]]) -> str:
+        """Upload the JSONL of ``lines`` (custom_id, body) and create its batch: its id."""
+        data = "".join(
+            json.dumps({"custom_id": cid, "method": "POST", "url": route, "body": body}) + "\n"
+            for cid, body in lines
+        ).encode()
+        file = await self._call(
+            self.client.files.create, file=("batch.jsonl", data), purpose="batch"
+        )
+        batch = await self._call(
+            self.client.batches.create,
+            input_file_id=file.id,
+            endpoint=route,
+            completion_window="24h",
+        )
+        return str(batch.id)
+
+    async def batch_state(self, batch_id: str) -> BatchState:
+        batch = await self._call(self.client.batches.retrieve, batch_id)
+        errors = (
+            [e.message or e.code or "" for e in (batch.errors.data or [])] if batch.errors else []
+        )
+        counts = batch.request_counts
+        return BatchState(
+            status=batch.status,
+            ended=batch.status in ("completed", "failed", "expired", "cancelled"),
+            error="; ".join(e for e in errors if e) or None,
+            done=counts.completed + counts.failed if counts is not None else 0,
+        )
+
+    async def batch_results(self, batch_id: str) -> dict[str, ModelOutput | Exception]:
+        """Each answered request's output, or the error it failed with (a request left
+        unanswered by an expired or cancelled batch is not in it)."""
+        batch = await self._call(self.client.batches.retrieve, batch_id)
+        out: dict[str, ModelOutput | Exception] = {}
+        for file_id in (batch.output_file_id, batch.error_file_id):
+            if not file_id:
+                continue
+            content = await self._call(self.client.files.content, file_id)
+            for raw in content.text.splitlines():
+                if raw.strip():
+                    line = json.loads(raw)
+                    result = self._batch_line(line, batch.endpoint)
+                    if result is not None:
+                        out[str(line["custom_id"])] = result
+        return out
+
+    def _batch_line(self, line: dict[str, Any], route: str) -> ModelOutput | Exception | None:
+        response = line.get("response")
+        error = line.get("error") or {}
+        if response is None:
+            if error.get("code") in ("batch_expired", "batch_cancelled"):
+                return None
+            return ModelRequestError(f"{self.target.model}: {error.get('message') or error}")
+        body = response.get("body") or {}
+        status = int(response.get("status_code") or 0)
+        if status != 200:
+            inner = body.get("error", body) if isinstance(body, dict) else {}
+            message = str(inner.get("message") or body) if isinstance(inner, dict) else str(body)
+            code = inner.get("code") if isinstance(inner, dict) else None
+            return batch_error(
+                status_error(
+                    status,
+                    message,
+                    headers={},
+                    model=self.target.model,
+                    key_hint="OPENAI_API_KEY",
+                    code=code if isinstance(code, str) else None,
+                )
+            )
+        try:
+            if route == "/v1/responses":
+                return self._responses_output(Response.model_validate(body))
+            return self._chat_output(ChatCompletion.model_validate(body))
+        except (ValueError, TransientError) as exc:
+            return batch_error(TransientError(f"malformed batch answer: {exc}"))
 
     async def _send(self, create: Callable[..., Awaitable[Any]], params: dict[str, Any]) -> Any:
         """One SDK call; its failures mapped to a retry or a refusal. Only the SDK call is
@@ -136,7 +242,7 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
 
     # -- Chat Completions ---------------------------------------------------------------
 
-    async def _chat(self, request: ModelRequest) -> ModelOutput:
+    def _chat_params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.target.model_name,
             "messages": [_chat_message(m) for m in request.messages],
@@ -176,7 +282,9 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
         cache_key = self._cache_key(request)
         if cache_key is not None:
             params["prompt_cache_key"] = cache_key
-        response = await self._send(self.client.chat.completions.create, params)
+        return params
+
+    def _chat_output(self, response: Any) -> ModelOutput:
         if not isinstance(response, ChatCompletion):
             raise TransientError(
                 f"malformed response: not a chat completion: {_peek(response)}", answered=True
@@ -207,7 +315,7 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
 
     # -- Responses ----------------------------------------------------------------------
 
-    async def _responses(self, request: ModelRequest) -> ModelOutput:
+    def _responses_params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.target.model_name,
             "input": [item for m in request.messages for item in _responses_items(m)],
@@ -247,7 +355,9 @@ class OpenAIAPI(SDKModelAPI[openai.AsyncOpenAI]):
         cache_key = self._cache_key(request)
         if cache_key is not None:
             params["prompt_cache_key"] = cache_key
-        response = await self._send(self.client.responses.create, params)
+        return params
+
+    def _responses_output(self, response: Any) -> ModelOutput:
         if not isinstance(response, Response) or response.output is None:
             raise TransientError(
                 f"malformed response: not a response object: {_peek(response)}", answered=True

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import aiohttp
 
-from paperbench.errors import ModelUnavailableError
+from paperbench.errors import ModelRequestError, ModelUnavailableError
 from paperbench.llm._types import ModelConfig
 
 PROBE_TIMEOUT_S = 15.0
@@ -66,3 +66,37 @@ async def probe_servers(
                 f"{flag} {url}: the server does not answer ({reason}); start it or give "
                 f"another {flag}"
             )
+
+
+async def probe_batch_routes(servers: Iterable[tuple[str, ModelConfig]]) -> None:
+    """Ask each distinct server of ``servers`` whether it serves the provider's batch API
+    (OpenAI ``GET /v1/batches``; Anthropic ``GET /v1/messages/batches``), listing at most one
+    batch: nothing is sent to a model. A server without a key to ask is left alone.
+
+    Raises:
+        ModelRequestError: a server answered 404 (it has no batch API), one line naming the
+            flag and the server.
+    """
+    from paperbench.llm._registry import resolve
+
+    seen: set[str] = set()
+    for flag, config in servers:
+        cls, target = resolve(config, require_key=False)
+        api = cls(target)
+        if api.connection_key in seen or target.missing_key is not None:
+            continue
+        seen.add(api.connection_key)
+        try:
+            await api.probe_batches()
+        except ModelRequestError as exc:
+            where = target.base_url or f"the {target.provider} API"
+            if "no batch API" in str(exc):
+                raise ModelRequestError(f"{flag}: {exc}; grade without --batch") from None
+            if "HTTP 404" not in str(exc):
+                raise
+            raise ModelRequestError(
+                f"{flag} {where}: the server has no batch API (HTTP 404 on its batch routes); "
+                "grade without --batch, or give a server that has them"
+            ) from None
+        finally:
+            await api.aclose()

@@ -27,10 +27,13 @@ from paperbench._io import json_path, read_text
 from paperbench.errors import (
     ConfigError,
     MissingKeyError,
+    ModelRequestError,
+    ModelUnavailableError,
     ProviderNotInstalledError,
     UnknownProviderError,
 )
 from paperbench.llm._loopclose import close_at_loop_end
+from paperbench.llm._retry import TransientError
 from paperbench.llm._types import (
     ModelConfig,
     ModelOutput,
@@ -79,6 +82,48 @@ class ModelAPI(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+    # -- the provider's batch API (see paperbench.llm._batch) ---------------------------
+
+    def request_params(self, request: ModelRequest) -> tuple[str, dict[str, Any]]:
+        """The route and body :meth:`generate` would send for ``request``."""
+        raise ModelRequestError(f"{self.target.model}: this provider has no batch API")
+
+    async def probe_batches(self) -> None:
+        """Raise when the server does not serve the batch API's routes."""
+        raise ModelRequestError(f"{self.target.model}: this provider has no batch API")
+
+    async def submit_batch(self, route: str, lines: list[tuple[str, dict[str, Any]]]) -> str:
+        """Submit ``lines`` (custom_id, body) as one batch; its id."""
+        raise ModelRequestError(f"{self.target.model}: this provider has no batch API")
+
+    async def batch_state(self, batch_id: str) -> BatchState:
+        raise ModelRequestError(f"{self.target.model}: this provider has no batch API")
+
+    async def batch_results(self, batch_id: str) -> dict[str, ModelOutput | Exception]:
+        raise ModelRequestError(f"{self.target.model}: this provider has no batch API")
+
+
+class BatchState(BaseModel):
+    """What a provider says of a batch when it is polled."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: str
+    ended: bool
+    """No request of it will be answered any more (completed, failed, expired, cancelled)."""
+    error: str | None = None
+    """Why the whole batch failed (OpenAI's validation errors)."""
+    done: int = 0
+    """Requests answered so far."""
+
+
+def batch_error(exc: Exception) -> Exception:
+    """The error of one request that failed inside a batch: a failure a live call would have
+    retried is final there (the batch was its attempt)."""
+    if isinstance(exc, TransientError):
+        return ModelUnavailableError(f"failed inside the batch: {exc}")
+    return exc
 
 
 OptionsT = TypeVar("OptionsT", bound=BaseModel)

@@ -290,6 +290,9 @@ class ModelConfig(BaseModel):
     wait (``retry-after``) all wait, and each rate-limit answer halves how many requests
     are sent at once (it grows back with the answers). Off: each call waits only for its
     own 429s."""
+    batch: bool = False
+    """Send the calls through the provider's batch API, gathered with other callers' into
+    one batch, at the batch price (see :mod:`paperbench.llm._batch`)."""
     prices_path: str | None = None
     """A YAML price table merged over the bundled one (also ``PAPERBENCH_PRICES``)."""
     options: dict[str, Any] = Field(default_factory=dict)

@@ -178,6 +178,8 @@ def _costs(s: Summary) -> Table:
 
 def _requests(total: CostTotal) -> str:
     note = f" ({unanswered_note(total.unanswered)})" if total.unanswered else ""
+    if total.batched:
+        note += f" ({total.batched} batched)"
     return f"{total.requests}{note}"
 
 

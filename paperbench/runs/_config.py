@@ -67,6 +67,10 @@ class JudgeSettings(_ModelSection):
         default=None,
         description="An OpenAI- or Anthropic-compatible server for the judge's calls.",
     )
+    batch: Annotated[bool, Flag("--batch", shared=True)] = Field(
+        default=False,
+        description="Send the judge's calls through the providers' batch APIs at half price.",
+    )
 
 
 class AgentSettings(_ModelSection):

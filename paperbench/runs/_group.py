@@ -108,6 +108,7 @@ def _judge(judge: JudgeSettings) -> JudgeEntry:
         model=judge.model,
         base_url=judge.base_url,
         key_set=not missing,
+        batch=judge.batch or bool(getattr(loaded.config, "batch", False)),
     )
 
 

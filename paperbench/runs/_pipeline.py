@@ -384,6 +384,7 @@ async def _grading(spec: RunSpec, paper: Paper, reproduced: bool) -> GradeResult
         base_url=config.judge.base_url,
         concurrency=config.concurrency.get("leaves", ModelSettings().concurrency),
         max_connections=config.max_connections,
+        batch=config.judge.batch,
     )
     return await grade_submission(
         view,

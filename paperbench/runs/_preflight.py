@@ -111,11 +111,16 @@ def group_servers(config: GroupConfig) -> list[tuple[str, ModelConfig]]:
 
 async def refuse_silent_servers(config: GroupConfig) -> None:
     """One request to each server the group's models call (not the providers' own APIs):
-    one that does not answer fails the command before anything is written.
+    one that does not answer fails the command before anything is written; with
+    ``--batch``, a judge server without the batch API's routes is refused too.
 
     Raises:
         ModelUnavailableError: naming the flag and the URL.
     """
-    from paperbench.llm._probe import probe_servers
+    from paperbench.llm._probe import probe_batch_routes, probe_servers
 
-    await probe_servers(group_servers(config))
+    servers = group_servers(config)
+    await probe_servers(servers)
+    if config.judge.batch:
+        judge = [(flag, model) for flag, model in servers if flag.startswith("--judge")]
+        await probe_batch_routes(judge)

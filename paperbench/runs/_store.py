@@ -199,6 +199,8 @@ class JudgeEntry(BaseModel):
     key_set: bool = True
     """Whether the keys its models need were set when the group started; without them
     the leaves that need a model are reported not graded."""
+    batch: bool = False
+    """``--batch``: the judge's calls go through the providers' batch APIs."""
 
 
 class LimitOverrides(BaseModel):
