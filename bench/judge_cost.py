@@ -221,24 +221,12 @@ def _billed(out: Path, leaves: int) -> tuple[float, float]:
     prices = PriceTable.load()
     tokens = dollars = 0.0
     for record in read_cost_journal(out / "grading" / "costs.jsonl"):
-        price = prices.lookup(record.model)
-        if price is None or record.outcome == "cache_hit":
+        if record.outcome == "cache_hit":
             continue
-        usage = record.usage
-        fresh = usage.input_tokens - usage.cached_input_tokens - usage.cache_write_tokens
-        cached = (price.cached_input if price.cached_input is not None else price.input) / (
-            price.input or 1
+        billed = prices.billed_input(
+            record.model, record.usage, batched=record.batch_id is not None
         )
-        write = (price.cache_write if price.cache_write is not None else price.input) / (
-            price.input or 1
-        )
-        billed = fresh + usage.cached_input_tokens * cached + usage.cache_write_tokens * write
-        if record.batch_id is not None:
-            discount = price.batch_discount
-            if discount is None:
-                discount = prices.batch_discount.get(record.model.partition("/")[0], 0.0)
-            billed *= 1 - discount
-        tokens += billed
+        tokens += billed or 0.0
         dollars += record.cost_usd or 0.0
     return tokens / leaves, dollars / leaves
 

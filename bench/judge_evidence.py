@@ -45,6 +45,14 @@ serve (the fake server's cache, replayed in arrival order) at the model's cached
 (gpt-4o: half the input price).
 
     .venv/bin/python bench/judge_evidence.py --case classes [--sizes 70000,400000]
+
+``--case batch`` grades the official-size case with each mode with and without ``--batch``
+(the fake server's batch APIs) and prints billed-equivalent input tokens and dollars per leaf
+from each grading's ledger (cached input at the model's cached-input rate, batched requests
+at the batch discount; prices from paperbench/_data/prices.yaml), whether the verdicts are
+the same, and simple --batch's share of simple-faithful's billed input (goal ≤ 0.05).
+
+    .venv/bin/python bench/judge_evidence.py --case batch
 """
 
 from __future__ import annotations
@@ -70,7 +78,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paperbench.judge import GradeOptions, ModelSettings, build_view, load_judge_config
 from paperbench.judge._grader import grade_submission
-from paperbench.llm import PriceTable, count_tokens
+from paperbench.llm import PriceTable, count_tokens, read_cost_journal
 from paperbench.papers import load_data_dir_paper
 from paperbench.testing import FakeLLMServer, FakeReply, RecordedRequest, requested_schema
 from paperbench.testing._prompt import PromptCache
@@ -313,7 +321,9 @@ def _handler(leaves: list[Leaf]) -> object:
     return answer
 
 
-async def _grade(mode: str, data: Path, sub: Path, out: Path, server: FakeLLMServer) -> float:
+async def _grade(
+    mode: str, data: Path, sub: Path, out: Path, server: FakeLLMServer, batch: bool = False
+) -> float:
     paper = load_data_dir_paper(data, "evidence")
     view = build_view(sub)
     judge = load_judge_config(mode)
@@ -324,9 +334,64 @@ async def _grade(mode: str, data: Path, sub: Path, out: Path, server: FakeLLMSer
         judge,
         out_dir=out,
         options=GradeOptions(samples=1),
-        settings=ModelSettings(base_url=server.openai_url, model=MODEL),
+        settings=ModelSettings(base_url=server.openai_url, model=MODEL, batch=batch),
     )
     return time.perf_counter() - started
+
+
+def _billed_per_leaf(out: Path, leaves: int) -> tuple[float, float, dict[str, float]]:
+    """Billed-equivalent input tokens and dollars per leaf, from the grading's ledger (cached
+    input at the model's cache rate, a batched request at the batch discount: the price
+    table's), and each leaf's score."""
+    prices = PriceTable.load()
+    tokens = dollars = 0.0
+    for record in read_cost_journal(out / "grading" / "costs.jsonl"):
+        if record.outcome == "cache_hit":
+            continue
+        batched = record.batch_id is not None
+        tokens += prices.billed_input(record.model, record.usage, batched=batched) or 0.0
+        dollars += record.cost_usd or 0.0
+    lines = (out / "grading" / "leaves.jsonl").read_text().splitlines()
+    scores = {g["leaf_id"]: g["score"] for g in map(json.loads, lines)}
+    return tokens / leaves, dollars / leaves, scores
+
+
+def run_batch(args: argparse.Namespace) -> None:
+    """The official-size case, each mode with and without ``--batch`` (the fake server's
+    batch APIs): billed-equivalent input and dollars per leaf, and whether the verdicts
+    are the same."""
+    os.environ.setdefault("PAPERBENCH_BATCH_WINDOW_S", "0.05")  # the fake answers at once
+    os.environ.setdefault("PAPERBENCH_BATCH_POLL_S", "0.2")
+    rng = random.Random(args.seed)
+    leaves = _leaves(args.leaves, rng)
+    table = Table(title=f"Billed input per leaf, {args.leaves} leaves (gpt-4o prices)")
+    for column in ("mode", "input tok/leaf", "billed-eq tok/leaf", "$/leaf", "verdicts"):
+        table.add_column(column, justify="left" if column == "mode" else "right")
+    billed: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="paperbench-evidence-") as tmp:
+        data, sub = _build(Path(tmp), leaves, rng, args.paper_tokens)
+        for mode in args.modes.split(","):
+            scores: dict[bool, dict[str, float]] = {}
+            for batch in (False, True):
+                server = FakeLLMServer().start()
+                server.handler = _handler(leaves)  # type: ignore[assignment]
+                out = Path(tmp) / f"{mode}-{batch}"
+                os.environ["PAPERBENCH_CACHE_DIR"] = str(out / "cache")  # nothing reused
+                try:
+                    asyncio.run(_grade(mode, data, sub, out, server, batch=batch))
+                    tokens = sum(count_tokens(_text(r), MODEL) for r in server.requests)
+                finally:
+                    server.stop()
+                paid, dollars, scores[batch] = _billed_per_leaf(out, len(leaves))
+                name = mode + (" --batch" if batch else "")
+                billed[name] = paid
+                same = "" if not batch else "same" if scores[True] == scores[False] else "DIFFER"
+                cells = (f"{tokens / len(leaves):,.0f}", f"{paid:,.0f}", f"{dollars:.4f}", same)
+                table.add_row(name, *cells)
+    Console(width=max(Console().width, 110)).print(table)
+    if "simple --batch" in billed and "simple-faithful" in billed:
+        ratio = billed["simple --batch"] / billed["simple-faithful"]
+        Console().print(f"simple --batch / simple-faithful billed-equivalent input: {ratio:.4f}")
 
 
 # -- the four classes of evidence (issue 28), at a given submission size ------------------
@@ -685,10 +750,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--case",
-        choices=("official", "classes"),
+        choices=("official", "classes", "batch"),
         default="official",
         help="official: an official-size rubric by category; classes: the four classes of "
-        "evidence at each --sizes",
+        "evidence at each --sizes; batch: the official case's billed input per leaf, each "
+        "mode with and without --batch",
     )
     parser.add_argument("--per-class", type=int, default=17, help="classes: leaves per class")
     parser.add_argument(
@@ -703,6 +769,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.case == "classes":
         run_classes(args)
+        return
+    if args.case == "batch":
+        run_batch(args)
         return
     rng = random.Random(args.seed)
     leaves = _leaves(args.leaves, rng)

@@ -112,6 +112,28 @@ class PriceTable:
             return None
         return price.cost(usage)
 
+    def billed_input(self, model: str, usage: Usage, *, batched: bool = False) -> float | None:
+        """``usage``'s input tokens as billed, in uncached-token equivalents: cached input at
+        the model's cached-input rate over its input rate, cache writes at the write rate,
+        and a batched request at the batch discount; ``None`` when the model (or, batched,
+        its discount) has no price."""
+        price = self.lookup(model)
+        if price is None or not price.input:
+            return None
+        cached = price.input if price.cached_input is None else price.cached_input
+        write = price.input if price.cache_write is None else price.cache_write
+        fresh = max(0, usage.input_tokens - usage.cached_input_tokens - usage.cache_write_tokens)
+        billed = (
+            fresh
+            + (usage.cached_input_tokens * cached + usage.cache_write_tokens * write) / price.input
+        )
+        if not batched:
+            return billed
+        discount = price.batch_discount
+        if discount is None:
+            discount = self.batch_discount.get(model.partition("/")[0])
+        return None if discount is None else billed * (1 - discount)
+
     def batch_cost(self, model: str, usage: Usage) -> float | None:
         """Cost of ``usage`` on ``model`` for a request sent in a provider batch; ``None``
         (and one warning) when the model or its batch discount is not in the table."""
