@@ -218,3 +218,15 @@ def test_calls_refused_before_sending_are_not_requests(monkeypatch: pytest.Monke
     # records written before the field existed: a budget refusal was never sent either
     old = CostRecord(model="m", label="x", outcome="budget_exhausted")
     assert CostLedger([old]).report().total.refused == 1
+
+
+def test_billed_input_counts_cached_tokens_at_their_rate_and_a_batch_at_its_discount() -> None:
+    """gpt-4o: cached input at half the input price; Anthropic's cache writes at 1.25×;
+    a batched request at the provider's batch discount (half)."""
+    table = PriceTable.load()
+    usage = Usage(input_tokens=10_000, cached_input_tokens=6_000)
+    assert table.billed_input("openai/gpt-4o", usage) == 4_000 + 3_000
+    assert table.billed_input("openai/gpt-4o", usage, batched=True) == 3_500
+    written = Usage(input_tokens=10_000, cache_write_tokens=4_000)
+    assert table.billed_input("anthropic/claude-sonnet-4-5", written) == 6_000 + 5_000
+    assert table.billed_input("nobody/unknown", usage) is None
