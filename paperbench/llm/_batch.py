@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from paperbench.errors import BudgetExhaustedError, ConfigError, ModelError, ModelRequestError
 from paperbench.llm._registry import ModelAPI
-from paperbench.llm._tokens import count_message_tokens, count_tokens
+from paperbench.llm._tokens import count_message_tokens, count_tokens, token_count_kind
 from paperbench.llm._types import ModelOutput, ModelRequest
 
 if TYPE_CHECKING:
@@ -435,16 +435,23 @@ async def _with_retries(call: Callable[[], Any], model: Model) -> Any:
 
 
 def _worst_usd(model: Model, request: ModelRequest, body: dict[str, Any]) -> float:
-    """A request's worst case at the batch price: its input counted as the token budgets
-    count it (messages, tools and schema), all of it uncached, and its whole output room."""
+    """A request's worst case at the batch price: its input, all of it uncached, and its
+    whole output room. A model counted exactly (OpenAI's) has its input counted as the token
+    budgets count it (messages, tools and schema); one whose count is an estimate
+    (Anthropic's: no offline tokenizer) is counted by the UTF-8 bytes of the request's body,
+    a bound no tokenizer passes (a token stands for at least one byte of what it encodes), so
+    a cap is never overrun by an estimate that fell short."""
     name = model.config.model
     price = model._prices.lookup(name)
     if price is None:
         return 0.0  # unpriced: not counted (as a live call)
-    extra = json.dumps([t.model_dump() for t in request.tools]) if request.tools else ""
-    if request.output is not None:
-        extra += json.dumps(request.output.json_schema)
-    tokens_in = count_message_tokens(request.messages, name) + count_tokens(extra, name)
+    if token_count_kind(name) == "exact":
+        extra = json.dumps([t.model_dump() for t in request.tools]) if request.tools else ""
+        if request.output is not None:
+            extra += json.dumps(request.output.json_schema)
+        tokens_in = count_message_tokens(request.messages, name) + count_tokens(extra, name)
+    else:
+        tokens_in = len(json.dumps(body, ensure_ascii=False).encode("utf-8"))
     out = next(
         (
             int(body[k])

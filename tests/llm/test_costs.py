@@ -230,3 +230,22 @@ def test_billed_input_counts_cached_tokens_at_their_rate_and_a_batch_at_its_disc
     written = Usage(input_tokens=10_000, cache_write_tokens=4_000)
     assert table.billed_input("anthropic/claude-sonnet-4-5", written) == 6_000 + 5_000
     assert table.billed_input("nobody/unknown", usage) is None
+
+
+def test_a_batchs_worst_case_for_an_estimated_model_is_bounded_by_the_bytes_it_sends() -> None:
+    """Anthropic has no offline tokenizer, so its batch worst case is the body's UTF-8 bytes
+    (no token stands for less than a byte): dense text an estimate would undercount still
+    cannot pass a cap the worst case was held against."""
+    from paperbench.llm._batch import _worst_usd
+    from paperbench.llm._types import ModelRequest
+
+    model = Model(ModelConfig(model="anthropic/claude-sonnet-4-5", api_key="sk-ant-test"))
+    text = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(3000))  # 3 bytes each
+    request = ModelRequest(messages=(UserMessage(content=text),), max_tokens=100)
+    _, body = model.api.request_params(request)
+    sent = len(json.dumps(body, ensure_ascii=False).encode())
+    assert sent > 9000
+    bound = PriceTable.load().batch_cost(
+        "anthropic/claude-sonnet-4-5", Usage(input_tokens=sent, output_tokens=100)
+    )
+    assert bound is not None and _worst_usd(model, request, body) >= bound
