@@ -398,3 +398,27 @@ def test_a_bad_batch_window_in_the_environment_is_one_line_naming_it(
         "error: PAPERBENCH_BATCH_WINDOW_S: expected a number of seconds above 0, got 'soon'"
     )
     assert not fake_llm.requests and not fake_llm.batches.batches
+
+
+def test_a_batch_that_fails_validation_makes_its_leaves_invalid_with_the_reason(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """OpenAI accepts the upload and the batch, then fails it at validation (here: a model
+    its batches do not take): every leaf is invalid with the provider's reason (the
+    shortlist's batch fails, then the grading's), nothing is billed, nothing sent again."""
+    fake_llm.handler = ScriptedJudge(lambda _: 1.0)
+    fake_llm.batches.limits.refused_models = {"gpt-4o"}
+    args = _args(tmp_path / "o", fake_llm.openai_url, "openai/gpt-4o", "--batch")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    batches = list(fake_llm.batches.batches.values())
+    assert batches and all(b.status == "failed" for b in batches)
+    ids = [cid for b in batches for cid, _ in b.lines]
+    assert len(ids) == len(set(ids))  # none sent again
+    grades = [g for g in _grades(tmp_path / "o").values() if g.source == "llm"]
+    assert grades and all(not g.valid and "gpt-4o" in (g.error or "") for g in grades), [
+        g.error for g in grades
+    ]
+    records = read_cost_journal(tmp_path / "o" / "grading" / "costs.jsonl")
+    assert records and all(r.outcome == "failed" and not r.cost_usd for r in records)
+    assert not fake_llm.requests  # no request was answered
