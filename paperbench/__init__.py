@@ -8,6 +8,7 @@ From Python::
     result = paperbench.resume("runs/20261124-193500")
     rolled = paperbench.rollout(paperbench.RolloutSettings(paper="calibration-binning"))
     meta = paperbench.run_reproduction(paperbench.ReproduceSettings(submission=rolled.out_dir))
+    rcb = paperbench.rcb_run(paperbench.RcbSettings(model="openai/gpt-4o", rcb_dir="RCB"))
 
 The stages have their own packages: :mod:`paperbench.agents` (rollout, monitor),
 :mod:`paperbench.reproduce`, :mod:`paperbench.judge`, :mod:`paperbench.report`,
@@ -28,20 +29,23 @@ except _NotInstalled:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
 if TYPE_CHECKING:
-    from paperbench._entry import rollout, run_reproduction
+    from paperbench._entry import rcb_run, rollout, run_reproduction
     from paperbench._evaluate import Evaluation, evaluate, evaluate_async, resume, resume_async
     from paperbench.agents._rollout_settings import RolloutSettings
+    from paperbench.rcb._settings import RcbSettings
     from paperbench.reproduce._settings import ReproduceSettings
     from paperbench.runs._config import EvalConfig
 
 __all__ = [
     "EvalConfig",
     "Evaluation",
+    "RcbSettings",
     "ReproduceSettings",
     "RolloutSettings",
     "__version__",
     "evaluate",
     "evaluate_async",
+    "rcb_run",
     "resume",
     "resume_async",
     "rollout",
@@ -59,6 +63,8 @@ _LAZY = {
     "RolloutSettings": "paperbench.agents._rollout_settings",
     "run_reproduction": "paperbench._entry",
     "ReproduceSettings": "paperbench.reproduce._settings",
+    "rcb_run": "paperbench._entry",
+    "RcbSettings": "paperbench.rcb._settings",
 }
 
 

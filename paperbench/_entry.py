@@ -5,6 +5,7 @@ config its command is made from and runs it in one event loop.
 
     result = paperbench.rollout(paperbench.RolloutSettings(paper="calibration-binning"))
     meta = paperbench.run_reproduction(paperbench.ReproduceSettings(submission="sub.tar.gz"))
+    run = paperbench.rcb_run(paperbench.RcbSettings(model="openai/gpt-4o", rcb_dir="RCB"))
 
 (``paperbench.reproduce`` is the reproduction stage's package, hence ``run_reproduction``.)
 """
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from paperbench.agents._rollout_files import RolloutResult
     from paperbench.agents._rollout_settings import RolloutSettings
     from paperbench.agents._transcript import TranscriptEvent
+    from paperbench.rcb._settings import RcbRunResult, RcbSettings
     from paperbench.reproduce._models import ReproductionMetadata
     from paperbench.reproduce._settings import ReproduceSettings
 
@@ -64,3 +66,35 @@ def run_reproduction(settings: ReproduceSettings) -> ReproductionMetadata:
 
     prepared = prepare_reproduction(settings)
     return asyncio.run(reproduce_submission(prepared.submission, prepared.out_dir, prepared.config))
+
+
+def rcb_run(settings: RcbSettings) -> RcbRunResult:
+    """Answer and grade every problem of a ResearchCodeBench problem set into the run's folder
+    (summary.json, the HTML report), as ``paperbench rcb run`` does with the same settings. A
+    resume (``resume=``) takes the run's own options: a field set that differs is refused.
+
+    Raises:
+        UsageError: a bad value, naming its flag, before any file is written.
+        InputError: a malformed problem set (file and line named).
+        MissingKeyError: the model's key is not set.
+        SandboxError: no problem can run in this environment, or the sandbox backend asked
+            for does not answer.
+    """
+    from paperbench.rcb._html import write_rcb_report
+    from paperbench.rcb._runner import run_rcb
+    from paperbench.rcb._settings import RcbRunResult, prepare_rcb_run
+
+    prepared = prepare_rcb_run(settings)
+    summary = asyncio.run(
+        run_rcb(
+            prepared.root,
+            prepared.out_dir,
+            prepared.options,
+            sandbox=prepared.sandbox,
+            concurrency=prepared.tests,
+            agents=prepared.agents,
+            resume=prepared.resume,
+        )
+    )
+    report = write_rcb_report(prepared.out_dir)
+    return RcbRunResult(out_dir=prepared.out_dir, summary=summary, report=report)

@@ -28,8 +28,9 @@ class Flag:
     """Marks a model field as a command-line option (in ``Annotated`` metadata).
 
     ``shared``: the option is the one other commands take under the same flag, written once in
-    :mod:`paperbench._options` (its type, unit and help are then theirs); otherwise the option
-    is made from the field's type, description and lower bound.
+    :mod:`paperbench._options` or in the command family's own table (its type, unit and help
+    are then theirs); otherwise the option is made from the field's type, description and
+    lower bound.
     """
 
     name: str

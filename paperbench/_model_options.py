@@ -1,11 +1,13 @@
 """Command-line options made from a pydantic model: each field marked with a
 :class:`~paperbench._flags.Flag` is one option, its help the field's description and its default
 the field's default, so that a command and the Python API it maps onto cannot disagree. A flag
-marked shared is the option :data:`paperbench._options.SHARED` holds under its name."""
+marked shared is the option :data:`paperbench._options.SHARED` holds under its name, or the one
+a command's own table of shared options holds (``rcb``'s commands share some of their own)."""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Annotated, Any, cast
 
 import annotated_types
@@ -19,15 +21,19 @@ from paperbench._flags import model_flags as model_flags
 from paperbench._options import SHARED
 
 
-def parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
-    """The typer parameters of ``model``'s options, in field order."""
+def parameters(
+    model: type[BaseModel], shared: Mapping[str, Any] | None = None
+) -> list[inspect.Parameter]:
+    """The typer parameters of ``model``'s options, in field order; a shared flag's option is
+    the one ``shared`` holds under its name, else :data:`~paperbench._options.SHARED`'s."""
+    table = {**SHARED, **(shared or {})}
     out: list[inspect.Parameter] = []
     for _, field, flag in model_flags(model):
         default: Any = None if flag.convert else field.get_default(call_default_factory=True)
         if field.is_required():
             default = inspect.Parameter.empty  # a required option
         if flag.shared:
-            annotation = SHARED[flag.flag]
+            annotation = table[flag.flag]
         elif flag.argument:
             argument = typer.Argument(help=field.description, metavar=flag.metavar)
             annotation = Annotated[field.annotation, argument]

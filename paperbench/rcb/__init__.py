@@ -22,6 +22,7 @@ from paperbench.rcb._models import (
 from paperbench.rcb._published import PublishedRow, load_published
 from paperbench.rcb._runner import RcbRunOptions, ValidationRow, run_rcb, validate
 from paperbench.rcb._score import pass_at_k, score
+from paperbench.rcb._settings import RcbRunResult, RcbSettings
 from paperbench.rcb._test import RcbJob, run_test, run_tests
 
 __all__ = [
@@ -37,6 +38,8 @@ __all__ = [
     "RcbJob",
     "RcbPaper",
     "RcbRunOptions",
+    "RcbRunResult",
+    "RcbSettings",
     "RcbSummary",
     "SampleResult",
     "Snippet",

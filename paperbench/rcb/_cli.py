@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
-import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,34 +13,26 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from paperbench import _entry
 from paperbench._console import console, plural, print_table, printable
+from paperbench._model_options import from_options, model_flags, parameters
 from paperbench._options import (
     AllowUnsandboxed,
-    BaseUrl,
-    BudgetDollars,
     Image,
     Json,
-    MaxSteps,
-    MaxTime,
-    Out,
     ResumableModel,
-    Resume,
     Sandbox,
     parse_concurrency,
     parse_duration,
 )
-from paperbench.errors import UsageError
 from paperbench.rcb._environment import advice
 from paperbench.rcb._html import read_summary, write_rcb_report
 from paperbench.rcb._load import load_problem_set
-from paperbench.rcb._models import TEST_ENTRY, Mode, ProblemSet, RcbSummary, TestOutcome
+from paperbench.rcb._models import TEST_ENTRY, ProblemSet, RcbSummary, TestOutcome
 from paperbench.rcb._published import load_published
-from paperbench.rcb._resume import resumed_options
-from paperbench.rcb._runner import RcbRunOptions, run_rcb, validate
+from paperbench.rcb._runner import validate
+from paperbench.rcb._settings import RCB_DIR_ENV, RcbSettings, papers_flag, rcb_dir
 from paperbench.sandbox import SandboxConfig
-
-RCB_DIR_ENV = "PAPERBENCH_RCB_DIR"
-RCB_URL = "https://github.com/PatrickHua/ResearchCodeBench"
 
 RcbDir = Annotated[
     Path | None,
@@ -55,23 +48,6 @@ app = typer.Typer(
     help="ResearchCodeBench: fill in code from a paper, graded by its unit tests.",
     no_args_is_help=True,
 )
-
-
-def rcb_dir(value: Path | None) -> Path:
-    """``--rcb-dir``, else ``$PAPERBENCH_RCB_DIR``.
-
-    Raises:
-        UsageError: neither is given (says how to get a problem set).
-    """
-    if value is not None:
-        return value
-    env = os.environ.get(RCB_DIR_ENV)
-    if env:
-        return Path(env)
-    raise UsageError(
-        f"--rcb-dir: no problem set given; clone {RCB_URL} and pass --rcb-dir DIR "
-        f"(or set {RCB_DIR_ENV})"
-    )
 
 
 def problem_rows(problem_set: ProblemSet) -> list[dict[str, Any]]:
@@ -151,15 +127,6 @@ At = Annotated[
 ]
 
 
-def _papers(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    names = [p.strip() for p in value.split(",") if p.strip()]
-    if not names:
-        raise UsageError("--papers: give paper ids, comma-separated")
-    return names
-
-
 def _sandbox(backend: str, allow_unsandboxed: bool) -> SandboxConfig:
     return SandboxConfig(backend=backend, allow_unsandboxed=allow_unsandboxed)  # type: ignore[arg-type]
 
@@ -183,7 +150,7 @@ def rcb_validate(
         validate(
             rcb_dir(rcb_dir_opt),
             sandbox=_sandbox(sandbox, allow_unsandboxed),
-            papers=_papers(papers),
+            papers=papers_flag(papers),
             image=image,
             timeout_s=timeout,
             concurrency=slots["tests"],
@@ -230,116 +197,61 @@ def _verdict(outcome: TestOutcome, *, want_pass: bool) -> Text:
     return Text(word, style="" if good else "red")
 
 
-@app.command("run")
-def rcb_run(
-    ctx: typer.Context,
-    model: ResumableModel = None,
-    rcb_dir_opt: RcbDir = None,
-    base_url: BaseUrl = None,
-    papers: Papers = None,
-    samples: Annotated[
-        int | None, typer.Option(min=1, help="Answers per problem, for pass@k (default: 1).")
-    ] = None,
-    without_paper: Annotated[
-        bool, typer.Option("--without-paper", help="Leave the paper out of the prompt.")
-    ] = False,
-    mode: Annotated[
-        Mode,
-        typer.Option(
-            help="one-shot: one answer per model call; agent: the model works on the masked "
-            "repository with tools in a sandbox (test and references hidden) and its file is "
-            "graded."
-        ),
-    ] = "one-shot",
-    max_steps: MaxSteps = None,
-    max_time: MaxTime = None,
-    out: Out = None,
-    resume: Resume = None,
-    sandbox: Sandbox = "auto",
-    allow_unsandboxed: AllowUnsandboxed = False,
-    image: Image = None,
-    timeout: TestTimeout = 60.0,
-    concurrency: At = None,
-    budget_dollars: BudgetDollars = None,
-    as_json: Json = False,
-) -> None:
-    """Ask a model for every problem's missing code, put it in the snippet's place and run
-    the paper's test in a fresh sandbox with no network; write OUT/summary.json with the
-    line-weighted and plain pass rates. Answers and tests are kept per problem: kill it at any
-    moment and continue with --resume OUT (the run's own options: an option given that
-    differs is refused, naming it)."""
-    if resume is not None and out is not None:
-        raise UsageError("--resume FOLDER continues the run in FOLDER; drop --out")
-    asked: dict[str, tuple[str, str, object]] = {
-        "model": ("--model", "model", model),
-        "rcb_dir_opt": ("--rcb-dir", "rcb_dir", str(rcb_dir_opt) if rcb_dir_opt else None),
-        "base_url": ("--base-url", "base_url", base_url),
-        "papers": ("--papers", "papers", _papers(papers)),
-        "samples": ("--samples", "samples", samples or 1),
-        "without_paper": ("--without-paper", "with_paper", not without_paper),
-        "mode": ("--mode", "mode", mode),
-        "max_steps": ("--max-steps", "max_steps", max_steps),
-        "max_time": ("--max-time", "max_time_s", max_time),
-        "image": ("--image", "image", image),
-        "timeout": ("--timeout", "timeout_s", timeout),
-        "budget_dollars": ("--budget-dollars", "budget_dollars", budget_dollars),
-    }
-    opts, root, folder = _run_options(ctx, asked, resume, out)
-    slots = parse_concurrency(concurrency, {"tests": 4, "agents": 2})
-    summary = asyncio.run(
-        run_rcb(
-            root,
-            folder,
-            opts,
-            sandbox=_sandbox(sandbox, allow_unsandboxed),
-            concurrency=slots["tests"],
-            agents=slots["agents"],
-            resume=resume is not None,
-        )
-    )
-    index = write_rcb_report(folder)
+RCB_OPTIONS: dict[str, Any] = {
+    "--model": ResumableModel,
+    "--rcb-dir": RcbDir,
+    "--papers": Papers,
+    "--timeout": TestTimeout,
+    "--concurrency": At,
+}
+"""The options ``rcb run`` takes as the other ``rcb`` commands do (over
+:data:`paperbench._options.SHARED`), by flag."""
+
+
+def _as_given(ctx: typer.Context, settings: RcbSettings) -> RcbSettings:
+    """``settings`` with only the options given on the command line set (what a resume
+    compares with the run's own)."""
+    given = [
+        path[0] for path, _, flag in model_flags(RcbSettings) if _on_command_line(ctx, flag.param)
+    ]
+    return RcbSettings.model_validate({name: getattr(settings, name) for name in given})
+
+
+def _rcb_run(ctx: typer.Context, as_json: bool, **values: Any) -> None:
+    result = _entry.rcb_run(_as_given(ctx, from_options(RcbSettings, values)))
     if as_json:
-        console.print(summary.model_dump_json(indent=2), markup=False)
+        console.print(result.summary.model_dump_json(indent=2), markup=False)
         return
-    _print_summary(summary)
-    console.print(f"summary: {folder / 'summary.json'}")
-    console.print(f"report: {index}")
+    _print_summary(result.summary)
+    console.print(f"summary: {result.out_dir / 'summary.json'}")
+    console.print(f"report: {result.report}")
 
 
-def _run_options(
-    ctx: typer.Context,
-    asked: dict[str, tuple[str, str, object]],
-    resume: str | None,
-    out: Path | None,
-) -> tuple[RcbRunOptions, Path, Path]:
-    """The run's options, its problem set and its folder: those given (a new run), or the
-    run's own (a resume: an option given that differs is refused, naming it).
+def _run_command() -> Callable[..., None]:
+    def rcb_run(ctx: typer.Context, as_json: bool = False, **values: Any) -> None:
+        _rcb_run(ctx, as_json, **values)
 
-    ``asked``: parameter → (flag, field of :class:`RcbRunOptions`, value).
-    """
-    rcb_dir_opt = asked["rcb_dir_opt"][2]
-    model = asked["model"][2]
-    if resume is not None:
-        given = {
-            field: (flag, value)
-            for param, (flag, field, value) in asked.items()
-            if param != "rcb_dir_opt" and _on_command_line(ctx, param)
-        }
-        opts = resumed_options(Path(resume), given)
-        stored = Path(opts.rcb_dir) if opts.rcb_dir else None
-        root = Path(str(rcb_dir_opt)) if rcb_dir_opt else stored or rcb_dir(None)
-        folder = Path(resume)
-    else:
-        if model is None:
-            raise UsageError("--model: give the model that answers (PROVIDER/MODEL)")
-        root = rcb_dir(Path(str(rcb_dir_opt)) if rcb_dir_opt else None)
-        values = {field: value for _, field, value in asked.values()}
-        opts = RcbRunOptions.model_validate({**values, "rcb_dir": str(root.resolve())})
-        folder = out or Path("rcb-runs") / str(model).replace("/", "_")
-    if opts.mode != "agent" and (opts.max_steps is not None or opts.max_time_s is not None):
-        flag = "--max-steps" if opts.max_steps is not None else "--max-time"
-        raise UsageError(f"{flag}: limits an agent; give it with --mode agent")
-    return opts, root, folder
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        *parameters(RcbSettings, RCB_OPTIONS),
+        inspect.Parameter("as_json", keyword, default=False, annotation=Json),
+    ]
+    rcb_run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    rcb_run.__annotations__ = {p.name: p.annotation for p in params}
+    rcb_run.__doc__ = (
+        "Ask a model for every problem's missing code, put it in the snippet's place and run "
+        "the paper's test in a fresh sandbox with no network; write OUT/summary.json with the "
+        "line-weighted and plain pass rates. Answers and tests are kept per problem: kill it at "
+        "any moment and continue with --resume OUT (the run's own options: an option given that "
+        "differs is refused, naming it)."
+    )
+    return rcb_run
+
+
+rcb_run = app.command("run")(_run_command())
+"""``paperbench rcb run``: :func:`paperbench.rcb_run` from the command line, its options made
+from :class:`~paperbench.rcb.RcbSettings`."""
 
 
 def _on_command_line(ctx: typer.Context, param: str) -> bool:

@@ -14,6 +14,7 @@ from paperbench._model_options import flag_of, model_flags
 from paperbench.agents import RolloutSettings
 from paperbench.cli import app
 from paperbench.errors import UsageError
+from paperbench.rcb import RcbSettings
 from paperbench.reproduce import ReproduceSettings
 from paperbench.runs import (
     EvalConfig,
@@ -44,15 +45,22 @@ def _leaves(model: type[typing.Any], path: tuple[str, ...] = ()) -> list[tuple[s
 
 @pytest.mark.parametrize(
     ("config", "name"),
-    [(EvalConfig, "run"), (RolloutSettings, "rollout"), (ReproduceSettings, "reproduce")],
-    ids=["run", "rollout", "reproduce"],
+    [
+        (EvalConfig, "run"),
+        (RolloutSettings, "rollout"),
+        (ReproduceSettings, "reproduce"),
+        (RcbSettings, "rcb run"),
+    ],
+    ids=["run", "rollout", "reproduce", "rcb run"],
 )
 def test_every_config_field_is_a_run_option_with_the_same_default(
     config: type[typing.Any], name: str
 ) -> None:
     flagged = {path: (field, flag) for path, field, flag in model_flags(config)}
     assert set(flagged) == set(_leaves(config)), "a config field without an option"
-    command = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    command = typer.main.get_command(app)
+    for word in name.split():
+        command = command.commands[word]  # type: ignore[attr-defined]
     params = {p.opts[0]: p for p in command.params}  # options and arguments
     for path, (field, flag) in flagged.items():
         option = flag.name.split("/")[0]
