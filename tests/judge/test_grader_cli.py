@@ -149,6 +149,7 @@ def test_a_grading_killed_mid_way_resumes_without_repeating_a_request(
     stored = {g.leaf_id for g in _grades(out) if g.valid}
     assert 5 <= len(stored) < 61  # 66 leaves, 5 of them checks (invalid: no --executed)
     before = len(fake_llm.requests)
+    fake_llm.handler = ScriptedJudge(lambda text: 1.0)  # the same answers, without the delay
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     asked = [text for r in fake_llm.requests[before:] for _, text in batch_criteria(r)]
