@@ -228,6 +228,7 @@ def _wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     raise AssertionError("timed out waiting")
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_resume(tmp_path: Path, fake_llm: FakeLLMServer) -> None:
     fake_llm.script(
         _bash("echo one > a.txt && git add -A && git commit -qm one"),

@@ -105,6 +105,7 @@ def test_grade_without_a_key_leaves_model_leaves_invalid_and_says_how_to_set_it(
     )
 
 
+@pytest.mark.slow
 def test_a_grading_killed_mid_way_resumes_without_repeating_a_request(
     fake_llm: FakeLLMServer, llm_env: Path, tmp_path: Path
 ) -> None:

@@ -304,6 +304,7 @@ def test_the_hosts_paths_are_not_in_mountinfo(
 # --------------------------------------------------------------------------- host services
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("network", NETWORKS)
 def test_no_service_of_the_host_is_reachable_directly(
     in_sandbox: InSandbox,
