@@ -674,7 +674,7 @@ def test_a_container_killed_under_a_command_is_a_sandbox_error(
 
     async def killed_under() -> Any:
         async def kill() -> None:
-            await _until_running(sb, "sleep 30")
+            await asyncio.sleep(0.5)
             await asyncio.to_thread(sb.api.kill, sb.container_id)
 
         killer = asyncio.ensure_future(kill())
