@@ -62,6 +62,15 @@ def run(coro: Coroutine[Any, Any, T], timeout: float = 120) -> T:
     return asyncio.run(bounded())
 
 
+async def wait_for_file(sandbox: Sandbox, path: str, timeout: float = 60) -> None:
+    """Until ``path`` is in the sandbox and not empty (polled), or an AssertionError after
+    ``timeout``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (await sandbox.exec(f"test -s {path}", timeout=30)).exit_code != 0:
+        assert asyncio.get_running_loop().time() < deadline, f"no {path} after {timeout:g} s"
+        await asyncio.sleep(0.1)
+
+
 @dataclass
 class Rig:
     """What a test gets inside :func:`with_context`."""

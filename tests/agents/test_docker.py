@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from paperbench.llm import ToolCall
 from paperbench.sandbox import DockerBackend
 from tests.sandbox.docker_fixtures import sweep
 
-from .conftest import Rig, run, with_context
+from .conftest import Rig, run, wait_for_file, with_context
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +40,7 @@ def test_replay_and_a_background_job_in_docker(
                 id="j", name="bash", arguments={"command": "sleep 1; echo hi", "background": True}
             )
             await run_tool(rig.ctx, start, tools)
-            await asyncio.sleep(3)
+            await wait_for_file(rig.sandbox, "/tmp/jobs/1.exit")
             check = ToolCall(
                 id="k", name="bash", arguments={"command": "cat /tmp/jobs/1.log /tmp/jobs/1.exit"}
             )

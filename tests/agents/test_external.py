@@ -249,11 +249,14 @@ _rollout(__import__("pathlib").Path({str(out)!r}), {agent!r}, Server())
     env = {**os.environ, "ANTHROPIC_API_KEY": ANTHROPIC_KEY, "OPENAI_API_KEY": OPENAI_KEY}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
     try:
+        # the command runs in the sandbox once the session was saved after the first call
+        saved = out / "agent_session"
         deadline = time.monotonic() + 120
-        while not server.requests and time.monotonic() < deadline:
-            time.sleep(0.5)
-        time.sleep(6)  # the command runs in the sandbox; the session was saved after the call
-        assert proc.poll() is None and server.requests
+        while time.monotonic() < deadline and proc.poll() is None:
+            if server.requests and saved.is_dir() and any(saved.glob("*.tar.gz")):
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None and server.requests and any(saved.glob("*.tar.gz"))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -90,6 +90,7 @@ def _refused(server: FakeLLMServer) -> list[str]:
     return [r.path for r in server.requests if getattr(r, "refused", None)]
 
 
+@pytest.mark.slow
 def test_a_hundred_and_fifty_steps_of_dense_outputs_stay_inside_a_32k_window(
     tmp_path: Path, fake_llm: FakeLLMServer
 ) -> None:
@@ -107,6 +108,7 @@ def test_a_hundred_and_fifty_steps_of_dense_outputs_stay_inside_a_32k_window(
     assert len(dropped) < 150 / 6, len(dropped)  # about 19: one drop in eight steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("protocol", "model"),
     [

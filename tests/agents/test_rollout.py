@@ -228,6 +228,7 @@ def _wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     raise AssertionError("timed out waiting")
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_resume(tmp_path: Path, fake_llm: FakeLLMServer) -> None:
     fake_llm.script(
         _bash("echo one > a.txt && git add -A && git commit -qm one"),
@@ -469,9 +470,11 @@ class _Sleeper(Agent):
     """Ignores its limits."""
 
     name = "sleeper"
+    sleeping = False
 
     async def run(self, ctx: RunContext) -> AgentOutcome:
         await ctx.sandbox.exec("echo started > started.txt", timeout=30)
+        self.sleeping = True
         await asyncio.sleep(3600)
         return AgentOutcome(status="submitted")
 
@@ -489,11 +492,13 @@ def test_an_agent_past_its_wall_time_is_stopped(
 def test_a_cancelled_rollout_is_recorded_and_stays_resumable(tmp_path: Path) -> None:
     out = tmp_path / "run"
 
+    agent = _Sleeper()
+
     async def cancel_soon() -> None:
         task = asyncio.create_task(
             rollout(
                 _paper(),
-                _Sleeper(),
+                agent,
                 out_dir=out,
                 sandbox=LOCAL,
                 network=NetworkPolicy.NONE,
@@ -501,9 +506,9 @@ def test_a_cancelled_rollout_is_recorded_and_stays_resumable(tmp_path: Path) -> 
                 instructions=INSTRUCTIONS,
             )
         )
-        while not (out / "transcript.jsonl").exists():
+        while not agent.sleeping:  # the agent runs: the rollout's set-up is done
+            assert not task.done()
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -71,6 +71,7 @@ def _bash(command: str) -> FakeReply:
     return FakeReply(tool_calls=(FakeToolCall(name="bash", arguments={"command": command}),))
 
 
+@pytest.mark.slow
 def test_cli_kill_9_then_resume_repeats_no_model_call(
     tmp_path: Path, fake_llm: FakeLLMServer
 ) -> None:

@@ -22,7 +22,7 @@ from paperbench.errors import ConfigError
 from paperbench.llm import ToolCall
 from paperbench.sandbox import NetworkPolicy
 
-from .conftest import Rig, run, with_context
+from .conftest import Rig, run, wait_for_file, with_context
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ def test_a_background_job_outlives_its_call_and_can_be_checked_later(tmp_path: P
                 id="c2", name="bash", arguments={"command": "cat /tmp/jobs/1.exit || echo running"}
             )
             early = (await run_tool(rig.ctx, check, tools)).output
-            await asyncio.sleep(2.5)
+            await wait_for_file(rig.sandbox, "/tmp/jobs/1.exit")
             later = ToolCall(
                 id="c3",
                 name="bash",

@@ -392,6 +392,7 @@ def _grade_engine(sub: Path, out: Path, image: str) -> LeafGrade:
     return LeafGrade.model_validate_json(line)
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_forged_submissions_never_pass_and_the_reference_does_in_docker(
     llm_env: Path, tmp_path: Path, request: pytest.FixtureRequest

@@ -326,6 +326,7 @@ def test_default_limits_are_capped() -> None:
 # --------------------------------------------------------------------------- docker
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.parametrize("kind", ["reference", "buggy"])
 def test_bundled_checks_agree_with_the_gold_grades_in_docker(

@@ -105,6 +105,7 @@ def test_grade_without_a_key_leaves_model_leaves_invalid_and_says_how_to_set_it(
     )
 
 
+@pytest.mark.slow
 def test_a_grading_killed_mid_way_resumes_without_repeating_a_request(
     fake_llm: FakeLLMServer, llm_env: Path, tmp_path: Path
 ) -> None:
@@ -149,6 +150,7 @@ def test_a_grading_killed_mid_way_resumes_without_repeating_a_request(
     stored = {g.leaf_id for g in _grades(out) if g.valid}
     assert 5 <= len(stored) < 61  # 66 leaves, 5 of them checks (invalid: no --executed)
     before = len(fake_llm.requests)
+    fake_llm.handler = ScriptedJudge(lambda text: 1.0)  # the same answers, without the delay
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     asked = [text for r in fake_llm.requests[before:] for _, text in batch_criteria(r)]

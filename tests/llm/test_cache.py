@@ -231,6 +231,7 @@ def _open_fresh_files(
             errors.put(f"process {who}, round {i}: {exc}")
 
 
+@pytest.mark.slow
 def test_many_processes_open_a_fresh_cache_at_once(tmp_path: Path) -> None:
     """Several processes opening (creating, switching to WAL, migrating) one new file at the
     same moment, many times over: none of them may fail with "database is locked"."""

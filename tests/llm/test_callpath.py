@@ -214,6 +214,7 @@ _TWO_LOOPS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_model_used_in_two_event_loops_exits_cleanly() -> None:
     out = subprocess.run(
         [sys.executable, "-W", "default", "-c", _TWO_LOOPS],

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 
 from paperbench.errors import InputError
@@ -398,6 +399,15 @@ def test_classify_failure(output: str, expected: str, says: str) -> None:
     assert "\n" not in detail
 
 
+def _runs_the_test(client: Any, container: str) -> bool:
+    """Whether the container's processes include the problem's test (paper2code_test.py)."""
+    try:
+        top = client.api.top(container)
+    except docker.errors.APIError:  # not running yet
+        return False
+    return any("paper2code_test.py" in " ".join(row) for row in top.get("Processes") or [])
+
+
 @pytest.mark.docker
 def test_a_sandbox_that_dies_during_the_test_is_a_sandbox_error(
     paper: Path, request: pytest.FixtureRequest
@@ -413,8 +423,7 @@ def test_a_sandbox_that_dies_during_the_test_is_a_sandbox_error(
             found = await asyncio.to_thread(
                 client.api.containers, filters={"label": "paperbench.test-case=dies"}
             )
-            if found:
-                await asyncio.sleep(1.0)  # the test is running by then
+            if found and await asyncio.to_thread(_runs_the_test, client, found[0]["Id"]):
                 await asyncio.to_thread(client.api.kill, found[0]["Id"])
                 return
 

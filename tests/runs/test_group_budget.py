@@ -46,6 +46,7 @@ def _judged(root: Path, name: str, server: FakeLLMServer, budget: float | None) 
     return outcomes
 
 
+@pytest.mark.slow
 def test_the_group_budget_stops_the_judge_calls(server: FakeLLMServer, tmp_path: Path) -> None:
     # the group without money first: the judge's answers are cached, and a cached answer
     # costs nothing

@@ -62,6 +62,7 @@ def _leaves(run: Path) -> dict[str, tuple[float, bool, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_the_no_argument_run_completes_with_coverage_and_no_invented_grade(
     llm_env: Path,
 ) -> None:
@@ -156,6 +157,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[f
     return _leaves(folder / "runs" / "ref" / RUN)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["rollout", "reproduction", "grading"])
 def test_kill_9_during_a_stage_then_resume_ends_as_an_uninterrupted_run(
     judge_server: tuple[FakeLLMServer, CountingJudge],
@@ -235,6 +237,7 @@ def test_kill_9_during_a_stage_then_resume_ends_as_an_uninterrupted_run(
         assert status["attempts"] == 2  # resumed from its snapshot, not started again
 
 
+@pytest.mark.slow
 def test_resume_refuses_config_flags_and_a_changed_agent(llm_env: Path) -> None:
     agent = llm_env / "mine.yaml"
     agent.write_text("type: dummy\nlimits:\n  wall_time_s: 60\n")

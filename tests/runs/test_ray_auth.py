@@ -68,6 +68,8 @@ def test_a_cluster_that_refuses_this_process_is_said_in_one_line(
     runs = tmp_path / "runs"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env["RAY_AUTH_MODE"] = "disabled"
+    # Ray tries to reach the cluster for 2 s instead of its default ~20 s: the same refusal
+    env["RAY_gcs_server_port_wait_time_s"] = "2"
     args = [sys.executable, "-m", "paperbench", "run", "--runs-dir", str(runs), "--group", "g"]
     args += ["--executor", "ray", "--ray-address", token_head, "--judge", "dummy"]
     args += ["--sandbox", "local", "--papers", "calibration-binning", "--no-report"]

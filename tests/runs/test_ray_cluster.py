@@ -69,6 +69,30 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
+def _sleeping_under(roots: list[int]) -> bool:
+    """Whether a process below ``roots`` runs ``sleep`` (reproduce.sh sleeping in its
+    sandbox: the sandbox's processes are descendants of the task that runs it)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rfind(")") + 2 :].split()[1]), []).append(int(entry.name))
+    stack = list(roots)
+    while stack:
+        for child in children.get(stack.pop(), []):
+            try:
+                if Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep\0"):
+                    return True
+            except OSError:
+                continue
+            stack.append(child)
+    return False
+
+
 def _kill_session(proc: subprocess.Popen[bytes], sig: int) -> None:
     for pid in _session_pids(proc.pid):
         with contextlib.suppress(ProcessLookupError):
@@ -236,7 +260,7 @@ def test_a_node_killed_mid_reproduction_loses_nothing(cluster: Cluster, tmp_path
     _wait("a reproduction on the worker node", reproducing_on_the_worker, 60)
     killed = victim[0]
     rollout_done = (killed.folder / "status.json").stat().st_mtime_ns
-    time.sleep(1.0)  # reproduce.sh is sleeping in its sandbox
+    _wait("reproduce.sh sleeping", lambda: _sleeping_under(_session_pids(cluster.worker.pid)), 60)
     _kill_session(cluster.worker, signal.SIGKILL)
 
     outcomes = driver.join(120)
@@ -282,7 +306,7 @@ def test_a_task_lost_more_often_than_retried_fails_its_run_until_resumed(
         return state is not None and state.stages["reproduction"].status == "running"
 
     _wait("the reproduction", reproducing, 60)
-    time.sleep(1.0)
+    _wait("reproduce.sh sleeping", lambda: _sleeping_under(_task_pids(cluster)), 60)
     pids = _task_pids(cluster)
     assert len(pids) == 1
     os.kill(pids[0], signal.SIGKILL)
@@ -355,7 +379,9 @@ def test_a_cancelled_driver_cancels_its_tasks(cluster: Cluster, tmp_path: Path) 
         while not ((s := _state(spec)) and s.stages["reproduction"].status == "running"):
             assert time.monotonic() < deadline and not work.done()
             await asyncio.sleep(0.2)
-        await asyncio.sleep(1.0)
+        while not _sleeping_under(_task_pids(cluster)):  # reproduce.sh in its sandbox
+            assert time.monotonic() < deadline and not work.done()
+            await asyncio.sleep(0.1)
         work.cancel()
         with pytest.raises(asyncio.CancelledError):
             await work

@@ -579,13 +579,21 @@ def test_timeout_kills_background_children(start_sandbox: Any, run: Any) -> None
     assert "sleep 10" not in ps.stdout, ps.stdout
 
 
+async def _until_running(sb: Any, command: str, timeout: float = 30) -> None:
+    """Until a process of the sandbox runs ``command`` (its ``ps`` polled)."""
+    deadline = time.monotonic() + timeout
+    while command not in (await sb.exec("ps -eo args", timeout=10)).stdout.splitlines():
+        assert time.monotonic() < deadline, f"{command!r} did not start in {timeout:g} s"
+        await asyncio.sleep(0.05)
+
+
 @pytest.mark.docker
 def test_sleeps_forever_and_cancellation_kill_the_tree(start_sandbox: Any, run: Any) -> None:
     sb = start_sandbox(limits=HOSTILE)
 
     async def cancel_it() -> None:
         task = asyncio.ensure_future(sb.exec("sleep 2000 & sleep 2001", timeout=600))
-        await asyncio.sleep(1.0)
+        await _until_running(sb, "sleep 2001")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -271,6 +271,7 @@ def test_root_inside_cannot_keep_its_sandbox_running_past_its_owner(
         sweep(docker_client)
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_an_idle_sandbox_outlives_every_timeout_of_its_attach(
     reproducer_image: str, run: Any

@@ -466,6 +466,7 @@ from paperbench.sandbox._docker_firewall import COMMENT_PREFIX, our_rules  # noq
 from tests.sandbox.docker_fixtures import TEST_LABELS, sweep  # noqa: E402
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 # The Docker SDK leaves unix sockets of its exec streams to the garbage collector.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

@@ -294,6 +294,7 @@ def test_special_files_and_a_deep_tree_are_a_failing_submission_not_an_infra_err
 # --------------------------------------------------------------------------- class 9
 
 
+@pytest.mark.slow
 def test_the_judges_view_caps_a_huge_log_and_a_tar_bomb(tmp_path: Path) -> None:
     """A 40 MB reproduce.log and a member that expands to 2 GB: the view holds at most its
     caps in memory and writes nothing to disk."""
