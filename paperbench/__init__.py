@@ -9,6 +9,10 @@ From Python::
     rolled = paperbench.rollout(paperbench.RolloutSettings(paper="calibration-binning"))
     meta = paperbench.run_reproduction(paperbench.ReproduceSettings(submission=rolled.out_dir))
     rcb = paperbench.rcb_run(paperbench.RcbSettings(model="openai/gpt-4o", rcb_dir="RCB"))
+    graded = paperbench.grade(
+        paperbench.GradeSettings(submission=rolled.out_dir, paper="calibration-binning")
+    )
+    report = paperbench.judge_eval(paperbench.JudgeEvalSettings(judges=["simple", "dummy"]))
 
 The stages have their own packages: :mod:`paperbench.agents` (rollout, monitor),
 :mod:`paperbench.reproduce`, :mod:`paperbench.judge`, :mod:`paperbench.report`,
@@ -29,9 +33,10 @@ except _NotInstalled:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
 if TYPE_CHECKING:
-    from paperbench._entry import rcb_run, rollout, run_reproduction
+    from paperbench._entry import grade, judge_eval, rcb_run, rollout, run_reproduction
     from paperbench._evaluate import Evaluation, evaluate, evaluate_async, resume, resume_async
     from paperbench.agents._rollout_settings import RolloutSettings
+    from paperbench.judge._settings import GradeSettings, JudgeEvalSettings
     from paperbench.rcb._settings import RcbSettings
     from paperbench.reproduce._settings import ReproduceSettings
     from paperbench.runs._config import EvalConfig
@@ -39,12 +44,16 @@ if TYPE_CHECKING:
 __all__ = [
     "EvalConfig",
     "Evaluation",
+    "GradeSettings",
+    "JudgeEvalSettings",
     "RcbSettings",
     "ReproduceSettings",
     "RolloutSettings",
     "__version__",
     "evaluate",
     "evaluate_async",
+    "grade",
+    "judge_eval",
     "rcb_run",
     "resume",
     "resume_async",
@@ -65,6 +74,10 @@ _LAZY = {
     "ReproduceSettings": "paperbench.reproduce._settings",
     "rcb_run": "paperbench._entry",
     "RcbSettings": "paperbench.rcb._settings",
+    "grade": "paperbench._entry",
+    "GradeSettings": "paperbench.judge._settings",
+    "judge_eval": "paperbench._entry",
+    "JudgeEvalSettings": "paperbench.judge._settings",
 }
 
 

@@ -6,6 +6,8 @@ config its command is made from and runs it in one event loop.
     result = paperbench.rollout(paperbench.RolloutSettings(paper="calibration-binning"))
     meta = paperbench.run_reproduction(paperbench.ReproduceSettings(submission="sub.tar.gz"))
     run = paperbench.rcb_run(paperbench.RcbSettings(model="openai/gpt-4o", rcb_dir="RCB"))
+    graded = paperbench.grade(paperbench.GradeSettings(submission="sub", paper="rice"))
+    report = paperbench.judge_eval(paperbench.JudgeEvalSettings(judges=["simple", "dummy"]))
 
 (``paperbench.reproduce`` is the reproduction stage's package, hence ``run_reproduction``.)
 """
@@ -20,6 +22,16 @@ if TYPE_CHECKING:
     from paperbench.agents._rollout_files import RolloutResult
     from paperbench.agents._rollout_settings import RolloutSettings
     from paperbench.agents._transcript import TranscriptEvent
+    from paperbench.judge._config import LoadedJudge
+    from paperbench.judge._eval import JudgeEvalReport
+    from paperbench.judge._settings import (
+        GraderFactory,
+        GradeSettings,
+        Grading,
+        JudgeEvalProgress,
+        JudgeEvalSettings,
+    )
+    from paperbench.judge._types import LeafGrade
     from paperbench.rcb._settings import RcbRunResult, RcbSettings
     from paperbench.reproduce._models import ReproductionMetadata
     from paperbench.reproduce._settings import ReproduceSettings
@@ -98,3 +110,49 @@ def rcb_run(settings: RcbSettings) -> RcbRunResult:
     )
     report = write_rcb_report(prepared.out_dir)
     return RcbRunResult(out_dir=prepared.out_dir, summary=summary, report=report)
+
+
+def grade(
+    settings: GradeSettings,
+    *,
+    on_leaf: Callable[[LoadedJudge, LeafGrade], None] | None = None,
+    on_start: Callable[[LoadedJudge, int], None] | None = None,
+) -> Grading:
+    """Grade a submission with one or several judge configs into its output folder, as
+    ``paperbench grade`` does with the same settings (``on_start(judge, leaves)`` is called
+    before a config grades, ``on_leaf(judge, grade)`` as each leaf is graded).
+
+    Raises:
+        UsageError: a bad value or output folder, naming its flag.
+        ConfigError: a bad judge config.
+        PaperError: a paper that is not there or not usable.
+        ModelRequestError: a server of the judge's models that does not answer.
+    """
+    from paperbench.judge._settings import prepare_grade, run_grade
+
+    prepared = prepare_grade(settings)
+    return asyncio.run(run_grade(prepared, on_leaf=on_leaf, on_start=on_start))
+
+
+def judge_eval(
+    settings: JudgeEvalSettings,
+    *,
+    progress: JudgeEvalProgress | None = None,
+    grader: GraderFactory | None = None,
+) -> JudgeEvalReport:
+    """Measure judge configs against human-graded gold submissions, as ``paperbench
+    judge-eval`` does with the same settings (``progress(done, total, judge, gold)`` is called
+    as each grading finishes); with ``out``, report.json and the gradings are written there.
+    ``grader(work, model_settings)`` makes the function that grades a gold submission with a
+    judge config, in place of the judge engine's (its resumable folders under ``work``).
+
+    Raises:
+        UsageError: a bad value or output folder, naming its flag.
+        ConfigError: a bad judge config.
+        InputError: a gold set that cannot be read.
+        ModelRequestError: a server of the judge's models that does not answer.
+    """
+    from paperbench.judge._settings import prepare_judge_eval, run_judge_eval
+
+    prepared = prepare_judge_eval(settings)
+    return asyncio.run(run_judge_eval(prepared, progress=progress, grader=grader))

@@ -43,6 +43,8 @@ class Flag:
     """Whether a resume takes it (how the work runs, not what it is)."""
     convert: Callable[[Any], Any] | None = None
     """From the option's value to the field's (the option's default is then None: unset)."""
+    show_default: bool = True
+    """Whether the help shows the default (not when the description says it in words)."""
 
     @property
     def param(self) -> str:

@@ -44,6 +44,7 @@ def parameters(
                 help=field.description,
                 metavar=flag.metavar,
                 min=cast("int | float", lower[0]) if lower else None,
+                show_default=flag.show_default,
             )
             annotation = Annotated[field.annotation, option]
         kind = inspect.Parameter.KEYWORD_ONLY

@@ -17,6 +17,9 @@ What another judge or the run pipeline needs, and nothing of the judge's insides
 - JudgeEval, a judge config against human-graded gold sets: :func:`load_gold_set`
   (:class:`GoldSubmission`), :func:`judge_eval` (:class:`JudgeEvalReport`) with
   :func:`grade_gold` as its :data:`GradeFn`;
+- one grading and one JudgeEval as ``paperbench grade`` / ``paperbench judge-eval`` and
+  :func:`paperbench.grade` / :func:`paperbench.judge_eval` take them: :class:`GradeSettings`
+  (giving a :class:`Grading`) and :class:`JudgeEvalSettings`;
 - what a report reads in a graded tree: :data:`ADDRESSED_KEY` (:class:`AddressedFinding`)
   and :data:`PASS_THRESHOLD`.
 
@@ -48,6 +51,7 @@ from paperbench.judge._gold import grade_gold
 from paperbench.judge._grader import GradeResult, grade_submission, read_result
 from paperbench.judge._job import GradeOptions, ModelSettings, missing_keys
 from paperbench.judge._papercoder import RepoScore, grade_papercoder
+from paperbench.judge._settings import GradeSettings, Grading, JudgeEvalSettings
 from paperbench.judge._types import ADDRESSED_KEY, AddressedFinding, LeafGrade
 from paperbench.judge._view import SubmissionView, ViewLimits, build_view
 
@@ -62,8 +66,11 @@ __all__ = [
     "GradeFn",
     "GradeOptions",
     "GradeResult",
+    "GradeSettings",
+    "Grading",
     "JudgeConfig",
     "JudgeEvalReport",
+    "JudgeEvalSettings",
     "JudgeIdentity",
     "LeafGrade",
     "LoadedJudge",

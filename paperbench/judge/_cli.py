@@ -1,23 +1,20 @@
-"""``paperbench grade`` and ``paperbench judge-eval`` (thin: flags, engine calls, printing).
+"""``paperbench grade`` and ``paperbench judge-eval`` (thin: options, entry point, printing).
 
-``grade`` grades one submission with one or several judge configs (the engine:
-:func:`~paperbench.judge.grade_ensemble`, or :func:`~paperbench.judge.grade_papercoder` for
-``--style papercoder``); ``judge-eval`` measures judge configs against human-graded gold sets
-(:func:`~paperbench.judge.judge_eval`). Both say why a judging failed (invalid leaves by
+``grade`` grades one submission with one or several judge configs (:func:`paperbench.grade`
+on :class:`~paperbench.judge.GradeSettings`); ``judge-eval`` measures judge configs against
+human-graded gold sets (:func:`paperbench.judge_eval` on
+:class:`~paperbench.judge.JudgeEvalSettings`). Both say why a judging failed (invalid leaves by
 reason, with the first message of each) and exit 1 when nothing could be graded.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
+import inspect
 import json
-import re
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Any
 
 import typer
 from rich.progress import (
@@ -31,6 +28,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from paperbench import _entry
 from paperbench._console import (
     console,
     err_console,
@@ -42,118 +40,34 @@ from paperbench._console import (
     unanswered_note,
     warning,
 )
-from paperbench._io import atomic_write_text
-from paperbench._options import (
-    DEFAULT_LEAVES_AT_ONCE,
-    DEFAULT_MAX_CONNECTIONS,
-    BaseUrl,
-    Batch,
-    CodeDev,
-    Concurrency,
-    DataDir,
-    Json,
-    MaxConnections,
-    Model,
-    Out,
-    Paper,
-    ResourcesProvided,
-    Sandbox,
-    parse_concurrency,
-)
-from paperbench.errors import UsageError
-from paperbench.judge._config import DummyConfig, LoadedJudge, RandomConfig, load_judge_config
-from paperbench.judge._ensemble import ensemble_tables, format_interval, grade_ensemble
-from paperbench.judge._eval import GradeFn, JudgeEvalReport, judge_eval, load_gold_set
+from paperbench._model_options import from_options, parameters
+from paperbench._options import Json
+from paperbench.judge._config import LoadedJudge
+from paperbench.judge._ensemble import ensemble_tables, format_interval
+from paperbench.judge._eval import JudgeEvalReport
 from paperbench.judge._grader import GradeResult
-from paperbench.judge._job import GradeOptions, ModelSettings, missing_keys
+from paperbench.judge._settings import GradeSettings, Grading, JudgeEvalSettings
+from paperbench.judge._settings import load_grade_fn as load_grade_fn
 from paperbench.judge._types import LeafGrade
-from paperbench.judge._view import build_view
-from paperbench.llm import ModelConfig
 from paperbench.llm._batch import BatchCounts, batch_progress
-from paperbench.papers import PaperSource
 
-GRADE_STAGES = {"leaves": DEFAULT_LEAVES_AT_ONCE}
-EVAL_STAGES = {"submissions": 2, "leaves": DEFAULT_LEAVES_AT_ONCE}
 CATEGORY_COLUMNS = {
     "Code Development": "F1 dev",
     "Code Execution": "F1 exec",
     "Result Analysis": "F1 res",
 }
-_FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-JudgeOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--judge",
-        metavar="CONFIG",
-        show_default=False,
-        help="A judge config: a catalog name (simple, simple-faithful, dummy, random) or a "
-        "YAML file (default: simple). Repeat to compare configs.",
-    ),
-]
 
 
-# --- checks of the flags -----------------------------------------------------------------
-
-
-def _check_ensemble(judges: list[LoadedJudge], style: str) -> None:
-    """Several configs: each needs its own plain folder name, and only rubric grading."""
-    if style == "papercoder":
-        raise UsageError("--judge: --style papercoder takes one judge config; give --judge once")
-    seen: set[str] = set()
-    for loaded in judges:
-        name = loaded.identity.name
-        if not _FOLDER_NAME.fullmatch(name):
-            raise UsageError(
-                f"--judge {loaded.path}: its name {name!r} is not a plain folder name (letters, "
-                "digits, '.', '_', '-'); set `name:` in the config"
-            )
-        if name in seen:
-            raise UsageError(
-                f"--judge {name}: given twice; each config grades into OUT/<judge-name>/, so "
-                "give each config once (or give a copy another `name:`)"
-            )
-        seen.add(name)
-
-
-def _warn_missing_keys(judges: list[LoadedJudge], settings: ModelSettings) -> None:
-    missing = sorted(
-        {
-            key
-            for loaded in judges
-            if not isinstance(loaded.config, DummyConfig | RandomConfig)
-            for key in missing_keys(loaded, settings)
-        }
-    )
-    for name in missing:
-        warning(
-            f"{name} is not set: the leaves that need a model will be invalid (not graded); "
-            f"set {name} in the environment or a .env file, or pass --base-url for a local "
-            "server (cached answers are still used)"
-        )
-
-
-def _probe_servers(judges: list[LoadedJudge], settings: ModelSettings) -> None:
-    """One request to each server the judges will call, before the fan-out of leaves: a
-    server that does not answer fails the command at once (see :mod:`paperbench.llm._probe`).
-    A batched judge's servers must also serve the batch API (refused in one line if not)."""
-    from paperbench.llm._probe import probe_batch_routes, probe_servers
-
-    flag = "--base-url" if settings.base_url else "--model" if settings.model else "--judge"
-    servers = [
-        (flag, ModelConfig(model=settings.model or model, base_url=settings.base_url))
-        for loaded in judges
-        for model in loaded.identity.models.values()
+def _signed(command: Callable[..., None], settings: type[Any]) -> Callable[..., None]:
+    """``command`` with the options of ``settings`` and ``--json``."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [
+        *parameters(settings),
+        inspect.Parameter("as_json", keyword, default=False, annotation=Json),
     ]
-    asyncio.run(probe_servers(servers))
-    batched = [
-        (flag, ModelConfig(model=settings.model or model, base_url=settings.base_url))
-        for loaded in judges
-        if settings.batch or getattr(loaded.config, "batch", False)
-        for model in loaded.identity.models.values()
-    ]
-    if batched:
-        asyncio.run(probe_batch_routes(batched))
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
 
 
 # --- what a failed judging says ----------------------------------------------------------
@@ -322,115 +236,27 @@ def _fail(line: str) -> int:
     return 1
 
 
-def grade(
-    submission: Annotated[
-        Path, typer.Argument(help="The submission: a folder or a .tar/.tar.gz file.")
-    ],
-    paper: Paper,
-    judge: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--judge",
-            metavar="CONFIG",
-            show_default=False,
-            help="A judge config: a catalog name (simple, simple-faithful, dummy, random) or a "
-            "YAML file (default: simple). Give it several times to grade with each config "
-            "into OUT/<judge-name>/ and compare their verdicts (OUT/agreement.json).",
-        ),
-    ] = ["simple"],  # noqa: B006 (typer copies it)
-    data_dir: DataDir = None,
-    executed: Annotated[
-        Path | None,
-        typer.Option(help="The output folder of `paperbench reproduce` for this submission."),
-    ] = None,
-    log: Annotated[
-        Path | None,
-        typer.Option(help="A reproduce.log to show (default: the one of --executed, if any)."),
-    ] = None,
-    model: Model = None,
-    base_url: BaseUrl = None,
-    max_connections: MaxConnections = DEFAULT_MAX_CONNECTIONS,
-    code_dev: CodeDev = False,
-    resources_provided: ResourcesProvided = False,
-    max_depth: Annotated[
-        int | None,
-        typer.Option(min=1, help="Grade subtrees below this depth as one unit (root: 1)."),
-    ] = None,
-    samples: Annotated[
-        int | None,
-        typer.Option(min=1, help="Verdicts per leaf, majority vote (default: the config's)."),
-    ] = None,
-    style: Annotated[
-        Literal["rubric", "papercoder"],
-        typer.Option(help="rubric: grade the rubric tree; papercoder: 1-5 repository scores."),
-    ] = "rubric",
-    reference: Annotated[
-        Path | None,
-        typer.Option(help="With --style papercoder: a reference implementation to compare."),
-    ] = None,
-    sandbox: Sandbox = "auto",
-    out: Out = None,
-    concurrency: Concurrency = None,
-    batch: Batch = False,
-    as_json: Json = False,
-) -> None:
-    """Grade a submission against its paper's rubric with a judge; write grading/grade.json,
-    grading/leaves.jsonl (one line per leaf as it is graded) and grading/costs.jsonl into
-    --out (default: grade-PAPER-JUDGE; rerun with the same folder to resume). With several
-    --judge, each config writes those under OUT/<judge-name>/ and OUT/agreement.json compares
-    them. Check leaves run in a sandbox: against --executed, or with --code-dev against the
-    submission itself. --concurrency takes leaves=N (leaves or batches graded at once,
-    default 16). Exits 1 when no leaf that needs a model could be graded."""
-    stages = parse_concurrency(concurrency, GRADE_STAGES)
-    if reference is not None and style != "papercoder":
-        raise UsageError("--reference: only with --style papercoder")
-    if out is not None and out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: exists and is not a folder; give another --out")
-    if not submission.exists() and executed is None:
-        raise UsageError(f"SUBMISSION {submission}: not found; give a folder or a .tar.gz file")
-    judges = [load_judge_config(name) for name in judge or ["simple"]]
-    if len(judges) > 1:
-        _check_ensemble(judges, style)
-    the_paper = PaperSource.resolve(data_dir).load(paper)
-    the_paper.require_usable(texts_only=True)  # the texts the judge reads: no LFS pointer
-    settings = ModelSettings(
-        model=model,
-        base_url=base_url,
-        concurrency=stages["leaves"],
-        max_connections=max_connections,
-        batch=batch,
-    )
-    view = build_view(submission, executed, log=log)
-    label = "+".join(j.identity.name for j in judges)
-    out_dir = out or Path(f"grade-{the_paper.id}-{label}")
-    _probe_servers(judges, settings)
-    if style == "papercoder":
-        _papercoder(view, the_paper, judges[0], settings, reference, out_dir, as_json, samples)
-        return
-    _warn_missing_keys(judges, settings)
-    from paperbench.sandbox import SandboxConfig
-
-    options = GradeOptions(
-        code_dev=code_dev, resources_provided=resources_provided, max_depth=max_depth
-    )
+def _grade(as_json: bool, **values: Any) -> None:
+    settings = from_options(GradeSettings, values)
     progress = _GradeProgress()
     with progress.running(), batch_progress(progress.batches):
-        results, report = asyncio.run(
-            grade_ensemble(
-                view,
-                the_paper,
-                judges,
-                out_dir=out_dir,
-                options=options,
-                samples=samples,
-                settings=settings,
-                sandbox=SandboxConfig(backend=sandbox),
-                on_leaf=progress.leaf,
-                on_start=progress.start,
-            )
-        )
+        graded = _entry.grade(settings, on_leaf=progress.leaf, on_start=progress.start)
+    if graded.repo_score is not None:
+        from paperbench.judge._papercoder import render_repo_score
+
+        if as_json:
+            console.print_json(graded.repo_score.model_dump_json())
+        else:
+            console.print(render_repo_score(graded.repo_score))
+        return
+    _print_grading(graded, as_json)
+    _say_failures(graded.results)
+
+
+def _print_grading(graded: Grading, as_json: bool) -> None:
+    report, out_dir = graded.agreement, graded.out_dir
     if report is None:
-        result = results[0]
+        result = graded.results[0]
         if as_json:
             summary = result.model_dump(mode="json", exclude={"graded_task_tree"})
             summary["addressed_to_judge"] = [
@@ -439,7 +265,6 @@ def grade(
             console.print_json(json.dumps(summary))
         else:
             print_table(_table(result, out_dir))
-        _say_failures(results)
         return
     if as_json:
         console.print_json(report.model_dump_json())
@@ -450,49 +275,25 @@ def grade(
             f"per-config gradings under {out_dir}/<judge>/grading, agreement in "
             f"{out_dir / 'agreement.json'}"
         )
-    _say_failures(results)
 
 
-def _papercoder(
-    view: object,
-    paper: object,
-    judge: LoadedJudge,
-    settings: ModelSettings,
-    reference: Path | None,
-    out_dir: Path,
-    as_json: bool,
-    samples: int | None,
-) -> None:
-    from paperbench.judge._papercoder import grade_papercoder, render_repo_score
+def grade(as_json: bool = False, **values: Any) -> None:
+    """Grade a submission against its paper's rubric with a judge; write grading/grade.json,
+    grading/leaves.jsonl (one line per leaf as it is graded) and grading/costs.jsonl into
+    --out (default: grade-PAPER-JUDGE; rerun with the same folder to resume). With several
+    --judge, each config writes those under OUT/<judge-name>/ and OUT/agreement.json compares
+    them. Check leaves run in a sandbox: against --executed, or with --code-dev against the
+    submission itself. --concurrency takes leaves=N (leaves or batches graded at once,
+    default 16). Exits 1 when no leaf that needs a model could be graded."""
+    _grade(as_json, **values)
 
-    if getattr(judge.config, "roles", None) is None:
-        raise UsageError("--style papercoder: needs a judge with a grading model (not dummy)")
-    ref_view = build_view(reference) if reference is not None else None
-    score = asyncio.run(
-        grade_papercoder(
-            view,  # type: ignore[arg-type]
-            paper,  # type: ignore[arg-type]
-            judge,
-            out_dir=out_dir,
-            settings=settings,
-            reference=ref_view,
-            samples=samples,
-        )
-    )
-    if as_json:
-        console.print_json(score.model_dump_json())
-    else:
-        console.print(render_repo_score(score))
+
+grade = _signed(grade, GradeSettings)
+"""``paperbench grade``: :func:`paperbench.grade` from the command line, its argument and
+options made from :class:`~paperbench.judge.GradeSettings`."""
 
 
 # --- judge-eval ----------------------------------------------------------------------------
-
-
-def load_grade_fn(work: Path, settings: ModelSettings | None = None) -> GradeFn:
-    """The grading engine's :func:`grade_gold`, its resumable folders under ``work``."""
-    from paperbench.judge._gold import grade_gold
-
-    return functools.partial(grade_gold, out_root=work, settings=settings)
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -550,91 +351,17 @@ def _agreement_lines(report: JudgeEvalReport) -> list[str]:
     return lines
 
 
-def _check_out(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: exists and is not a folder; give another --out")
-    if out.is_dir() and any(out.iterdir()):
-        raise UsageError(f"--out {out}: the folder is not empty; give a new or empty folder")
+def _judge_eval(as_json: bool, **values: Any) -> None:
+    settings = from_options(JudgeEvalSettings, values)
 
-
-def judge_eval_command(
-    judge: JudgeOption = ["simple"],  # noqa: B006 (typer copies it)
-    gold: Annotated[
-        str,
-        typer.Option(
-            metavar="examples|DIR",
-            help="'examples' (this repository's gold-graded examples) or a folder: "
-            "PaperBench's data/judge_eval, a data directory holding judge_eval/, or a folder "
-            "of <paper>/<name>/ examples.",
-        ),
-    ] = "examples",
-    data_dir: DataDir = None,
-    paper: Annotated[
-        list[str] | None,
-        typer.Option("--paper", metavar="ID", help="Only this paper's gold submissions."),
-    ] = None,
-    model: Model = None,
-    base_url: BaseUrl = None,
-    max_connections: MaxConnections = DEFAULT_MAX_CONNECTIONS,
-    concurrency: Concurrency = None,
-    batch: Batch = False,
-    out: Out = None,
-    as_json: Json = False,
-) -> None:
-    """Measure judge configs against human-graded gold submissions (JudgeEval): accuracy,
-    macro precision, recall and F1 of the leaf verdicts, pooled and per category; invalid
-    leaves counted apart (by reason, on stderr); requests, tokens, dollars and wall time.
-    --concurrency takes submissions=N (gradings at once, default 2) and leaves=N (leaves
-    each grading sends at once, default 16). --out writes report.json and every predicted
-    tree (<judge>/<paper>/<name>/grade.json) to a new or empty folder. Exits 1 when a judge
-    config could grade no leaf."""
-    stages = parse_concurrency(concurrency, EVAL_STAGES)
-    if out is not None:
-        _check_out(out)
-    judges = [load_judge_config(name) for name in judge or ["simple"]]
-    golds = load_gold_set(gold, data_dir=data_dir, papers=paper)
-    settings = ModelSettings(
-        model=model,
-        base_url=base_url,
-        concurrency=stages["leaves"],
-        max_connections=max_connections,
-        batch=batch,
-    )
-    _warn_missing_keys(judges, settings)
-    _probe_servers(judges, settings)
-    total = len(golds) * len(judges)
-    finished = 0
-
-    def done(judge_name: str, gold_name: str) -> None:
-        nonlocal finished
-        finished += 1
+    def done(finished: int, total: int, judge_name: str, gold_name: str) -> None:
         err_console.print(
             Text(f"[{finished}/{total}] graded {printable(gold_name)} with {printable(judge_name)}")
         )
 
-    with contextlib.ExitStack() as stack:
-        # the engine's per-leaf records: kept beside the report with --out, else temporary
-        work = (
-            out / "gradings"
-            if out is not None
-            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pb-judge-eval-")))
-        )
-        grade_fn = load_grade_fn(work, settings)
-        report = asyncio.run(
-            judge_eval(
-                golds,
-                judges,
-                grade_fn,
-                concurrency=stages["submissions"],
-                out=out,
-                progress=done,
-            )
-        )
-    text = report.model_dump_json(indent=2)
-    if out is not None:
-        atomic_write_text(out / "report.json", text + "\n")
+    report = _entry.judge_eval(settings, progress=done, grader=load_grade_fn)
     if as_json:
-        console.print(json.dumps(json.loads(text), indent=2), markup=False)
+        console.print(json.dumps(json.loads(report.model_dump_json()), indent=2), markup=False)
     else:
         print_table(report_table(report))
         for line in _agreement_lines(report):
@@ -651,3 +378,19 @@ def judge_eval_command(
     failed = [r.judge.name for r in report.configs if r.nothing_graded]
     if failed:
         raise typer.Exit(_fail(f"judge {', '.join(failed)}: no leaf could be graded"))
+
+
+def judge_eval_command(as_json: bool = False, **values: Any) -> None:
+    """Measure judge configs against human-graded gold submissions (JudgeEval): accuracy,
+    macro precision, recall and F1 of the leaf verdicts, pooled and per category; invalid
+    leaves counted apart (by reason, on stderr); requests, tokens, dollars and wall time.
+    --concurrency takes submissions=N (gradings at once, default 2) and leaves=N (leaves
+    each grading sends at once, default 16). --out writes report.json and every predicted
+    tree (<judge>/<paper>/<name>/grade.json) to a new or empty folder. Exits 1 when a judge
+    config could grade no leaf."""
+    _judge_eval(as_json, **values)
+
+
+judge_eval_command = _signed(judge_eval_command, JudgeEvalSettings)
+"""``paperbench judge-eval``: :func:`paperbench.judge_eval` from the command line, its options
+made from :class:`~paperbench.judge.JudgeEvalSettings`."""

@@ -14,6 +14,7 @@ from paperbench._model_options import flag_of, model_flags
 from paperbench.agents import RolloutSettings
 from paperbench.cli import app
 from paperbench.errors import UsageError
+from paperbench.judge import GradeSettings, JudgeEvalSettings
 from paperbench.rcb import RcbSettings
 from paperbench.reproduce import ReproduceSettings
 from paperbench.runs import (
@@ -50,8 +51,10 @@ def _leaves(model: type[typing.Any], path: tuple[str, ...] = ()) -> list[tuple[s
         (RolloutSettings, "rollout"),
         (ReproduceSettings, "reproduce"),
         (RcbSettings, "rcb run"),
+        (GradeSettings, "grade"),
+        (JudgeEvalSettings, "judge-eval"),
     ],
-    ids=["run", "rollout", "reproduce", "rcb run"],
+    ids=["run", "rollout", "reproduce", "rcb run", "grade", "judge-eval"],
 )
 def test_every_config_field_is_a_run_option_with_the_same_default(
     config: type[typing.Any], name: str
