@@ -7,7 +7,7 @@ a command's own table of shared options holds (``rcb``'s commands share some of 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, cast
 
 import annotated_types
@@ -50,6 +50,34 @@ def parameters(
         kind = inspect.Parameter.KEYWORD_ONLY
         out.append(inspect.Parameter(flag.param, kind, default=default, annotation=annotation))
     return out
+
+
+def option(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    """A command's own option beside its settings' (``--json``, ``--resume``)."""
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+    )
+
+
+def with_options(
+    command: Callable[..., None],
+    settings: type[BaseModel],
+    *,
+    context: bool = False,
+    before: Sequence[inspect.Parameter] = (),
+    after: Sequence[inspect.Parameter] = (),
+    shared: Mapping[str, Any] | None = None,
+) -> Callable[..., None]:
+    """``command`` (which takes the options' values as ``**values``) signed for typer: the
+    click context first when ``context``, then ``before``, the options of ``settings``
+    (:func:`parameters`) and ``after``."""
+    params = [*before, *parameters(settings, shared), *after]
+    if context:
+        ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        params.insert(0, ctx.replace(annotation=typer.Context))
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
 
 
 def given_on_command_line(ctx: typer.Context, model: type[BaseModel]) -> list[str]:

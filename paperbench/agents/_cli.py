@@ -4,12 +4,10 @@ parse flags, call the engine, print)."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import shlex
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from paperbench._console import console, err_console, plural, print_table, printable, warning
-from paperbench._model_options import from_options, parameters
+from paperbench._model_options import from_options, option, with_options
 from paperbench._options import DataDir, Json, OptionalPaper, Out
 from paperbench.agents._base import read_transcript
 from paperbench.agents._monitor import (
@@ -178,32 +176,23 @@ def _rollout(ctx: typer.Context, as_json: bool, **values: Any) -> None:
         raise typer.Exit(EXIT_ERROR)
 
 
-def _rollout_command() -> Callable[..., None]:
-    def rollout_command(ctx: typer.Context, as_json: bool = False, **values: Any) -> None:
-        _rollout(ctx, as_json, **values)
-
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    params = [
-        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-        *parameters(RolloutSettings),
-        inspect.Parameter("as_json", keyword, default=False, annotation=Json),
-    ]
-    rollout_command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    rollout_command.__annotations__ = {p.name: p.annotation for p in params}
-    rollout_command.__doc__ = (
-        "Run an agent on a paper in a fresh sandbox; write the run folder (config.json, "
-        "transcript.jsonl, costs.jsonl, snapshots/, submission.tar.gz, status.json last). "
-        "Progress goes to stderr: live on a terminal, a line per step when piped. --resume "
-        "FOLDER continues a run that did not finish in a new sandbox from its last snapshot; "
-        "give it the flags the run was started with (a change is refused). Exit code 0 when "
-        "the agent submitted or reached a limit, 3 when it ended in an error, 4 when the run "
-        "paused (provider unavailable past its retries, sandbox lost too often): it prints "
-        "the command that continues it."
-    )
-    return rollout_command
+def _rollout_command(ctx: typer.Context, as_json: bool = False, **values: Any) -> None:
+    _rollout(ctx, as_json, **values)
 
 
-rollout_command = _rollout_command()
+_rollout_command.__doc__ = (
+    "Run an agent on a paper in a fresh sandbox; write the run folder (config.json, "
+    "transcript.jsonl, costs.jsonl, snapshots/, submission.tar.gz, status.json last). "
+    "Progress goes to stderr: live on a terminal, a line per step when piped. --resume "
+    "FOLDER continues a run that did not finish in a new sandbox from its last snapshot; "
+    "give it the flags the run was started with (a change is refused). Exit code 0 when "
+    "the agent submitted or reached a limit, 3 when it ended in an error, 4 when the run "
+    "paused (provider unavailable past its retries, sandbox lost too often): it prints "
+    "the command that continues it."
+)
+rollout_command = with_options(
+    _rollout_command, RolloutSettings, context=True, after=[option("as_json", Json, False)]
+)
 """``paperbench rollout``: :func:`paperbench.rollout` from the command line, its options made
 from :class:`~paperbench.agents.RolloutSettings`."""
 

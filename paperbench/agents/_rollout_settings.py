@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError
 
 from paperbench._console import warning
 from paperbench._flags import Flag, parse_networks
@@ -25,8 +25,8 @@ from paperbench.agents._rollout_files import DEFAULT_MAX_RESTARTS, DEFAULT_SNAPS
 from paperbench.agents._rollout_plan import RolloutOptions
 from paperbench.errors import UsageError
 from paperbench.llm import ModelConfig
-from paperbench.llm._registry import check_model_name
-from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS, check_base_url
+from paperbench.llm._registry import ModelChecks
+from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS
 from paperbench.papers import Paper, PaperSource
 from paperbench.sandbox import NetworkPolicy, SandboxConfig, SandboxLimits
 from paperbench.sandbox._internal_nets import IPNetwork, describe
@@ -60,7 +60,7 @@ def agent_overrides(
     return model_config, agent_limits.model_copy(update=given)
 
 
-class RolloutSettings(BaseModel):
+class RolloutSettings(ModelChecks):
     """One rollout: an agent on a paper in a fresh sandbox, into a run folder.
 
     The defaults are the command line's: the replay agent (no model needed), the sandbox that
@@ -158,16 +158,6 @@ class RolloutSettings(BaseModel):
         description="New sandboxes (from the last snapshot) started when the sandbox is lost, "
         "before the run pauses.",
     )
-
-    @field_validator("model")
-    @classmethod
-    def _check_model(cls, value: str | None) -> str | None:
-        return None if value is None else check_model_name(value)
-
-    @field_validator("base_url")
-    @classmethod
-    def _check_base_url(cls, value: str | None) -> str | None:
-        return None if value is None else check_base_url(value)
 
 
 @dataclass(frozen=True)

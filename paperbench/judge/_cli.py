@@ -10,9 +10,8 @@ reason, with the first message of each) and exit 1 when nothing could be graded.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from paperbench._console import (
     unanswered_note,
     warning,
 )
-from paperbench._model_options import from_options, parameters
+from paperbench._model_options import from_options, option, with_options
 from paperbench._options import Json
 from paperbench.judge._config import LoadedJudge
 from paperbench.judge._ensemble import ensemble_tables, format_interval
@@ -56,18 +55,6 @@ CATEGORY_COLUMNS = {
     "Code Execution": "F1 exec",
     "Result Analysis": "F1 res",
 }
-
-
-def _signed(command: Callable[..., None], settings: type[Any]) -> Callable[..., None]:
-    """``command`` with the options of ``settings`` and ``--json``."""
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    params = [
-        *parameters(settings),
-        inspect.Parameter("as_json", keyword, default=False, annotation=Json),
-    ]
-    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    command.__annotations__ = {p.name: p.annotation for p in params}
-    return command
 
 
 # --- what a failed judging says ----------------------------------------------------------
@@ -288,7 +275,7 @@ def grade(as_json: bool = False, **values: Any) -> None:
     _grade(as_json, **values)
 
 
-grade = _signed(grade, GradeSettings)
+grade = with_options(grade, GradeSettings, after=[option("as_json", Json, False)])
 """``paperbench grade``: :func:`paperbench.grade` from the command line, its argument and
 options made from :class:`~paperbench.judge.GradeSettings`."""
 
@@ -391,6 +378,8 @@ def judge_eval_command(as_json: bool = False, **values: Any) -> None:
     _judge_eval(as_json, **values)
 
 
-judge_eval_command = _signed(judge_eval_command, JudgeEvalSettings)
+judge_eval_command = with_options(
+    judge_eval_command, JudgeEvalSettings, after=[option("as_json", Json, False)]
+)
 """``paperbench judge-eval``: :func:`paperbench.judge_eval` from the command line, its options
 made from :class:`~paperbench.judge.JudgeEvalSettings`."""

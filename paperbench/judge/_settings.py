@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from paperbench._console import warning
 from paperbench._flags import Flag, parse_concurrency
@@ -36,8 +36,8 @@ from paperbench.judge._job import DEFAULT_LEAVES_AT_ONCE, GradeOptions, ModelSet
 from paperbench.judge._types import LeafGrade
 from paperbench.judge._view import SubmissionView, build_view
 from paperbench.llm import ModelConfig
-from paperbench.llm._registry import check_model_name
-from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS, check_base_url
+from paperbench.llm._registry import ModelChecks
+from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS
 from paperbench.papers import Paper, PaperSource
 
 if TYPE_CHECKING:
@@ -68,22 +68,6 @@ def _stages(value: dict[str, int], stages: dict[str, int]) -> dict[str, int]:
     return {**stages, **value}
 
 
-class _ModelFields(BaseModel):
-    """The checks of ``--model`` and ``--base-url`` that both settings take."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @field_validator("model", check_fields=False)
-    @classmethod
-    def _check_model(cls, value: str | None) -> str | None:
-        return None if value is None else check_model_name(value)
-
-    @field_validator("base_url", check_fields=False)
-    @classmethod
-    def _check_base_url(cls, value: str | None) -> str | None:
-        return None if value is None else check_base_url(value)
-
-
 Model = Annotated[str | None, Flag("--model", shared=True)]
 BaseUrl = Annotated[str | None, Flag("--base-url", shared=True)]
 MaxConnections = Annotated[int, Flag("--max-connections", shared=True)]
@@ -96,7 +80,7 @@ _BATCH = "Send the judge's calls through the providers' batch APIs at half price
 _DATA_DIR = "A PaperBench data directory, holding papers/ (default: the bundled papers)."
 
 
-class GradeSettings(_ModelFields):
+class GradeSettings(ModelChecks):
     """One submission graded against its paper's rubric with one or several judge configs.
 
     The defaults are the command line's: the judge ``simple``, the bundled papers, the
@@ -170,7 +154,7 @@ class GradeSettings(_ModelFields):
         return _stages(value, GRADE_STAGES)
 
 
-class JudgeEvalSettings(_ModelFields):
+class JudgeEvalSettings(ModelChecks):
     """Judge configs measured against human-graded gold submissions (JudgeEval).
 
     The defaults are the command line's: the judge ``simple`` on this repository's

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from paperbench._io import json_path, read_text
 from paperbench.errors import (
@@ -276,6 +276,23 @@ def check_model_name(model: str) -> str:
         known = ", ".join(providers() + sorted(endpoints()))
         raise ValueError(f"unknown provider {name!r} in {model!r} (known: {known})")
     return model
+
+
+class ModelChecks(BaseModel):
+    """A config that names a model (a ``model`` field) and its server (``base_url``), as its
+    subclass declares them: both are checked as given, before any work."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("model", check_fields=False)
+    @classmethod
+    def _check_model(cls, value: str | None) -> str | None:
+        return None if value is None else check_model_name(value)
+
+    @field_validator("base_url", check_fields=False)
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_base_url(value)
 
 
 def register_provider(name: str, factory: str | ProviderFactory) -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,7 +13,7 @@ from rich.text import Text
 
 from paperbench import _entry
 from paperbench._console import console, plural, print_table, printable
-from paperbench._model_options import from_options, model_flags, parameters
+from paperbench._model_options import from_options, model_flags, option, with_options
 from paperbench._options import (
     AllowUnsandboxed,
     Image,
@@ -227,29 +225,26 @@ def _rcb_run(ctx: typer.Context, as_json: bool, **values: Any) -> None:
     console.print(f"report: {result.report}")
 
 
-def _run_command() -> Callable[..., None]:
-    def rcb_run(ctx: typer.Context, as_json: bool = False, **values: Any) -> None:
-        _rcb_run(ctx, as_json, **values)
+def _run_command(ctx: typer.Context, as_json: bool = False, **values: Any) -> None:
+    _rcb_run(ctx, as_json, **values)
 
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    params = [
-        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-        *parameters(RcbSettings, RCB_OPTIONS),
-        inspect.Parameter("as_json", keyword, default=False, annotation=Json),
-    ]
-    rcb_run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    rcb_run.__annotations__ = {p.name: p.annotation for p in params}
-    rcb_run.__doc__ = (
-        "Ask a model for every problem's missing code, put it in the snippet's place and run "
-        "the paper's test in a fresh sandbox with no network; write OUT/summary.json with the "
-        "line-weighted and plain pass rates. Answers and tests are kept per problem: kill it at "
-        "any moment and continue with --resume OUT (the run's own options: an option given that "
-        "differs is refused, naming it)."
+
+_run_command.__doc__ = (
+    "Ask a model for every problem's missing code, put it in the snippet's place and run "
+    "the paper's test in a fresh sandbox with no network; write OUT/summary.json with the "
+    "line-weighted and plain pass rates. Answers and tests are kept per problem: kill it at "
+    "any moment and continue with --resume OUT (the run's own options: an option given that "
+    "differs is refused, naming it)."
+)
+rcb_run = app.command("run")(
+    with_options(
+        _run_command,
+        RcbSettings,
+        context=True,
+        after=[option("as_json", Json, False)],
+        shared=RCB_OPTIONS,
     )
-    return rcb_run
-
-
-rcb_run = app.command("run")(_run_command())
+)
 """``paperbench rcb run``: :func:`paperbench.rcb_run` from the command line, its options made
 from :class:`~paperbench.rcb.RcbSettings`."""
 

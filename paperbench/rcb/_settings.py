@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from paperbench._flags import Flag, model_flags, parse_concurrency
 from paperbench.errors import UsageError
-from paperbench.llm._registry import check_model_name
-from paperbench.llm._types import check_base_url
+from paperbench.llm._registry import ModelChecks
 from paperbench.rcb._models import Mode, RcbSummary
 from paperbench.rcb._resume import resumed_options
 from paperbench.rcb._runner import RcbRunOptions
@@ -67,7 +66,7 @@ def _concurrency(values: list[str] | None) -> dict[str, int]:
     return parse_concurrency(values, RCB_STAGES)
 
 
-class RcbSettings(BaseModel):
+class RcbSettings(ModelChecks):
     """One ResearchCodeBench run: a model's answers to every problem of a problem set, each
     graded by the paper's test in a fresh sandbox, into a run folder.
 
@@ -141,16 +140,6 @@ class RcbSettings(BaseModel):
     budget_dollars: Annotated[float | None, Flag("--budget-dollars", shared=True)] = Field(
         default=None, ge=0, description="Dollars for all the model calls of the run."
     )
-
-    @field_validator("model")
-    @classmethod
-    def _check_model(cls, value: str | None) -> str | None:
-        return None if value is None else check_model_name(value)
-
-    @field_validator("base_url")
-    @classmethod
-    def _check_base_url(cls, value: str | None) -> str | None:
-        return None if value is None else check_base_url(value)
 
     @field_validator("papers")
     @classmethod

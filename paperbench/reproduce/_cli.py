@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ from rich.logging import RichHandler
 from rich.markup import escape
 
 from paperbench._console import console, err_console
-from paperbench._model_options import from_options, parameters
+from paperbench._model_options import from_options, option, with_options
 from paperbench._options import Json
 from paperbench.reproduce import ReproductionMetadata, reproduce_submission
 from paperbench.reproduce._settings import ReproduceSettings, prepare_reproduction
@@ -48,28 +46,20 @@ def _reproduce(as_json: bool, **values: Any) -> None:
         raise typer.Exit(EXIT_NOT_SUCCESS)
 
 
-def _command() -> Callable[..., None]:
-    def reproduce(as_json: bool = False, **values: Any) -> None:
-        """Run a submission's reproduce.sh in a fresh sandbox; write reproduce.log,
-        executed.tar.gz and metadata.json. Exit code 0 on success, 3 when the run failed, timed
-        out or filled its disk, 1 for bad input.
+def _reproduce_command(as_json: bool = False, **values: Any) -> None:
+    """Run a submission's reproduce.sh in a fresh sandbox; write reproduce.log,
+    executed.tar.gz and metadata.json. Exit code 0 on success, 3 when the run failed, timed
+    out or filled its disk, 1 for bad input.
 
-        --out defaults to <submission>.reproduction beside the input (an archive keeps its
-        suffix, e.g. sub.tar.gz.reproduction); it is refused when it exists and is not empty,
-        unless --force."""
-        _reproduce(as_json, **values)
-
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    params = [
-        *parameters(ReproduceSettings),
-        inspect.Parameter("as_json", keyword, default=False, annotation=Json),
-    ]
-    reproduce.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    reproduce.__annotations__ = {p.name: p.annotation for p in params}
-    return reproduce
+    --out defaults to <submission>.reproduction beside the input (an archive keeps its
+    suffix, e.g. sub.tar.gz.reproduction); it is refused when it exists and is not empty,
+    unless --force."""
+    _reproduce(as_json, **values)
 
 
-reproduce = _command()
+reproduce = with_options(
+    _reproduce_command, ReproduceSettings, after=[option("as_json", Json, False)]
+)
 """``paperbench reproduce``: :func:`paperbench.run_reproduction` from the command line, its
 arguments made from :class:`~paperbench.reproduce.ReproduceSettings`."""
 

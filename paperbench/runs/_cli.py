@@ -4,15 +4,13 @@ is a new option with the same default."""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
 from typing import Any
 
 import typer
 
 from paperbench import _options as opt
 from paperbench._console import console, err_console
-from paperbench._model_options import from_options, given_on_command_line, parameters
+from paperbench._model_options import from_options, given_on_command_line, option, with_options
 from paperbench.errors import UsageError
 from paperbench.runs._config import EvalConfig
 
@@ -72,27 +70,18 @@ def _resume_hint(config: EvalConfig, resume: str | None) -> str:
     return f"continue with `paperbench run --resume {group_dir}`"
 
 
-def _command() -> Callable[..., None]:
-    def run_command(ctx: typer.Context, resume: str | None = None, **values: Any) -> None:
-        _run(ctx, resume, **values)
-
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    params = [
-        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-        inspect.Parameter("resume", keyword, default=None, annotation=opt.Resume),
-        *parameters(EvalConfig),
-    ]
-    run_command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    run_command.__annotations__ = {p.name: p.annotation for p in params}
-    run_command.__doc__ = (
-        "Run papers × agents × seeds through rollout, monitor, reproduction and grading into "
-        "runs/GROUP/. With no options: the bundled papers, the replay agent (no model needed), "
-        "Docker (else the local sandbox with bubblewrap), reproduction, and the simple judge, "
-        "whose leaves that need a model are reported not graded when no key is set. Kill it at "
-        "any moment and continue with --resume GROUP. On a terminal it shows each run live; "
-        "piped, a line per stage a run begins or ends (the group's group.log)."
-    )
-    return run_command
+def _run_command(ctx: typer.Context, resume: str | None = None, **values: Any) -> None:
+    _run(ctx, resume, **values)
 
 
-run_command = _command()
+_run_command.__doc__ = (
+    "Run papers × agents × seeds through rollout, monitor, reproduction and grading into "
+    "runs/GROUP/. With no options: the bundled papers, the replay agent (no model needed), "
+    "Docker (else the local sandbox with bubblewrap), reproduction, and the simple judge, "
+    "whose leaves that need a model are reported not graded when no key is set. Kill it at "
+    "any moment and continue with --resume GROUP. On a terminal it shows each run live; "
+    "piped, a line per stage a run begins or ends (the group's group.log)."
+)
+run_command = with_options(
+    _run_command, EvalConfig, context=True, before=[option("resume", opt.Resume, None)]
+)

@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench._flags import Flag, parse_concurrency, parse_networks
 from paperbench.agents._rollout_files import DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.judge._job import DEFAULT_LEAVES_AT_ONCE
-from paperbench.llm._registry import check_model_name
-from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS, check_base_url
+from paperbench.llm._registry import ModelChecks
+from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS
 from paperbench.sandbox._internal_nets import IPNetwork
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -38,18 +38,8 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class _ModelSection(_Section):
+class _ModelSection(ModelChecks):
     """A section naming a model and its server: both checked as given, before any work."""
-
-    @field_validator("model", check_fields=False)
-    @classmethod
-    def _check_model(cls, value: str | None) -> str | None:
-        return None if value is None else check_model_name(value)
-
-    @field_validator("base_url", check_fields=False)
-    @classmethod
-    def _check_base_url(cls, value: str | None) -> str | None:
-        return None if value is None else check_base_url(value)
 
 
 class JudgeSettings(_ModelSection):
