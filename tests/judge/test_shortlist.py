@@ -168,23 +168,19 @@ def test_a_failed_shortlist_call_leaves_a_note_and_the_lexical_choice(
     assert list(result["selection_notes"].values()) == [2], result["selection_notes"]
 
 
-def test_a_batch_gets_room_for_its_must_have_files_before_it_is_split(
-    fake_llm: FakeLLMServer, tmp_path: Path
-) -> None:
-    """Two leaves whose shortlisted files (~590 tokens each, a single 40-line chunk) do not
-    both fit the submission cap (700 tokens): the call's room is raised by what the left-out
-    one takes, and one call grades both, each shown its file (rather than a call each)."""
+def _capped_judge(tmp_path: Path, submission_tokens: int) -> Path:
+    """The catalog's simple judge with its submission room capped at ``submission_tokens``."""
     folder = tmp_path / "judges"
     shutil.copytree(catalog_dir(), folder, dirs_exist_ok=True)
     config = yaml.safe_load((folder / "simple.yaml").read_text())
-    config["budgets"]["submission_tokens"] = 700
+    config["budgets"]["submission_tokens"] = submission_tokens
     (folder / "capped.yaml").write_text(yaml.safe_dump(config))
-    root = tmp_path / "submission"
-    (root / "src").mkdir(parents=True)
-    (root / "README.md").write_text("# Replication\n")
-    for name, mark in (("big_a", "MARK_A"), ("big_b", "MARK_B")):
-        body = "".join(f"value_{name}_{j} = compute_{j}(table, {j})\n" for j in range(39))
-        (root / "src" / f"{name}.py").write_text(body + f"# {mark}")  # 40 lines: one chunk
+    return folder / "capped.yaml"
+
+
+def _grade_two_big_files(fake_llm: FakeLLMServer, root: Path, judge: Path, out: Path) -> None:
+    """The quokka and wombat leaves graded with ``judge``, each shortlisted to its big file
+    (``src/big_a.py``, ``src/big_b.py``)."""
     picks = {QUOKKA: ["src/big_a.py"], WOMBAT: ["src/big_b.py"]}
     fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: picks.get(r, []))
     rubric = _rubric().to_dict()
@@ -193,13 +189,29 @@ def test_a_batch_gets_room_for_its_must_have_files_before_it_is_split(
         grade_submission(
             build_view(root),
             PaperSource.resolve(None).load("calibration-binning"),
-            load_judge_config(folder / "capped.yaml"),
-            out_dir=tmp_path / "out",
+            load_judge_config(judge),
+            out_dir=out,
             rubric=TaskNode.model_validate(rubric),
             options=GradeOptions(samples=1),
             settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
         )
     )
+
+
+def test_a_batch_gets_room_for_its_must_have_files_before_it_is_split(
+    fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    """Two leaves whose shortlisted files (~590 tokens each, a single 40-line chunk) do not
+    both fit the submission cap (700 tokens): the call's room is raised by what the left-out
+    one takes, and one call grades both, each shown its file (rather than a call each)."""
+    judge = _capped_judge(tmp_path, 700)
+    root = tmp_path / "submission"
+    (root / "src").mkdir(parents=True)
+    (root / "README.md").write_text("# Replication\n")
+    for name, mark in (("big_a", "MARK_A"), ("big_b", "MARK_B")):
+        body = "".join(f"value_{name}_{j} = compute_{j}(table, {j})\n" for j in range(39))
+        (root / "src" / f"{name}.py").write_text(body + f"# {mark}")  # 40 lines: one chunk
+    _grade_two_big_files(fake_llm, root, judge, tmp_path / "out")
     [grading] = [r for r in fake_llm.requests if batch_criteria(r)]
     text = last_user_text(grading)
     assert "MARK_A" in text and "MARK_B" in text
@@ -335,11 +347,7 @@ def test_an_excerpt_of_a_must_have_file_is_not_counted_as_shown(
     the first, the evidence in the second) do not both fit whole in the submission cap: an
     excerpt of one would show its words and miss its evidence. The call is given room for
     both whole, and each leaf's grading request holds its evidence."""
-    folder = tmp_path / "judges"
-    shutil.copytree(catalog_dir(), folder, dirs_exist_ok=True)
-    config = yaml.safe_load((folder / "simple.yaml").read_text())
-    config["budgets"]["submission_tokens"] = 1500
-    (folder / "capped.yaml").write_text(yaml.safe_dump(config))
+    judge = _capped_judge(tmp_path, 1500)
     root = tmp_path / "submission"
     (root / "src").mkdir(parents=True)
     (root / "README.md").write_text("# Replication\n")
@@ -350,21 +358,7 @@ def test_an_excerpt_of_a_must_have_file_is_not_counted_as_shown(
         head = "".join(f"# {words} ({j})\nvalue_{j} = compute_{j}(table)\n" for j in range(20))
         body = "".join(f"other_{j} = reduce_{j}(frame, {j})\n" for j in range(39))
         (root / "src" / f"{name}.py").write_text(head + body + f"# {mark}\n")
-    picks = {QUOKKA: ["src/big_a.py"], WOMBAT: ["src/big_b.py"]}
-    fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: picks.get(r, []))
-    rubric = _rubric().to_dict()
-    rubric["sub_tasks"][0]["sub_tasks"] = rubric["sub_tasks"][0]["sub_tasks"][:2]
-    asyncio.run(
-        grade_submission(
-            build_view(root),
-            PaperSource.resolve(None).load("calibration-binning"),
-            load_judge_config(folder / "capped.yaml"),
-            out_dir=tmp_path / "out",
-            rubric=TaskNode.model_validate(rubric),
-            options=GradeOptions(samples=1),
-            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
-        )
-    )
+    _grade_two_big_files(fake_llm, root, judge, tmp_path / "out")
     assert "MARK_A" in _grading_text(fake_llm, QUOKKA)
     assert "MARK_B" in _grading_text(fake_llm, WOMBAT)
     lines = (tmp_path / "out" / "grading" / "leaves.jsonl").read_text().splitlines()
