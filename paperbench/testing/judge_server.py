@@ -4,7 +4,8 @@
     paperbench grade SUBMISSION --paper ID --base-url http://127.0.0.1:8765/v1 \\
         --model openai/gpt-4o
 
-It answers every call a judge makes: the simple mode's verdicts (one per criterion key, all
+It answers every call a judge makes: the simple mode's shortlist (for each criterion, the
+first six ``.py`` and ``.md`` paths of the map) and verdicts (one per criterion key, all
 with ``--score``), the faithful mode's ranking (the ``.py`` and ``.md`` paths of the file
 tree), grading (a short verdict) and parsing (the score). Nothing it says is a real grade.
 """
@@ -20,6 +21,7 @@ from paperbench.testing.fake_llm import FakeLLMServer, FakeReply, RecordedReques
 
 _KEY = re.compile(r"^\[(\d+)\]$", re.M)
 _PATH = re.compile(r"^\s*(\S+\.(?:py|md))$", re.M)
+_MAP_PATH = re.compile(r"^(\S+\.(?:py|md)) \[", re.M)
 _CRITERION = "The criterion you grade now"
 
 
@@ -33,12 +35,28 @@ def _last_text(request: RecordedRequest) -> str:
     return str(content or "")
 
 
+def _all_text(request: RecordedRequest) -> str:
+    """Every message's text (the shortlist's map may come before its criteria)."""
+    texts = []
+    for message in request.body.get("messages") or request.body.get("input") or []:
+        content = message.get("content")
+        if isinstance(content, list):
+            texts.append("".join(str(part.get("text", "")) for part in content))
+        else:
+            texts.append(str(content or ""))
+    return "\n".join(texts)
+
+
 def judge_handler(score: float = 1.0) -> Callable[[RecordedRequest], FakeReply]:
     """A handler that gives every criterion ``score``, in whichever call asks."""
 
     def answer(request: RecordedRequest) -> FakeReply:
         last = _last_text(request)
         schema = requested_schema(request)
+        if schema is not None and "picks" in schema.get("properties", {}):
+            paths = _MAP_PATH.findall(_all_text(request))[:6]
+            picks = [{"key": key, "paths": paths} for key in _KEY.findall(last)]
+            return FakeReply(json={"picks": picks})
         if schema is not None and "verdicts" in schema.get("properties", {}):
             verdicts = [
                 {"key": key, "explanation": "scripted verdict", "score": score}
