@@ -182,6 +182,8 @@ class SubmissionIndex:
             f for f in view.files if _readable(f) is not None and f.path not in SEPARATE_FILES
         ]
         self.lines: list[list[str]] = [(_readable(f) or "").split("\n") for f in self.files]
+        self.position: dict[str, int] = {f.path: i for i, f in enumerate(self.files)}
+        """Each indexed file's place in ``files``, by path."""
         self.chunks: list[_Chunk] = []
         corpus: list[list[str]] = []
         for index, (file, lines) in enumerate(zip(self.files, self.lines, strict=True)):

@@ -277,7 +277,7 @@ def _shown(job: Job, context: LeafContext, model: str) -> set[str]:
     assert isinstance(config, SimpleConfig)
     cap = config.budgets.submission_tokens
     index = job.index(model)
-    where = {f.path: i for i, f in enumerate(index.files)}
+    where = index.position
     return {
         f.path
         for f in context.files
@@ -308,7 +308,7 @@ def _words_agree(job: Job, leaf: Leaf, named: list[str], own: str, model: str) -
     if not named:
         return False
     index = job.index(model)
-    where = {f.path: i for i, f in enumerate(index.files)}
+    where = index.position
     scores = index.file_scores(leaf.node.requirements)
     top = scores[where[own]] if own in where else 0.0
     return top > 0 and any(scores[where[p]] >= 0.5 * top for p in named if p in where)
@@ -327,7 +327,7 @@ def _needed_room(
     if not config.room_to_need or cap is None:
         return None
     index, category, code_dev = job.index(model), leaves[0].category, job.options.code_dev
-    where = {f.path: i for i, f in enumerate(index.files)}
+    where = index.position
     must = {
         p
         for leaf, found in zip(leaves, lists, strict=True)
@@ -361,7 +361,7 @@ def _missing_tokens(
         return 0  # the budget is already all the window leaves
     shown = _shown(job, context, model)
     index = job.index(model)
-    where = {f.path: i for i, f in enumerate(index.files)}
+    where = index.position
     missing = {
         p
         for leaf, found in zip(leaves, lists, strict=True)

@@ -86,22 +86,42 @@ def _submission(root: Path) -> Path:
     return root
 
 
-def _grade(server: FakeLLMServer, tmp_path: Path) -> dict[str, LeafGrade]:
+def _leaves(count: int) -> TaskNode:
+    """The rubric with only its first ``count`` leaves."""
+    rubric = _rubric().to_dict()
+    rubric["sub_tasks"][0]["sub_tasks"] = rubric["sub_tasks"][0]["sub_tasks"][:count]
+    return TaskNode.model_validate(rubric)
+
+
+def _grade_with(
+    server: FakeLLMServer,
+    root: Path,
+    out: Path,
+    *,
+    judge: str | Path = "simple",
+    rubric: TaskNode | None = None,
+) -> dict[str, LeafGrade]:
+    """``root`` graded on ``rubric`` (default: the whole one) against ``server``; the
+    grades by leaf id."""
     paper: Paper = PaperSource.resolve(None).load("calibration-binning")
     asyncio.run(
         grade_submission(
-            build_view(_submission(tmp_path / "submission")),
+            build_view(root),
             paper,
-            load_judge_config("simple"),
-            out_dir=tmp_path / "out",
-            rubric=_rubric(),
+            load_judge_config(judge),
+            out_dir=out,
+            rubric=rubric or _rubric(),
             options=GradeOptions(samples=1),
             settings=ModelSettings(base_url=server.openai_url, model="openai/gpt-4o"),
         )
     )
-    lines = (tmp_path / "out" / "grading" / "leaves.jsonl").read_text().splitlines()
+    lines = (out / "grading" / "leaves.jsonl").read_text().splitlines()
     grades = [LeafGrade.model_validate_json(line) for line in lines]
     return {g.leaf_id: g for g in grades}
+
+
+def _grade(server: FakeLLMServer, tmp_path: Path) -> dict[str, LeafGrade]:
+    return _grade_with(server, _submission(tmp_path / "submission"), tmp_path / "out")
 
 
 def _grading_text(server: FakeLLMServer, requirements: str) -> str:
@@ -183,19 +203,7 @@ def _grade_two_big_files(fake_llm: FakeLLMServer, root: Path, judge: Path, out: 
     (``src/big_a.py``, ``src/big_b.py``)."""
     picks = {QUOKKA: ["src/big_a.py"], WOMBAT: ["src/big_b.py"]}
     fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: picks.get(r, []))
-    rubric = _rubric().to_dict()
-    rubric["sub_tasks"][0]["sub_tasks"] = rubric["sub_tasks"][0]["sub_tasks"][:2]
-    asyncio.run(
-        grade_submission(
-            build_view(root),
-            PaperSource.resolve(None).load("calibration-binning"),
-            load_judge_config(judge),
-            out_dir=out,
-            rubric=TaskNode.model_validate(rubric),
-            options=GradeOptions(samples=1),
-            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
-        )
-    )
+    _grade_with(fake_llm, root, out, judge=judge, rubric=_leaves(2))
 
 
 def test_a_batch_gets_room_for_its_must_have_files_before_it_is_split(
@@ -226,20 +234,10 @@ def _one_leaf_request(fake_llm: FakeLLMServer, tmp_path: Path, room_to_need: boo
     config["room_to_need"] = room_to_need
     (folder / "sized.yaml").write_text(yaml.safe_dump(config))
     fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: SHORTLIST.get(r, []))
-    rubric = _rubric().to_dict()
-    rubric["sub_tasks"][0]["sub_tasks"] = rubric["sub_tasks"][0]["sub_tasks"][:1]
     before = len(fake_llm.requests)
-    asyncio.run(
-        grade_submission(
-            build_view(_submission(tmp_path / f"submission-{room_to_need}")),
-            PaperSource.resolve(None).load("calibration-binning"),
-            load_judge_config(folder / "sized.yaml"),
-            out_dir=tmp_path / f"out-{room_to_need}",
-            rubric=TaskNode.model_validate(rubric),
-            options=GradeOptions(samples=1),
-            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
-        )
-    )
+    root = _submission(tmp_path / f"submission-{room_to_need}")
+    out = tmp_path / f"out-{room_to_need}"
+    _grade_with(fake_llm, root, out, judge=folder / "sized.yaml", rubric=_leaves(1))
     [grading] = [r for r in fake_llm.requests[before:] if batch_criteria(r)]
     return last_user_text(grading)
 
@@ -271,17 +269,8 @@ def test_a_short_last_shortlist_group_joins_the_others(
         {**rubric["sub_tasks"][0]["sub_tasks"][0], "id": f"q{i}", "requirements": text}
         for i, text in enumerate(texts)
     ]
-    asyncio.run(
-        grade_submission(
-            build_view(_submission(tmp_path / "submission")),
-            PaperSource.resolve(None).load("calibration-binning"),
-            load_judge_config("simple"),
-            out_dir=tmp_path / "out",
-            rubric=TaskNode.model_validate(rubric),
-            options=GradeOptions(samples=1),
-            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
-        )
-    )
+    root = _submission(tmp_path / "submission")
+    _grade_with(fake_llm, root, tmp_path / "out", rubric=TaskNode.model_validate(rubric))
     shortlists = [r for r in fake_llm.requests if is_shortlist(r)]
     assert len(shortlists) == 1
     assert all(t in last_user_text(shortlists[0]) for t in texts)
@@ -305,21 +294,8 @@ def _lone_leaf_shown(fake_llm: FakeLLMServer, tmp_path: Path, named: list[str]) 
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     fake_llm.handler = ScriptedJudge(lambda _: 1.0, shortlist=lambda r: named)
-    rubric = _rubric().to_dict()
-    rubric["sub_tasks"][0]["sub_tasks"] = rubric["sub_tasks"][0]["sub_tasks"][:1]
-    asyncio.run(
-        grade_submission(
-            build_view(root),
-            PaperSource.resolve(None).load("calibration-binning"),
-            load_judge_config("simple"),
-            out_dir=tmp_path / "out",
-            rubric=TaskNode.model_validate(rubric),
-            options=GradeOptions(samples=1),
-            settings=ModelSettings(base_url=fake_llm.openai_url, model="openai/gpt-4o"),
-        )
-    )
-    lines = (tmp_path / "out" / "grading" / "leaves.jsonl").read_text().splitlines()
-    return LeafGrade.model_validate_json(lines[0])
+    [grade] = _grade_with(fake_llm, root, tmp_path / "out", rubric=_leaves(1)).values()
+    return grade
 
 
 def test_the_top_lexical_file_is_a_must_have_only_when_the_shortlist_shares_few_words(
