@@ -147,10 +147,11 @@ class _GradeProgress:
         if line == self._batches:
             return
         self._batches = line
-        if self._bar is not None:
+        if self._bar is not None:  # the bar: requests answered of those in batches
+            done, total = counts.answered, counts.requests
             if self._batch_task is None:
-                self._batch_task = self._bar.add_task(line, total=None, extra="")
-            self._bar.update(self._batch_task, description=line)
+                self._batch_task = self._bar.add_task(line, total=total, completed=done, extra="")
+            self._bar.update(self._batch_task, description=line, total=total, completed=done)
             return
         err_console.print(Text(f"{self.judge}: {line}"))
 
