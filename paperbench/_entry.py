@@ -49,12 +49,12 @@ def rollout(
         SandboxUnavailableError: the sandbox backend asked for does not answer.
         RolloutPausedError: the run paused; it goes on with ``resume=`` its folder.
     """
-    from paperbench.agents._rollout import run_rollout
+    from paperbench.agents._rollout import rollout as agent_rollout
     from paperbench.agents._rollout_settings import prepare_rollout
 
     prepared = prepare_rollout(settings)
     return asyncio.run(
-        run_rollout(
+        agent_rollout(
             prepared.paper,
             prepared.agent,
             prepared.options,

@@ -90,7 +90,6 @@ PUBLIC: dict[str, list[str]] = {
         "resources_from_flags",
         "resources_line",
         "rollout",
-        "run_rollout",
         "run_tool",
         "tool_defs",
         "write_report",

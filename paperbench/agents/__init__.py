@@ -46,7 +46,7 @@ from paperbench.agents._resources import (
     resources_from_flags,
     resources_line,
 )
-from paperbench.agents._rollout import rollout, run_rollout
+from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import (
     RolloutConfig,
     RolloutPausedError,
@@ -128,7 +128,6 @@ __all__ = [
     "resources_from_flags",
     "resources_line",
     "rollout",
-    "run_rollout",
     "run_tool",
     "tool_defs",
     "write_report",

@@ -35,7 +35,7 @@ from paperbench.agents._monitor import (
     write_report,
 )
 from paperbench.agents._resources import resources_line
-from paperbench.agents._rollout import run_rollout
+from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import (
     RolloutPausedError,
     RolloutResult,
@@ -146,7 +146,7 @@ def _rollout(ctx: typer.Context, as_json: bool, **values: Any) -> None:
     prepared = prepare_rollout(from_options(RolloutSettings, values))
     title = f"rollout of {prepared.paper.id}"
     progress = _Progress(title, err_console.is_terminal, err_console)
-    call = run_rollout(
+    call = rollout(
         prepared.paper,
         prepared.agent,
         prepared.options,

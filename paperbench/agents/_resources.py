@@ -1,10 +1,10 @@
 """What an agent's sandbox is given: GPUs, CPUs, memory, disk, image and environment.
 
 An agent config's ``resources:`` section (:class:`AgentResources`) says it; the flags of
-``paperbench rollout`` and ``paperbench run`` (or ``rollout(resources=...)``) override it field
-by field (:meth:`AgentResources.over`). The environment comes from ``env`` (names and values
-in the YAML) and ``env_file``, a dotenv file of keys for the agent's own use (e.g. its own
-``OPENAI_API_KEY`` or ``HF_TOKEN``): never the judge's keys, never the host's environment.
+``paperbench rollout`` and ``paperbench run`` (or ``RolloutOptions(resources=...)``) override it
+field by field (:meth:`AgentResources.over`). The environment comes from ``env`` (names and
+values in the YAML) and ``env_file``, a dotenv file of keys for the agent's own use (e.g. its
+own ``OPENAI_API_KEY`` or ``HF_TOKEN``): never the judge's keys, never the host's environment.
 
 The values of an env file go into the sandbox and nowhere else: a run records their names
 (:class:`ResolvedResources`), and an agent config's identity hashes the names, not the values,

@@ -60,7 +60,6 @@ from paperbench.agents._base import (
     PAPER_DIR,
     SUBMISSION_DIR,
     Agent,
-    AgentLimits,
     AgentOutcome,
     AgentSetup,
     LimitReached,
@@ -70,14 +69,11 @@ from paperbench.agents._base import (
     read_transcript,
 )
 from paperbench.agents._resources import (
-    AgentResources,
     RunResources,
     refuse_image_without_docker,
     refuse_install_without_docker,
 )
 from paperbench.agents._rollout_files import (
-    DEFAULT_MAX_RESTARTS,
-    DEFAULT_SNAPSHOT_EVERY_S,
     JournalLedger,
     RolloutConfig,
     RolloutPausedError,
@@ -93,8 +89,6 @@ from paperbench.agents._rollout_plan import (
     plan_rollout,
 )
 from paperbench.agents._snapshots import (
-    DEFAULT_KEEP_SNAPSHOTS,
-    DEFAULT_SNAPSHOTS_MAX_BYTES,
     to_prune,
     without_large_files,
 )
@@ -114,7 +108,7 @@ from paperbench.errors import (
     SandboxError,
     SandboxLostError,
 )
-from paperbench.llm import BudgetCaps, Model, ModelConfig
+from paperbench.llm import BudgetCaps, Model
 from paperbench.papers import Paper
 from paperbench.sandbox import (
     HostService,
@@ -122,13 +116,10 @@ from paperbench.sandbox import (
     NetworkPolicy,
     Sandbox,
     SandboxBackend,
-    SandboxConfig,
-    SandboxLimits,
     SandboxSpec,
     safe_extract,
     stage_image,
 )
-from paperbench.sandbox._internal_nets import IPNetwork
 
 log = logging.getLogger("paperbench.sandbox")
 AGENT_IMAGE = "paperbench-agent"
@@ -373,44 +364,31 @@ class _Session:
 async def rollout(
     paper: Paper,
     agent: Agent | LoadedAgentLike,
+    options: RolloutOptions | None = None,
     *,
     out_dir: Path,
-    model_config: ModelConfig | None = None,
-    seed: int = 0,
-    sandbox: SandboxConfig | None = None,
-    network: NetworkPolicy = NetworkPolicy.FILTERED,
-    allow_networks: tuple[IPNetwork, ...] = (),
-    code_dev: bool = False,
-    snapshot_every_s: float | None = DEFAULT_SNAPSHOT_EVERY_S,
     resume: bool = False,
-    limits: AgentLimits | None = None,
-    instructions: str | None = None,
-    image: str | None = None,
-    sandbox_limits: SandboxLimits | None = None,
-    labels: dict[str, str] | None = None,
     others: Collection[str] = (),
-    resources: AgentResources | None = None,
-    max_restarts: int = DEFAULT_MAX_RESTARTS,
-    keep_snapshots: int = DEFAULT_KEEP_SNAPSHOTS,
-    snapshots_max_bytes: int | None = DEFAULT_SNAPSHOTS_MAX_BYTES,
     on_event: Callable[[TranscriptEvent], None] | None = None,
 ) -> RolloutResult:
-    """Run ``agent`` on ``paper`` into ``out_dir``; see the module docstring.
+    """Run ``agent`` on ``paper`` into ``out_dir`` as ``options`` ask (:class:`RolloutOptions`,
+    passed whole by the command line, the pipeline and ``paperbench.rollout()``; its defaults
+    when not given); see the module docstring.
 
     An agent that raises is a recorded ``error``, a limit a recorded ``limit``. A
     cancellation ends the transcript with ``cancelled`` and is re-raised, without status.json:
     the run stays resumable. A folder with status.json is a finished run: it is returned as
-    it is (``already_finished``), never run again. ``labels`` go on the sandbox (e.g. the run
-    it belongs to) and are not part of the configuration a resume compares. ``others`` names
-    files another writer keeps in ``out_dir`` (the pipeline's run.json and run.log).
-    ``allow_networks``: internal ranges the sandbox may reach after all (recorded in
+    it is (``already_finished``), never run again. The options' ``labels`` go on the sandbox
+    (e.g. the run it belongs to) and are not part of the configuration a resume compares.
+    ``others`` names files another writer keeps in ``out_dir`` (the pipeline's run.json and
+    run.log). ``allow_networks``: internal ranges the sandbox may reach after all (recorded in
     config.json).
     ``on_event`` is told of each transcript event once it is written (e.g. to show progress).
     A replay whose recording names ``{paper}`` replays ``paper``'s recording.
 
-    ``resources`` override the agent config's ``resources:`` field by field (``image``, when
-    given, wins over both; ``sandbox_limits`` is the base their CPUs, memory and disk are set
-    on, e.g. to allow an uncapped disk); the resolved ones are recorded in
+    The options' ``resources`` override the agent config's ``resources:`` field by field
+    (``image``, when given, wins over both; ``sandbox_limits`` is the base their CPUs, memory
+    and disk are set on, e.g. to allow an uncapped disk); the resolved ones are recorded in
     config.json and status.json (the environment's names, never its values) and given to the
     agent as ``ctx.resources``. The env file's values reach the sandbox only, and are
     written as ``[NAME]`` wherever they would appear in the transcript.
@@ -428,52 +406,13 @@ async def rollout(
             the sandbox lost or not started, more often than ``max_restarts``); the run folder
             is kept without status.json, to be resumed.
     """
-    options = RolloutOptions(
-        model_config=model_config,
-        seed=seed,
-        sandbox=sandbox,
-        network=network,
-        allow_networks=allow_networks,
-        code_dev=code_dev,
-        snapshot_every_s=snapshot_every_s,
-        limits=limits,
-        instructions=instructions,
-        image=image,
-        sandbox_limits=sandbox_limits,
-        labels=labels,
-        resources=resources,
-        max_restarts=max_restarts,
-        keep_snapshots=keep_snapshots,
-        snapshots_max_bytes=snapshots_max_bytes,
-    )
-    return await run_rollout(
-        paper, agent, options, out_dir=out_dir, resume=resume, others=others, on_event=on_event
-    )
-
-
-async def run_rollout(
-    paper: Paper,
-    agent: Agent | LoadedAgentLike,
-    options: RolloutOptions,
-    *,
-    out_dir: Path,
-    resume: bool = False,
-    others: Collection[str] = (),
-    on_event: Callable[[TranscriptEvent], None] | None = None,
-) -> RolloutResult:
-    """:func:`rollout` with its options passed whole (what the command line, the pipeline and
-    ``paperbench.rollout()`` call).
-
-    Raises:
-        see :func:`rollout`.
-    """
     paper.require_usable()  # no LFS pointer, a rubric that loads: before any folder
     out = Path(out_dir)
     status_file = out / "status.json"
     if status_file.exists():
         status = RolloutStatus.model_validate(read_json(status_file))
         return RolloutResult(status=status, out_dir=out, already_finished=True)
-    plan = plan_rollout(paper, agent, options)
+    plan = plan_rollout(paper, agent, options or RolloutOptions())
     history = check_out_dir(out, plan.config, resume, others)
     session = await _open(paper, plan, out, history, resume, on_event)
     await _attempt(session)

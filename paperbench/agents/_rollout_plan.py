@@ -70,8 +70,8 @@ class ResolvedAgent:
 @dataclass(frozen=True)
 class RolloutOptions:
     """What a rollout is asked to do besides its paper, agent and run folder, passed whole from
-    the command line, the pipeline and ``paperbench.rollout()`` (each field as the
-    ``rollout`` keyword of the same name)."""
+    the command line, the pipeline and ``paperbench.rollout()`` to
+    :func:`~paperbench.agents._rollout.rollout`."""
 
     model_config: ModelConfig | None = None
     seed: int = 0

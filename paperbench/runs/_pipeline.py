@@ -41,7 +41,7 @@ from paperbench.agents import (
 )
 from paperbench.agents._monitor import harness_note, paper_rules
 from paperbench.agents._resources import resolve
-from paperbench.agents._rollout import run_rollout
+from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_plan import RolloutOptions
 from paperbench.agents._rollout_settings import agent_overrides
 from paperbench.errors import PaperbenchError
@@ -298,7 +298,7 @@ async def _rollout(spec: RunSpec, paper: Paper, rec: _Recorder) -> str:
             sandbox_limits=SandboxLimits(allow_uncapped_disk=_uncapped_disk(config)),
         )
         try:
-            result = await run_rollout(
+            result = await rollout(
                 paper, agent, options, out_dir=folder, resume=resume, others=(RUN_FILE, RUN_LOG)
             )
         except RolloutPausedError as exc:

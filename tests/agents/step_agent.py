@@ -25,6 +25,7 @@ from paperbench.agents import (
 )
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import RolloutResult
+from paperbench.agents._rollout_plan import RolloutOptions
 from paperbench.llm import (
     AssistantMessage,
     Message,
@@ -123,14 +124,16 @@ def run_once(out: Path, base_url: str, *, resume: bool) -> RolloutResult:
         rollout(
             paper,
             StepAgent(),
+            options=RolloutOptions(
+                model_config=ModelConfig(model="openai/gpt-4o", base_url=base_url),
+                sandbox=SandboxConfig(backend="local", local_root=out.parent / "sandboxes"),
+                network=NetworkPolicy.NONE,
+                snapshot_every_s=0.2,
+                limits=AgentLimits(wall_time_s=300, steps=20),
+                instructions=INSTRUCTIONS,
+            ),
             out_dir=out,
-            model_config=ModelConfig(model="openai/gpt-4o", base_url=base_url),
-            sandbox=SandboxConfig(backend="local", local_root=out.parent / "sandboxes"),
-            network=NetworkPolicy.NONE,
-            snapshot_every_s=0.2,
             resume=resume,
-            limits=AgentLimits(wall_time_s=300, steps=20),
-            instructions=INSTRUCTIONS,
         )
     )
 

@@ -30,6 +30,7 @@ import pytest
 from paperbench.agents import AgentLimits, load_agent, read_transcript
 from paperbench.agents._monitor import monitor_run, paper_rules
 from paperbench.agents._rollout import rollout
+from paperbench.agents._rollout_plan import RolloutOptions
 from paperbench.agents._transcript import EndEvent, ModelCallEvent, NoteEvent, ToolEvent
 from paperbench.llm import ModelConfig, read_cost_journal
 from paperbench.papers import PaperSource
@@ -112,13 +113,15 @@ def _rollout(
         rollout(
             PaperSource(repo_root=REPO).load("calibration-binning"),
             loaded,
+            options=RolloutOptions(
+                model_config=model,
+                sandbox=SandboxConfig(backend="docker"),
+                network=NetworkPolicy.FILTERED,
+                snapshot_every_s=None,
+                limits=AgentLimits(wall_time_s=limits.pop("wall_time_s", 600), **limits),
+            ),
             out_dir=out,
-            model_config=model,
-            sandbox=SandboxConfig(backend="docker"),
-            network=NetworkPolicy.FILTERED,
-            snapshot_every_s=None,
             resume=resume,
-            limits=AgentLimits(wall_time_s=limits.pop("wall_time_s", 600), **limits),
         )
     )
 

@@ -18,6 +18,7 @@ import pytest
 
 from paperbench.agents import AgentLimits, load_agent
 from paperbench.agents._rollout import rollout
+from paperbench.agents._rollout_plan import RolloutOptions
 from paperbench.errors import ConfigError
 from paperbench.llm import ModelConfig
 from paperbench.papers import PaperSource
@@ -83,12 +84,14 @@ def _rollout(out: Path, config: Path, server: FakeLLMServer, backend: str = "doc
         rollout(
             PaperSource(repo_root=REPO).load("calibration-binning"),
             load_agent(config),
+            options=RolloutOptions(
+                model_config=ModelConfig(model="openai/gpt-5", base_url=server.openai_url),
+                sandbox=SandboxConfig(backend=backend),  # type: ignore[arg-type]
+                network=NetworkPolicy.FILTERED,
+                snapshot_every_s=None,
+                limits=AgentLimits(wall_time_s=300),
+            ),
             out_dir=out,
-            model_config=ModelConfig(model="openai/gpt-5", base_url=server.openai_url),
-            sandbox=SandboxConfig(backend=backend),  # type: ignore[arg-type]
-            network=NetworkPolicy.FILTERED,
-            snapshot_every_s=None,
-            limits=AgentLimits(wall_time_s=300),
         )
     )
 

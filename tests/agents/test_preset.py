@@ -30,6 +30,7 @@ from paperbench.agents import (
 from paperbench.agents._loop import BasicAgent, IterativeAgent
 from paperbench.agents._notes import additional_notes, default_template
 from paperbench.agents._rollout import rollout
+from paperbench.agents._rollout_plan import RolloutOptions
 from paperbench.agents._tools import ToolSet, cap_text, tool_defs
 from paperbench.llm import ModelConfig, UserMessage
 from paperbench.papers import PaperSource
@@ -309,13 +310,17 @@ def _rollout(tmp_path: Path, fake_llm: FakeLLMServer, **kw: Any) -> list[Any]:
         rollout(
             paper,
             BASIC,
+            options=RolloutOptions(
+                model_config=ModelConfig(
+                    model="openai/o1", base_url=fake_llm.openai_url, api_key="x"
+                ),
+                sandbox=SandboxConfig(backend="local"),
+                network=NetworkPolicy.NONE,
+                snapshot_every_s=None,
+                limits=AgentLimits(wall_time_s=300),
+                **kw,
+            ),
             out_dir=out,
-            model_config=ModelConfig(model="openai/o1", base_url=fake_llm.openai_url, api_key="x"),
-            sandbox=SandboxConfig(backend="local"),
-            network=NetworkPolicy.NONE,
-            snapshot_every_s=None,
-            limits=AgentLimits(wall_time_s=300),
-            **kw,
         )
     )
     return read_transcript(out / "transcript.jsonl")

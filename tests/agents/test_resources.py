@@ -26,6 +26,7 @@ from paperbench.agents import (
 from paperbench.agents._resources import AgentResources, ResolvedResources, RunResources, resolve
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import RolloutConfig, RolloutResult, RolloutStatus
+from paperbench.agents._rollout_plan import RolloutOptions
 from paperbench.cli import app
 from paperbench.errors import ConfigError, UsageError
 from paperbench.papers import Paper, PaperSource
@@ -295,7 +296,7 @@ def _rollout(out: Path, agent: Any, **kw: Any) -> RolloutResult:
         "limits": AgentLimits(wall_time_s=7200),
     }
     options.update(kw)
-    return asyncio.run(rollout(_paper(), agent, out_dir=out, **options))
+    return asyncio.run(rollout(_paper(), agent, options=RolloutOptions(**options), out_dir=out))
 
 
 def _every_byte(folder: Path) -> bytes:
@@ -408,12 +409,14 @@ def test_rollout_overrides_reach_the_sandbox_spec_and_a_changed_one_is_refused_o
         rollout(
             _paper(),
             load_agent(path),
+            options=RolloutOptions(
+                sandbox=RecordingConfig(backend="local"),
+                network=NetworkPolicy.NONE,
+                snapshot_every_s=None,
+                instructions=INSTRUCTIONS,
+                resources=override,
+            ),
             out_dir=out,
-            sandbox=RecordingConfig(backend="local"),
-            network=NetworkPolicy.NONE,
-            snapshot_every_s=None,
-            instructions=INSTRUCTIONS,
-            resources=override,
         )
     )
     assert first.status.status == "submitted"
@@ -431,12 +434,14 @@ def test_rollout_overrides_reach_the_sandbox_spec_and_a_changed_one_is_refused_o
             rollout(
                 _paper(),
                 load_agent(path),
+                options=RolloutOptions(
+                    sandbox=RecordingConfig(backend="local"),
+                    network=NetworkPolicy.NONE,
+                    snapshot_every_s=None,
+                    instructions=INSTRUCTIONS,
+                    resources=AgentResources(gpus=2, memory_mb=2048),
+                ),
                 out_dir=out,
-                sandbox=RecordingConfig(backend="local"),
-                network=NetworkPolicy.NONE,
-                snapshot_every_s=None,
-                instructions=INSTRUCTIONS,
-                resources=AgentResources(gpus=2, memory_mb=2048),
                 resume=True,
             )
         )

@@ -32,6 +32,7 @@ from paperbench.agents import (
 )
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import RolloutPausedError, RolloutResult, used_before
+from paperbench.agents._rollout_plan import RolloutOptions
 from paperbench.errors import ConfigError, UsageError
 from paperbench.llm import Model, ModelConfig, read_cost_journal
 from paperbench.papers import Paper, PaperSource, load_data_dir_paper
@@ -73,9 +74,9 @@ def _run(
         "limits": AgentLimits(wall_time_s=300),
     }
     options.update(kw)
-    return asyncio.run(
-        rollout(paper or _paper(), agent, out_dir=out, model_config=config, **options)  # type: ignore[arg-type]
-    )
+    resume = bool(options.pop("resume", False))
+    given = RolloutOptions(model_config=config, **options)  # type: ignore[arg-type]
+    return asyncio.run(rollout(paper or _paper(), agent, options=given, out_dir=out, resume=resume))
 
 
 def _members(archive: Path) -> set[str]:
@@ -293,7 +294,12 @@ class _Fetch(Agent):
 def test_the_network_is_filtered_with_the_paper_blacklist_by_default(tmp_path: Path) -> None:
     out = tmp_path / "run"
     result = asyncio.run(
-        rollout(_paper(), _Fetch(), out_dir=out, sandbox=LOCAL, instructions=INSTRUCTIONS)
+        rollout(
+            _paper(),
+            _Fetch(),
+            options=RolloutOptions(sandbox=LOCAL, instructions=INSTRUCTIONS),
+            out_dir=out,
+        )
     )
     assert result.status.status == "submitted", result.status.error
     assert result.status.network == NetworkPolicy.FILTERED
@@ -453,13 +459,15 @@ def test_dollar_limit_stops_calls_within_a_step(tmp_path: Path, fake_llm: FakeLL
         rollout(
             _paper(),
             _Chatty(),
+            options=RolloutOptions(
+                model_config=config,
+                sandbox=LOCAL,
+                network=NetworkPolicy.NONE,
+                snapshot_every_s=None,
+                instructions=INSTRUCTIONS,
+                limits=AgentLimits(dollars=1.0),
+            ),
             out_dir=tmp_path / "run",
-            model_config=config,
-            sandbox=LOCAL,
-            network=NetworkPolicy.NONE,
-            snapshot_every_s=None,
-            instructions=INSTRUCTIONS,
-            limits=AgentLimits(dollars=1.0),
         )
     )
     assert (result.status.status, result.status.limit) == ("limit", "dollars")
@@ -499,11 +507,13 @@ def test_a_cancelled_rollout_is_recorded_and_stays_resumable(tmp_path: Path) -> 
             rollout(
                 _paper(),
                 agent,
+                options=RolloutOptions(
+                    sandbox=LOCAL,
+                    network=NetworkPolicy.NONE,
+                    snapshot_every_s=None,
+                    instructions=INSTRUCTIONS,
+                ),
                 out_dir=out,
-                sandbox=LOCAL,
-                network=NetworkPolicy.NONE,
-                snapshot_every_s=None,
-                instructions=INSTRUCTIONS,
             )
         )
         while not agent.sleeping:  # the agent runs: the rollout's set-up is done
@@ -537,7 +547,8 @@ class _NeedsAModel:
 def test_an_agent_that_cannot_be_built_leaves_no_run_folder(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with pytest.raises(ConfigError, match="needs a model"):
-        asyncio.run(rollout(_paper(), _NeedsAModel(), out_dir=out, sandbox=LOCAL, instructions="x"))
+        given = RolloutOptions(sandbox=LOCAL, instructions="x")
+        asyncio.run(rollout(_paper(), _NeedsAModel(), options=given, out_dir=out))
     assert not out.exists()
 
 

@@ -133,7 +133,7 @@ def test_a_paused_run_says_why_and_how_to_continue_and_exits_4(
         (Path(out_dir) / "config.json").write_text("{}")  # a run was begun: it can be resumed
         raise RolloutPausedError(out_dir, "provider", "the model provider is unavailable: 503")
 
-    monkeypatch.setattr(_cli, "run_rollout", paused)
+    monkeypatch.setattr(_cli, "rollout", paused)
     out = tmp_path / "run"
     args = ["rollout", "--paper", "calibration-binning", "--agent", "dummy", *LOCAL]
     flags = ["--seed", "2", "--max-restarts", "1", "--max-time", "2h", "--out", str(out)]

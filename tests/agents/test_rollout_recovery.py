@@ -29,6 +29,7 @@ from paperbench.agents import (
 )
 from paperbench.agents._rollout import rollout
 from paperbench.agents._rollout_files import RolloutPausedError, RolloutResult
+from paperbench.agents._rollout_plan import RolloutOptions
 from paperbench.llm import ModelConfig, read_cost_journal
 from paperbench.sandbox import NetworkPolicy, SandboxConfig
 from paperbench.testing import FakeLLMServer, FakeReply, FakeToolCall, Fault
@@ -76,9 +77,13 @@ def _rollout(out: Path, server: FakeLLMServer, **kw: Any) -> RolloutResult:
     }
     options.update(kw)
     agent = options.pop("agent", BASIC)
+    resume = bool(options.pop("resume", False))
+    given = RolloutOptions(**options)
 
     async def bounded() -> RolloutResult:
-        return await asyncio.wait_for(rollout(_paper(), agent, out_dir=out, **options), 240)
+        return await asyncio.wait_for(
+            rollout(_paper(), agent, options=given, out_dir=out, resume=resume), 240
+        )
 
     return asyncio.run(bounded())
 

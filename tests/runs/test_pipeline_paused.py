@@ -21,12 +21,12 @@ def test_a_paused_rollout_is_resumable_counted_and_shown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (spec,) = make_group(tmp_path, "paused", sleep_s=0, seeds=1)
-    real = _pipeline.run_rollout
+    real = _pipeline.rollout
 
     async def paused(paper: Any, agent: Any, options: Any, *, out_dir: Path, **kw: Any) -> Any:
         raise RolloutPausedError(out_dir, "provider", "the model provider is unavailable: 503")
 
-    monkeypatch.setattr(_pipeline, "run_rollout", paused)
+    monkeypatch.setattr(_pipeline, "rollout", paused)
     outcome = asyncio.run(run_stages(spec))
     assert outcome is not None and outcome.status == "failed"
     assert outcome.failed_stage == "rollout"
@@ -37,7 +37,7 @@ def test_a_paused_rollout_is_resumable_counted_and_shown(
     progress.poll()
     assert progress.runs[0].status == "paused"
 
-    monkeypatch.setattr(_pipeline, "run_rollout", real)
+    monkeypatch.setattr(_pipeline, "rollout", real)
     again = asyncio.run(run_stages(spec))
     assert again is not None and again.status != "failed", again
     assert load_outcome(spec.folder) == again
