@@ -381,6 +381,7 @@ PUBLIC: dict[str, list[str]] = {
         "DockerBackend",
         "DockerEgressGateway",
         "EgressProxy",
+        "EgressSettings",
         "Entry",
         "ExecResult",
         "ExtractReport",

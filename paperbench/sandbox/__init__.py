@@ -59,6 +59,7 @@ _LAZY = {
     "DockerBackend": "paperbench.sandbox._docker",
     "DockerEgressGateway": "paperbench.sandbox._egress_gateway",
     "EgressProxy": "paperbench.sandbox._egress",
+    "EgressSettings": "paperbench.sandbox._egress",
     "NetworkLogEntry": "paperbench.sandbox._egress",
     "read_network_log": "paperbench.sandbox._egress",
 }
@@ -81,6 +82,7 @@ __all__ = [
     "DockerBackend",
     "DockerEgressGateway",
     "EgressProxy",
+    "EgressSettings",
     "Entry",
     "ExecResult",
     "ExtractReport",

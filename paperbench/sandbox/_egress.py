@@ -17,7 +17,7 @@ current environment, paperbench creates a separate virtual environment on first 
 Wiring a sandbox (see the Docker backend)::
 
     proxy = EgressProxy(Blacklist.from_urls(spec.blacklist), spec.network_log,
-                        listen_host=gateway_ip, upstream_ca_bundle=spec.ca_bundle)
+                        EgressSettings(listen_host=gateway_ip, upstream_ca_bundle=spec.ca_bundle))
     endpoint = await proxy.start()
     # mount endpoint.ca_cert_path read-only at SANDBOX_CA_PATH, add sandbox_env(endpoint)
     # to the sandbox's environment, run install_ca_command() in it as root; at the end:
@@ -40,13 +40,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Literal, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from paperbench.errors import EgressProxyError
 from paperbench.sandbox._base import HostService, SandboxSpec
@@ -62,6 +62,7 @@ __all__ = [
     "SANDBOX_CA_PATH",
     "EgressEndpoint",
     "EgressProxy",
+    "EgressSettings",
     "NetworkLogEntry",
     "bridge_command",
     "ensure_egress_python",
@@ -233,8 +234,8 @@ def _create_venv(venv: Path, progress: Progress) -> Path:
 # --- the proxy ------------------------------------------------------------------------------
 
 
-class EgressProxy:
-    """A mitmproxy process enforcing a blacklist and writing the network log.
+class EgressSettings(BaseModel):
+    """How an :class:`EgressProxy` runs, besides what it refuses and where it logs.
 
     ``listen_host`` is the address sandboxes reach: loopback for tests and host-side tools,
     the gateway address of a sandbox network for Docker. ``resolve`` maps host names to
@@ -242,63 +243,88 @@ class EgressProxy:
     addresses are exempt from the private-address refusal. ``services`` are the host services
     a sandbox may reach by name (:class:`~paperbench.sandbox._base.HostService`): only their
     port, plain HTTP, responses streamed. ``allow`` are internal ranges the proxy connects to
-    after all (``SandboxSpec.allow_networks``). ``harness`` is the harness's own blacklist
-    (``SandboxSpec.harness_blacklist``): refused like ``blacklist`` but logged with reason
-    ``harness blacklist``; a request both refuse is logged as the paper's.
-    ``upstream_ca_bundle`` adds CA certificates to trust upstream besides ``host_ca_bundle``.
-    ``unix_socket`` makes the proxy process also accept connections on that unix socket, for
-    sandboxes in a network namespace of their own (see ``_egress_bridge`` and
-    ``bridge_command``).
+    after all (``SandboxSpec.allow_networks``).
+    ``upstream_ca_bundle`` adds CA certificates (one file or several) to trust upstream
+    besides ``host_ca_bundle``. ``unix_socket`` makes the proxy process also accept
+    connections on that unix socket, for sandboxes in a network namespace of their own (see
+    ``_egress_bridge`` and ``bridge_command``). ``confdir`` is where the proxy keeps its CA
+    (default: a temporary folder, removed when it stops); ``python`` an interpreter with
+    mitmproxy (default: :func:`ensure_egress_python`, which tells ``progress`` of the
+    environment it creates).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 0
+    upstream_ca_bundle: tuple[Path, ...] = ()
+    host_ca_bundle: Path | None = DEFAULT_HOST_CA_BUNDLE
+    upstream_proxy: str | None = None
+    resolve: dict[str, str] = Field(default_factory=dict)
+    block_private: bool = True
+    confdir: Path | None = None
+    python: Path | None = None
+    startup_timeout: float = 60.0
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
+    progress: Progress | None = None
+    unix_socket: Path | None = None
+    services: tuple[HostService, ...] = ()
+    allow: tuple[IPNetwork, ...] = ()
+
+    @field_validator("upstream_ca_bundle", mode="before")
+    @classmethod
+    def _one_or_several(cls, value: object) -> object:
+        if value is None:
+            return ()
+        return (value,) if isinstance(value, Path | str) else value
+
+
+class EgressProxy:
+    """A mitmproxy process enforcing a blacklist and writing the network log to ``log_path``,
+    run as ``settings`` say (:class:`EgressSettings`; its defaults when not given).
+
+    ``harness`` is the harness's own blacklist (``SandboxSpec.harness_blacklist``): refused
+    like ``blacklist`` but logged with reason ``harness blacklist``; a request both refuse is
+    logged as the paper's.
+
+    Raises:
+        EgressProxyError: ``listen_host``, an address of ``resolve`` or a service's
+            ``target_host`` is not an IP address.
     """
 
     def __init__(
         self,
         blacklist: Blacklist | Iterable[str],
         log_path: Path,
+        settings: EgressSettings | None = None,
         *,
-        listen_host: str = "127.0.0.1",
-        listen_port: int = 0,
-        upstream_ca_bundle: Path | Iterable[Path] | None = None,
-        host_ca_bundle: Path | None = DEFAULT_HOST_CA_BUNDLE,
-        upstream_proxy: str | None = None,
-        resolve: Mapping[str, str] | None = None,
-        block_private: bool = True,
-        confdir: Path | None = None,
-        python: Path | None = None,
-        startup_timeout: float = 60.0,
-        max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
-        progress: Progress | None = None,
-        unix_socket: Path | None = None,
-        services: Iterable[HostService] = (),
-        allow: Iterable[IPNetwork] = (),
         harness: Blacklist | Iterable[str] = (),
     ) -> None:
+        s = settings or EgressSettings()
         self.blacklist = (
             blacklist if isinstance(blacklist, Blacklist) else Blacklist.from_urls(blacklist)
         )
         self.harness = harness if isinstance(harness, Blacklist) else Blacklist.from_urls(harness)
         self.log_path = Path(log_path)
-        self.listen_host = _ip_literal(listen_host, "listen_host")
-        self.listen_port = listen_port
-        if isinstance(upstream_ca_bundle, Path | str):
-            upstream_ca_bundle = [Path(upstream_ca_bundle)]
-        self.upstream_ca_bundles = [Path(p) for p in upstream_ca_bundle or ()]
-        self.host_ca_bundle = host_ca_bundle
-        self.upstream_proxy = upstream_proxy
-        self.resolve = {h: _ip_literal(a, f"resolve[{h!r}]") for h, a in (resolve or {}).items()}
-        self.block_private = block_private
-        self._confdir_given = confdir
+        self.listen_host = _ip_literal(s.listen_host, "listen_host")
+        self.listen_port = s.listen_port
+        self.upstream_ca_bundles = list(s.upstream_ca_bundle)
+        self.host_ca_bundle = s.host_ca_bundle
+        self.upstream_proxy = s.upstream_proxy
+        self.resolve = {h: _ip_literal(a, f"resolve[{h!r}]") for h, a in s.resolve.items()}
+        self.block_private = s.block_private
+        self._confdir_given = s.confdir
         self.confdir: Path | None = None
-        self.python = python
-        self.startup_timeout = startup_timeout
-        self.max_log_bytes = max_log_bytes
-        self.progress = progress
-        self.unix_socket = unix_socket
+        self.python = s.python
+        self.startup_timeout = s.startup_timeout
+        self.max_log_bytes = s.max_log_bytes
+        self.progress = s.progress
+        self.unix_socket = s.unix_socket
         self.services = {
-            f"{s.name}:{s.port}": f"{_ip_literal(s.target_host, 'target_host')}:{s.target_port}"
-            for s in services
+            f"{v.name}:{v.port}": f"{_ip_literal(v.target_host, 'target_host')}:{v.target_port}"
+            for v in s.services
         }
-        self.allow = tuple(allow)
+        self.allow = s.allow
         self._proc: asyncio.subprocess.Process | None = None
         self._stderr: IO[bytes] | None = None
         self._drain: asyncio.Task[None] | None = None

@@ -8,7 +8,7 @@ be bound into the sandbox while a network cannot:
         └ tcp-to-unix bridge, inside the sandbox ─unix→ SOCKET (bound into the sandbox)
             └ unix-to-tcp side, in the proxy process ─TCP→ the proxy on the host's loopback
 
-The proxy process runs the unix side itself (``EgressProxy(unix_socket=...)``); the sandbox
+The proxy process runs the unix side itself (``EgressSettings(unix_socket=...)``); the sandbox
 runs ``python3 _egress_bridge.py tcp-to-unix 127.0.0.1:PORT SOCKET`` in the background. Only
 the standard library is used, so any Python 3.11 in the sandbox can run this file.
 """

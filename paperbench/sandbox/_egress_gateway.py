@@ -29,6 +29,7 @@ from paperbench.sandbox._egress import (
     SANDBOX_CA_PATH,
     EgressEndpoint,
     EgressProxy,
+    EgressSettings,
     install_ca_command,
     proxy_inputs,
     sandbox_env,
@@ -114,17 +115,15 @@ class DockerEgressGateway:
         gateway = await network_gateway(self.api, network)
         inputs = proxy_inputs(spec, self.log_dir, network)
         bundles = [p for p in (self.ca_bundle, spec.ca_bundle) if p is not None]
-        proxy = EgressProxy(
-            inputs.blacklist,
-            inputs.log_path,
-            harness=inputs.harness,
+        settings = EgressSettings(
             listen_host=gateway,
-            upstream_ca_bundle=bundles,
+            upstream_ca_bundle=tuple(bundles),
             upstream_proxy=self.upstream_proxy,
             resolve=self.resolve,
             python=self.python,
             services=spec.host_services,
             allow=spec.allow_networks,
         )
+        proxy = EgressProxy(inputs.blacklist, inputs.log_path, settings, harness=inputs.harness)
         endpoint = await proxy.start()
         return DockerEgressAttachment(proxy, endpoint)

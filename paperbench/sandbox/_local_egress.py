@@ -5,7 +5,7 @@ that lives as long as the sandbox:
 
     command (one bwrap per exec, joined to the sandbox's netns) ─TCP→ 127.0.0.1:3128
         └ bridge, in the "netns keeper" ─unix→ <workspace>/egress/egress.sock
-            └ the egress proxy on the host (``EgressProxy(unix_socket=...)``) → the internet
+            └ the egress proxy on the host (``EgressSettings(unix_socket=...)``) → the internet
 
 How it lives across execs: at start, one long-lived bwrap (the *keeper*) is started with
 ``--unshare-net``; it runs only the stdlib bridge (``_egress_bridge.py``), sees the socket's
@@ -55,6 +55,7 @@ from paperbench.sandbox._egress import (
     DEFAULT_HOST_CA_BUNDLE,
     EgressEndpoint,
     EgressProxy,
+    EgressSettings,
     proxy_inputs,
     sandbox_env,
 )
@@ -208,11 +209,8 @@ class LocalEgressGateway:
         folder.mkdir(mode=0o755)
         sock_dir = _socket_dir(folder) if isolation == "bwrap" else folder
         bundles = [p for p in (self.ca_bundle, spec.ca_bundle) if p is not None]
-        proxy = EgressProxy(
-            inputs.blacklist,
-            inputs.log_path,
-            harness=inputs.harness,
-            upstream_ca_bundle=bundles,
+        settings = EgressSettings(
+            upstream_ca_bundle=tuple(bundles),
             upstream_proxy=self.upstream_proxy,
             resolve=self.resolve,
             python=self.python,
@@ -221,6 +219,7 @@ class LocalEgressGateway:
             unix_socket=sock_dir / "egress.sock" if isolation == "bwrap" else None,
             startup_timeout=self.startup_timeout,
         )
+        proxy = EgressProxy(inputs.blacklist, inputs.log_path, settings, harness=inputs.harness)
         try:
             endpoint = await proxy.start()
         except BaseException:

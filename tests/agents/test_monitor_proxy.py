@@ -18,7 +18,7 @@ import pytest
 
 from paperbench.agents import StartEvent, TranscriptWriter, monitor_run
 from paperbench.sandbox import Blacklist
-from paperbench.sandbox._egress import EgressProxy, ensure_egress_python
+from paperbench.sandbox._egress import EgressProxy, EgressSettings, ensure_egress_python
 from tests.sandbox.egress_helpers import RESOLVE, make_pki, serve
 
 MONITOR_RULES = ["https://github.com/Owner/Repo", "blocked-host.test"]
@@ -46,10 +46,12 @@ async def _record(tmp_path: Path, log: Path) -> None:
         proxy = EgressProxy(
             PROXY_RULES,
             log,
-            upstream_ca_bundle=pki.ca,
-            resolve=RESOLVE,
-            python=await ensure_egress_python(),
-            startup_timeout=30,
+            EgressSettings(
+                upstream_ca_bundle=pki.ca,
+                resolve=RESOLVE,
+                python=await ensure_egress_python(),
+                startup_timeout=30,
+            ),
         )
         await proxy.start()
         try:

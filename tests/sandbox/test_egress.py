@@ -32,6 +32,7 @@ from paperbench.sandbox._egress import (
     SANDBOX_CA_PATH,
     EgressEndpoint,
     EgressProxy,
+    EgressSettings,
     NetworkLogEntry,
     bridge_command,
     ensure_egress_python,
@@ -91,10 +92,12 @@ async def proxy(
     proxy = EgressProxy(
         BLACKLIST,
         log,
-        upstream_ca_bundle=pki.ca,
-        resolve=dict.fromkeys([*GITHUB_NAMES, *OTHER_NAMES], LOOPBACK),
-        python=egress_python,
-        startup_timeout=30,
+        EgressSettings(
+            upstream_ca_bundle=pki.ca,
+            resolve=dict.fromkeys([*GITHUB_NAMES, *OTHER_NAMES], LOOPBACK),
+            python=egress_python,
+            startup_timeout=30,
+        ),
     )
     try:
         await proxy.start()
@@ -406,7 +409,8 @@ async def test_curl_and_git_with_sandbox_env(proxy: EgressProxy, servers: Server
 async def test_stop_ends_the_process_and_removes_the_confdir(
     egress_python: Path, tmp_path: Path
 ) -> None:
-    proxy = EgressProxy([], tmp_path / "log.jsonl", python=egress_python, startup_timeout=30)
+    settings = EgressSettings(python=egress_python, startup_timeout=30)
+    proxy = EgressProxy([], tmp_path / "log.jsonl", settings)
     async with proxy:
         assert proxy.running
         assert proxy._proc is not None
@@ -423,17 +427,17 @@ async def test_stop_ends_the_process_and_removes_the_confdir(
 
 
 async def test_start_errors_are_one_clear_line(tmp_path: Path) -> None:
-    missing = EgressProxy([], tmp_path / "a.jsonl", python=tmp_path / "no-python")
+    missing = EgressProxy([], tmp_path / "a.jsonl", EgressSettings(python=tmp_path / "no-python"))
     with pytest.raises(EgressProxyError, match="PAPERBENCH_EGRESS_PYTHON"):
         await missing.start()
     # An interpreter without mitmproxy: the process dies and its error is reported.
-    no_mitm = EgressProxy([], tmp_path / "b.jsonl", python=Path(sys.executable))
+    no_mitm = EgressProxy([], tmp_path / "b.jsonl", EgressSettings(python=Path(sys.executable)))
     if ensure_no_mitmproxy():
         with pytest.raises(EgressProxyError, match="mitmproxy"):
             await no_mitm.start()
     assert not no_mitm.running
     with pytest.raises(SandboxError, match="expected an IP address"):
-        EgressProxy([], tmp_path / "c.jsonl", listen_host="localhost")
+        EgressProxy([], tmp_path / "c.jsonl", EgressSettings(listen_host="localhost"))
 
 
 def ensure_no_mitmproxy() -> bool:
@@ -601,11 +605,13 @@ async def bridged_proxy(
     proxy = EgressProxy(
         BLACKLIST,
         d / "network.jsonl",
-        upstream_ca_bundle=pki.ca,
-        resolve=dict.fromkeys([*GITHUB_NAMES, *OTHER_NAMES], LOOPBACK),
-        python=egress_python,
-        unix_socket=d / "egress.sock",
-        startup_timeout=30,
+        EgressSettings(
+            upstream_ca_bundle=pki.ca,
+            resolve=dict.fromkeys([*GITHUB_NAMES, *OTHER_NAMES], LOOPBACK),
+            python=egress_python,
+            unix_socket=d / "egress.sock",
+            startup_timeout=30,
+        ),
     )
     try:
         await proxy.start()
@@ -643,11 +649,13 @@ async def test_bwrap_unshared_network_reaches_the_proxy_through_the_bridge(
     proxy = EgressProxy(
         BLACKLIST,
         tmp_path / "network.jsonl",
-        upstream_ca_bundle=pki.ca,
-        resolve=dict.fromkeys([*GITHUB_NAMES, *OTHER_NAMES], LOOPBACK),
-        python=egress_python,
-        unix_socket=sock_dir / "egress.sock",
-        startup_timeout=30,
+        EgressSettings(
+            upstream_ca_bundle=pki.ca,
+            resolve=dict.fromkeys([*GITHUB_NAMES, *OTHER_NAMES], LOOPBACK),
+            python=egress_python,
+            unix_socket=sock_dir / "egress.sock",
+            startup_timeout=30,
+        ),
     )
     async with proxy:
         ep = _endpoint(proxy)
@@ -689,10 +697,10 @@ async def test_proxy_ends_when_its_owner_dies_without_stop(
     code = (
         "import asyncio, os\n"
         "from pathlib import Path\n"
-        "from paperbench.sandbox._egress import EgressProxy\n"
+        "from paperbench.sandbox._egress import EgressProxy, EgressSettings\n"
         "async def main():\n"
         f"    p = EgressProxy([], Path({str(tmp_path / 'log.jsonl')!r}),\n"
-        f"                    python=Path({str(egress_python)!r}))\n"
+        f"                    EgressSettings(python=Path({str(egress_python)!r})))\n"
         "    await p.start()\n"
         "    print(p._proc.pid, p.confdir, flush=True)\n"
         "    os._exit(1)\n"

@@ -45,7 +45,7 @@ from typer.testing import CliRunner
 
 from paperbench.cli import app
 from paperbench.reproduce import ReproductionMetadata
-from paperbench.sandbox import EgressProxy
+from paperbench.sandbox import EgressProxy, EgressSettings
 from paperbench.sandbox._egress import ensure_egress_python, read_network_log
 
 from .docker_fixtures import reproducer_image  # noqa: F401  (the fixture)
@@ -342,9 +342,7 @@ def test_the_proxy_opens_only_the_allowed_ranges(
         proxy = EgressProxy(
             [],
             tmp_path / "network.jsonl",
-            python=await ensure_egress_python(),
-            allow=allow,
-            startup_timeout=60,
+            EgressSettings(python=await ensure_egress_python(), allow=allow, startup_timeout=60),
         )
         endpoint = await proxy.start()
         try:

@@ -18,7 +18,12 @@ import pytest
 
 from paperbench.sandbox import SandboxConfig
 from paperbench.sandbox._base import HostService, NetworkPolicy, SandboxSpec
-from paperbench.sandbox._egress import EgressProxy, ensure_egress_python, read_network_log
+from paperbench.sandbox._egress import (
+    EgressProxy,
+    EgressSettings,
+    ensure_egress_python,
+    read_network_log,
+)
 
 from .docker_fixtures import TEST_LABELS, reproducer_image  # noqa: F401
 
@@ -76,7 +81,8 @@ async def proxy(
     service: ThreadingHTTPServer, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[EgressProxy]:
     log = tmp_path_factory.mktemp("egress") / "network.jsonl"
-    proxy = EgressProxy([], log, python=await ensure_egress_python(), services=[_service(service)])
+    settings = EgressSettings(python=await ensure_egress_python(), services=[_service(service)])
+    proxy = EgressProxy([], log, settings)
     try:
         await proxy.start()
         yield proxy
