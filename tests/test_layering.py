@@ -69,6 +69,29 @@ def test_a_config_from_python_loads_no_command_line() -> None:
     assert cli == []
 
 
+HEAVY = ("docker", "openai", "anthropic", "ray", "bm25s", "playwright", "typer", "click")
+CONFIG_MODULES = 24
+"""paperbench modules that ``paperbench.EvalConfig`` may load (20 when this was written)."""
+
+
+def test_a_config_loads_only_what_it_needs() -> None:
+    """``paperbench.EvalConfig`` loads the config's own modules, not every package whose module
+    it names (each ``__init__`` imports on first use), nor any heavy SDK."""
+    script = (
+        "import json, sys, paperbench\n"
+        "paperbench.EvalConfig\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = json.loads(done.stdout)
+    assert [m for m in loaded if m.split(".")[0] in HEAVY] == []
+    ours = [m for m in loaded if m.split(".")[0] == "paperbench"]
+    assert "paperbench.runs._config" in ours
+    assert len(ours) <= CONFIG_MODULES, ours
+
+
 def _lazy_init(path: Path) -> tuple[dict[str, str], dict[str, str], list[str], list[str]]:
     """What an ``__init__`` imports for the type checker and what it hands to
     ``_lazy.exports`` (each as name → module), its ``__all__``, and any other import."""
