@@ -20,21 +20,14 @@ The stages have their own packages: :mod:`paperbench.agents` (rollout, monitor),
 :mod:`paperbench.llm`, :mod:`paperbench.rubric` and :mod:`paperbench.papers`.
 """
 
-from __future__ import annotations
-
-from importlib.metadata import PackageNotFoundError as _NotInstalled
-from importlib.metadata import version as _version
 from typing import TYPE_CHECKING
-from typing import Any as _Any
 
-try:
-    __version__ = _version("paperbench")
-except _NotInstalled:  # running from a source tree that was not installed
-    __version__ = "0.0.0+unknown"
+from paperbench import _lazy
 
 if TYPE_CHECKING:
     from paperbench._entry import grade, judge_eval, rcb_run, rollout, run_reproduction
     from paperbench._evaluate import Evaluation, evaluate, evaluate_async, resume, resume_async
+    from paperbench._version import __version__
     from paperbench.agents._rollout_settings import RolloutSettings
     from paperbench.judge._settings import GradeSettings, JudgeEvalSettings
     from paperbench.rcb._settings import RcbSettings
@@ -61,30 +54,23 @@ __all__ = [
     "run_reproduction",
 ]
 
-_LAZY = {
-    "evaluate": "paperbench._evaluate",
-    "resume": "paperbench._evaluate",
-    "evaluate_async": "paperbench._evaluate",
-    "resume_async": "paperbench._evaluate",
-    "Evaluation": "paperbench._evaluate",
-    "EvalConfig": "paperbench.runs._config",
-    "rollout": "paperbench._entry",
-    "RolloutSettings": "paperbench.agents._rollout_settings",
-    "run_reproduction": "paperbench._entry",
-    "ReproduceSettings": "paperbench.reproduce._settings",
-    "rcb_run": "paperbench._entry",
-    "RcbSettings": "paperbench.rcb._settings",
-    "grade": "paperbench._entry",
-    "GradeSettings": "paperbench.judge._settings",
-    "judge_eval": "paperbench._entry",
-    "JudgeEvalSettings": "paperbench.judge._settings",
-}
-
-
-def __getattr__(name: str) -> _Any:
-    """The entry points, imported on first use (``import paperbench`` stays light)."""
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'paperbench' has no attribute {name!r}")
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench._entry": ("grade", "judge_eval", "rcb_run", "rollout", "run_reproduction"),
+            "paperbench._evaluate": (
+                "Evaluation",
+                "evaluate",
+                "evaluate_async",
+                "resume",
+                "resume_async",
+            ),
+            "paperbench._version": ("__version__",),
+            "paperbench.agents._rollout_settings": ("RolloutSettings",),
+            "paperbench.judge._settings": ("GradeSettings", "JudgeEvalSettings"),
+            "paperbench.rcb._settings": ("RcbSettings",),
+            "paperbench.reproduce._settings": ("ReproduceSettings",),
+            "paperbench.runs._config": ("EvalConfig",),
+        },
+    )

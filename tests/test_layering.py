@@ -1,5 +1,6 @@
 """The engine does not import the command line: a config built from Python loads neither typer
-nor click nor any CLI module, and no engine module imports one (DESIGN.md §1)."""
+nor click nor any CLI module, and no engine module imports one (DESIGN.md §1). A package
+imports its modules only when one of its names is first used."""
 
 from __future__ import annotations
 
@@ -66,3 +67,63 @@ def test_a_config_from_python_loads_no_command_line() -> None:
     assert "paperbench.runs._config" in loaded  # the config was built
     cli = [m for m in loaded if m.split(".")[0] in {"typer", "click"} or _is_cli(m)]
     assert cli == []
+
+
+HEAVY = ("docker", "openai", "anthropic", "ray", "bm25s", "playwright", "typer", "click")
+CONFIG_MODULES = 24
+"""paperbench modules that ``paperbench.EvalConfig`` may load (20 when this was written)."""
+
+
+def test_a_config_loads_only_what_it_needs() -> None:
+    """``paperbench.EvalConfig`` loads the config's own modules, not every package whose module
+    it names (each ``__init__`` imports on first use), nor any heavy SDK."""
+    script = (
+        "import json, sys, paperbench\n"
+        "paperbench.EvalConfig\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = json.loads(done.stdout)
+    assert [m for m in loaded if m.split(".")[0] in HEAVY] == []
+    ours = [m for m in loaded if m.split(".")[0] == "paperbench"]
+    assert "paperbench.runs._config" in ours
+    assert len(ours) <= CONFIG_MODULES, ours
+
+
+def _lazy_init(path: Path) -> tuple[dict[str, str], dict[str, str], list[str], list[str]]:
+    """What an ``__init__`` imports for the type checker and what it hands to
+    ``_lazy.exports`` (each as name → module), its ``__all__``, and any other import."""
+    typed: dict[str, str] = {}
+    lazy: dict[str, str] = {}
+    exported: list[str] = []
+    eager: list[str] = []
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom) and imp.module
+                typed |= {alias.name: imp.module for alias in imp.names}
+        elif isinstance(node, ast.If) and ast.unparse(node.test) == "not TYPE_CHECKING":
+            (assign,) = node.body
+            assert isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Call)
+            assert ast.unparse(assign.value.func) == "_lazy.exports"
+            origins = ast.literal_eval(assign.value.args[1])
+            lazy |= {name: module for module, names in origins.items() for name in names}
+        elif isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__":
+            exported = ast.literal_eval(node.value)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            eager += [name for _, name in _imported(node)]
+    return typed, lazy, exported, eager
+
+
+def test_every_package_imports_its_names_on_first_use() -> None:
+    """Each package's ``__init__`` imports none of its modules: the names the type checker
+    reads, the names imported on first use and ``__all__`` are the same, from the same modules."""
+    for path in sorted(PACKAGE.rglob("__init__.py")):
+        typed, lazy, exported, eager = _lazy_init(path)
+        where = path.relative_to(PACKAGE.parent)
+        assert typed == lazy, where
+        assert sorted(typed) == sorted(exported), where
+        allowed = {"typing", "typing.TYPE_CHECKING", "paperbench", "paperbench._lazy"}
+        assert set(eager) <= allowed, where

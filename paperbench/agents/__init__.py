@@ -1,73 +1,78 @@
 """Agents: the rollout stage. An agent works in a sandbox and leaves /home/submission."""
 
-from paperbench.agents._base import (
-    INSTRUCTIONS_PATH,
-    PAPER_DIR,
-    SUBMISSION_DIR,
-    Agent,
-    AgentLimits,
-    AgentOutcome,
-    LimitKind,
-    LimitReached,
-    LimitTracker,
-    OutcomeStatus,
-    RunContext,
-    TranscriptWriter,
-    read_transcript,
-)
-from paperbench.agents._config import (
-    AgentConfig,
-    AgentIdentity,
-    BasicConfig,
-    DummyConfig,
-    IterativeConfig,
-    LoadedAgent,
-    PapercoderConfig,
-    ReplayConfig,
-    ToolSettings,
-    instructions_text,
-    load_agent,
-)
-from paperbench.agents._loop import BasicAgent, DummyAgent, IterativeAgent
-from paperbench.agents._monitor import (
-    MONITOR_VERSION,
-    MonitorHit,
-    MonitorPolicy,
-    MonitorReport,
-    monitor_run,
-    write_report,
-)
-from paperbench.agents._papercoder import PapercoderAgent
-from paperbench.agents._replay import ReplayAgent
-from paperbench.agents._resources import (
-    AgentResources,
-    ResolvedResources,
-    RunResources,
-    resources_from_flags,
-    resources_line,
-)
-from paperbench.agents._rollout import rollout
-from paperbench.agents._rollout_files import (
-    RolloutConfig,
-    RolloutPausedError,
-    RolloutResult,
-    RolloutStatus,
-    load_status,
-)
-from paperbench.agents._rollout_plan import RolloutOptions
-from paperbench.agents._rollout_settings import RolloutSettings
-from paperbench.agents._tools import ToolResult, ToolSet, run_tool, tool_defs
-from paperbench.agents._transcript import (
-    TRANSCRIPT_VERSION,
-    EndEvent,
-    MessageEvent,
-    ModelCallEvent,
-    NoteEvent,
-    SnapshotEvent,
-    StartEvent,
-    ToolEvent,
-    TranscriptEvent,
-)
+from typing import TYPE_CHECKING
+
+from paperbench import _lazy
+
+if TYPE_CHECKING:
+    from paperbench.agents._base import (
+        INSTRUCTIONS_PATH,
+        PAPER_DIR,
+        SUBMISSION_DIR,
+        Agent,
+        AgentLimits,
+        AgentOutcome,
+        LimitKind,
+        LimitReached,
+        LimitTracker,
+        OutcomeStatus,
+        RunContext,
+        TranscriptWriter,
+        read_transcript,
+    )
+    from paperbench.agents._config import (
+        AgentConfig,
+        AgentIdentity,
+        BasicConfig,
+        DummyConfig,
+        IterativeConfig,
+        LoadedAgent,
+        PapercoderConfig,
+        ReplayConfig,
+        ToolSettings,
+        instructions_text,
+        load_agent,
+    )
+    from paperbench.agents._loop import BasicAgent, DummyAgent, IterativeAgent
+    from paperbench.agents._monitor import (
+        MONITOR_VERSION,
+        MonitorHit,
+        MonitorPolicy,
+        MonitorReport,
+        monitor_run,
+        write_report,
+    )
+    from paperbench.agents._papercoder import PapercoderAgent
+    from paperbench.agents._replay import ReplayAgent
+    from paperbench.agents._resources import (
+        AgentResources,
+        ResolvedResources,
+        RunResources,
+        resources_from_flags,
+        resources_line,
+    )
+    from paperbench.agents._rollout import rollout
+    from paperbench.agents._rollout_files import (
+        RolloutConfig,
+        RolloutPausedError,
+        RolloutResult,
+        RolloutStatus,
+        load_status,
+    )
+    from paperbench.agents._rollout_plan import RolloutOptions
+    from paperbench.agents._rollout_settings import RolloutSettings
+    from paperbench.agents._tools import ToolResult, ToolSet, run_tool, tool_defs
+    from paperbench.agents._transcript import (
+        TRANSCRIPT_VERSION,
+        EndEvent,
+        MessageEvent,
+        ModelCallEvent,
+        NoteEvent,
+        SnapshotEvent,
+        StartEvent,
+        ToolEvent,
+        TranscriptEvent,
+    )
 
 __all__ = [
     "INSTRUCTIONS_PATH",
@@ -132,3 +137,78 @@ __all__ = [
     "tool_defs",
     "write_report",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.agents._base": (
+                "INSTRUCTIONS_PATH",
+                "PAPER_DIR",
+                "SUBMISSION_DIR",
+                "Agent",
+                "AgentLimits",
+                "AgentOutcome",
+                "LimitKind",
+                "LimitReached",
+                "LimitTracker",
+                "OutcomeStatus",
+                "RunContext",
+                "TranscriptWriter",
+                "read_transcript",
+            ),
+            "paperbench.agents._config": (
+                "AgentConfig",
+                "AgentIdentity",
+                "BasicConfig",
+                "DummyConfig",
+                "IterativeConfig",
+                "LoadedAgent",
+                "PapercoderConfig",
+                "ReplayConfig",
+                "ToolSettings",
+                "instructions_text",
+                "load_agent",
+            ),
+            "paperbench.agents._loop": ("BasicAgent", "DummyAgent", "IterativeAgent"),
+            "paperbench.agents._monitor": (
+                "MONITOR_VERSION",
+                "MonitorHit",
+                "MonitorPolicy",
+                "MonitorReport",
+                "monitor_run",
+                "write_report",
+            ),
+            "paperbench.agents._papercoder": ("PapercoderAgent",),
+            "paperbench.agents._replay": ("ReplayAgent",),
+            "paperbench.agents._resources": (
+                "AgentResources",
+                "ResolvedResources",
+                "RunResources",
+                "resources_from_flags",
+                "resources_line",
+            ),
+            "paperbench.agents._rollout": ("rollout",),
+            "paperbench.agents._rollout_files": (
+                "RolloutConfig",
+                "RolloutPausedError",
+                "RolloutResult",
+                "RolloutStatus",
+                "load_status",
+            ),
+            "paperbench.agents._rollout_plan": ("RolloutOptions",),
+            "paperbench.agents._rollout_settings": ("RolloutSettings",),
+            "paperbench.agents._tools": ("ToolResult", "ToolSet", "run_tool", "tool_defs"),
+            "paperbench.agents._transcript": (
+                "TRANSCRIPT_VERSION",
+                "EndEvent",
+                "MessageEvent",
+                "ModelCallEvent",
+                "NoteEvent",
+                "SnapshotEvent",
+                "StartEvent",
+                "ToolEvent",
+                "TranscriptEvent",
+            ),
+        },
+    )

@@ -22,6 +22,7 @@ from paperbench.agents._base import (
 )
 from paperbench.agents._resources import ResolvedResources
 from paperbench.agents._snapshots import DEFAULT_KEEP_SNAPSHOTS, DEFAULT_SNAPSHOTS_MAX_BYTES
+from paperbench.agents._snapshots import DEFAULT_SNAPSHOT_EVERY_S as DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.agents._transcript import NoteEvent, StartEvent, TranscriptEvent
 from paperbench.errors import ConfigError, InputError, UsageError
 from paperbench.errors import PauseKind as PauseKind
@@ -29,9 +30,6 @@ from paperbench.errors import RolloutPausedError as RolloutPausedError
 from paperbench.llm import BudgetCaps, CostJournal, CostRecord, CostTotal
 from paperbench.sandbox import IsolationKind, LeftOutFile, NetworkPolicy, SandboxConfig
 from paperbench.sandbox._internal_nets import IPNetwork
-
-DEFAULT_SNAPSHOT_EVERY_S = 600.0
-"""Seconds between snapshots of a rollout's /home/submission."""
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_RESTARTS = 3

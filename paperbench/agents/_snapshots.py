@@ -11,10 +11,15 @@ never deleted.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paperbench._io import atomic_open
-from paperbench.sandbox import LeftOutFile, TreeLimits, repack
 
+if TYPE_CHECKING:
+    from paperbench.sandbox import LeftOutFile
+
+DEFAULT_SNAPSHOT_EVERY_S = 600.0
+"""Seconds between snapshots of a rollout's /home/submission."""
 MAX_FILE_BYTES = 10 * 1024 * 1024
 """Files larger than this (10 MB) are not kept in snapshots nor in submission.tar.gz."""
 DEFAULT_KEEP_SNAPSHOTS = 10
@@ -28,6 +33,8 @@ def without_large_files(
     """Copy the tar.gz ``src`` into ``dest`` (atomically) without its regular files over
     ``max_file_bytes``, by the host's rule for untrusted trees (links checked against the
     whole tree, special files left out); return what was left out. ``src`` is left in place."""
+    from paperbench.sandbox import TreeLimits, repack
+
     with open(src, "rb") as inp, atomic_open(dest) as out:
         return repack(inp, out, limits=TreeLimits(max_file_bytes=max_file_bytes))
 

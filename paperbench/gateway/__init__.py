@@ -13,7 +13,21 @@ Each request becomes a :class:`GatewayCall` (a line of ``gateway.jsonl``, the ``
 callback) and a :class:`~paperbench.llm.CostRecord` with label ``gateway``.
 """
 
-from paperbench.gateway._call import GatewayCall
-from paperbench.gateway._gateway import ModelGateway
+from typing import TYPE_CHECKING
+
+from paperbench import _lazy
+
+if TYPE_CHECKING:
+    from paperbench.gateway._call import GatewayCall
+    from paperbench.gateway._gateway import ModelGateway
 
 __all__ = ["GatewayCall", "ModelGateway"]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.gateway._call": ("GatewayCall",),
+            "paperbench.gateway._gateway": ("ModelGateway",),
+        },
+    )

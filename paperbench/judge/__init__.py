@@ -27,33 +27,38 @@ The modules behind these (context selection, prompts, fences, logs, checks, agre
 statistics) are private; tests import them directly.
 """
 
-from paperbench.judge._agreement import PASS_THRESHOLD
-from paperbench.judge._config import (
-    DummyConfig,
-    FaithfulConfig,
-    JudgeConfig,
-    JudgeIdentity,
-    LoadedJudge,
-    RandomConfig,
-    SimpleConfig,
-    catalog_names,
-    load_judge_config,
-)
-from paperbench.judge._ensemble import EnsembleReport, grade_ensemble
-from paperbench.judge._eval import (
-    GoldSubmission,
-    GradeFn,
-    JudgeEvalReport,
-    judge_eval,
-    load_gold_set,
-)
-from paperbench.judge._gold import grade_gold
-from paperbench.judge._grader import GradeResult, grade_submission, read_result
-from paperbench.judge._job import GradeOptions, ModelSettings, missing_keys
-from paperbench.judge._papercoder import RepoScore, grade_papercoder
-from paperbench.judge._settings import GradeSettings, Grading, JudgeEvalSettings
-from paperbench.judge._types import ADDRESSED_KEY, AddressedFinding, LeafGrade
-from paperbench.judge._view import SubmissionView, ViewLimits, build_view
+from typing import TYPE_CHECKING
+
+from paperbench import _lazy
+
+if TYPE_CHECKING:
+    from paperbench.judge._agreement import PASS_THRESHOLD
+    from paperbench.judge._config import (
+        DummyConfig,
+        FaithfulConfig,
+        JudgeConfig,
+        JudgeIdentity,
+        LoadedJudge,
+        RandomConfig,
+        SimpleConfig,
+        catalog_names,
+        load_judge_config,
+    )
+    from paperbench.judge._ensemble import EnsembleReport, grade_ensemble
+    from paperbench.judge._eval import (
+        GoldSubmission,
+        GradeFn,
+        JudgeEvalReport,
+        judge_eval,
+        load_gold_set,
+    )
+    from paperbench.judge._gold import grade_gold
+    from paperbench.judge._grader import GradeResult, grade_submission, read_result
+    from paperbench.judge._job import GradeOptions, ModelSettings, missing_keys
+    from paperbench.judge._papercoder import RepoScore, grade_papercoder
+    from paperbench.judge._settings import GradeSettings, Grading, JudgeEvalSettings
+    from paperbench.judge._types import ADDRESSED_KEY, AddressedFinding, LeafGrade
+    from paperbench.judge._view import SubmissionView, ViewLimits, build_view
 
 __all__ = [
     "ADDRESSED_KEY",
@@ -92,3 +97,37 @@ __all__ = [
     "missing_keys",
     "read_result",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.judge._agreement": ("PASS_THRESHOLD",),
+            "paperbench.judge._config": (
+                "DummyConfig",
+                "FaithfulConfig",
+                "JudgeConfig",
+                "JudgeIdentity",
+                "LoadedJudge",
+                "RandomConfig",
+                "SimpleConfig",
+                "catalog_names",
+                "load_judge_config",
+            ),
+            "paperbench.judge._ensemble": ("EnsembleReport", "grade_ensemble"),
+            "paperbench.judge._eval": (
+                "GoldSubmission",
+                "GradeFn",
+                "JudgeEvalReport",
+                "judge_eval",
+                "load_gold_set",
+            ),
+            "paperbench.judge._gold": ("grade_gold",),
+            "paperbench.judge._grader": ("GradeResult", "grade_submission", "read_result"),
+            "paperbench.judge._job": ("GradeOptions", "ModelSettings", "missing_keys"),
+            "paperbench.judge._papercoder": ("RepoScore", "grade_papercoder"),
+            "paperbench.judge._settings": ("GradeSettings", "Grading", "JudgeEvalSettings"),
+            "paperbench.judge._types": ("ADDRESSED_KEY", "AddressedFinding", "LeafGrade"),
+            "paperbench.judge._view": ("SubmissionView", "ViewLimits", "build_view"),
+        },
+    )

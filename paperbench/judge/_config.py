@@ -30,6 +30,9 @@ from paperbench._config_io import (
 )
 from paperbench.errors import ConfigError
 
+DEFAULT_LEAVES_AT_ONCE = 16
+"""Leaves (or batches of leaves) one grading sends at once."""
+
 
 def catalog_dir() -> Path:
     """The ``judge/`` catalog: inside the installed package, or the repository's folder."""

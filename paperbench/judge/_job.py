@@ -19,6 +19,7 @@ from paperbench.errors import (
     StructuredOutputError,
 )
 from paperbench.judge._agreement import majority
+from paperbench.judge._config import DEFAULT_LEAVES_AT_ONCE as DEFAULT_LEAVES_AT_ONCE
 from paperbench.judge._config import FaithfulConfig, LoadedJudge, RoleModel
 from paperbench.judge._context import ContextCategory, SubmissionIndex
 from paperbench.judge._types import CallCost, InvalidReason, LeafGrade, SampleGrade
@@ -51,10 +52,6 @@ class GradeOptions(BaseModel):
     resources_provided: bool = False
     max_depth: int | None = Field(default=None, ge=1)
     samples: int = Field(default=1, ge=1)
-
-
-DEFAULT_LEAVES_AT_ONCE = 16
-"""Leaves (or batches of leaves) one grading sends at once."""
 
 
 class ModelSettings(BaseModel):

@@ -24,55 +24,60 @@ on a Ray cluster). Everything else (cache keys, connection limits, schema handli
 internal.
 """
 
-from paperbench.llm._budget import BudgetCaps
-from paperbench.llm._cache import ResponseCache, default_cache_path
-from paperbench.llm._costs import (
-    CostJournal,
-    CostLedger,
-    CostRecord,
-    CostReport,
-    CostTotal,
-    ModelPrice,
-    PriceTable,
-    read_cost_journal,
-)
-from paperbench.llm._limits import context_window, max_output_tokens, takes_reasoning_effort
-from paperbench.llm._model import Model
-from paperbench.llm._registry import ModelAPI, Target, providers, register_provider
-from paperbench.llm._retry import TransientError
-from paperbench.llm._shared import (
-    Coordinator,
-    Grant,
-    GroupSpend,
-    LocalCoordinator,
-    RayCoordinator,
-    current_coordinator,
-    set_coordinator,
-)
-from paperbench.llm._tokens import (
-    TokenCountKind,
-    count_message_tokens,
-    count_tokens,
-    token_count_kind,
-)
-from paperbench.llm._types import (
-    LABELS,
-    AssistantMessage,
-    CallOutcome,
-    Message,
-    ModelConfig,
-    ModelOutput,
-    ModelRequest,
-    OutputSchema,
-    ReasoningEffort,
-    StopReason,
-    SystemMessage,
-    ToolCall,
-    ToolDef,
-    ToolMessage,
-    Usage,
-    UserMessage,
-)
+from typing import TYPE_CHECKING
+
+from paperbench import _lazy
+
+if TYPE_CHECKING:
+    from paperbench.llm._budget import BudgetCaps
+    from paperbench.llm._cache import ResponseCache, default_cache_path
+    from paperbench.llm._costs import (
+        CostJournal,
+        CostLedger,
+        CostRecord,
+        CostReport,
+        CostTotal,
+        ModelPrice,
+        PriceTable,
+        read_cost_journal,
+    )
+    from paperbench.llm._limits import context_window, max_output_tokens, takes_reasoning_effort
+    from paperbench.llm._model import Model
+    from paperbench.llm._registry import ModelAPI, Target, providers, register_provider
+    from paperbench.llm._retry import TransientError
+    from paperbench.llm._shared import (
+        Coordinator,
+        Grant,
+        GroupSpend,
+        LocalCoordinator,
+        RayCoordinator,
+        current_coordinator,
+        set_coordinator,
+    )
+    from paperbench.llm._tokens import (
+        TokenCountKind,
+        count_message_tokens,
+        count_tokens,
+        token_count_kind,
+    )
+    from paperbench.llm._types import (
+        LABELS,
+        AssistantMessage,
+        CallOutcome,
+        Message,
+        ModelConfig,
+        ModelOutput,
+        ModelRequest,
+        OutputSchema,
+        ReasoningEffort,
+        StopReason,
+        SystemMessage,
+        ToolCall,
+        ToolDef,
+        ToolMessage,
+        Usage,
+        UserMessage,
+    )
 
 __all__ = [
     "LABELS",
@@ -123,3 +128,63 @@ __all__ = [
     "takes_reasoning_effort",
     "token_count_kind",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.llm._budget": ("BudgetCaps",),
+            "paperbench.llm._cache": ("ResponseCache", "default_cache_path"),
+            "paperbench.llm._costs": (
+                "CostJournal",
+                "CostLedger",
+                "CostRecord",
+                "CostReport",
+                "CostTotal",
+                "ModelPrice",
+                "PriceTable",
+                "read_cost_journal",
+            ),
+            "paperbench.llm._limits": (
+                "context_window",
+                "max_output_tokens",
+                "takes_reasoning_effort",
+            ),
+            "paperbench.llm._model": ("Model",),
+            "paperbench.llm._registry": ("ModelAPI", "Target", "providers", "register_provider"),
+            "paperbench.llm._retry": ("TransientError",),
+            "paperbench.llm._shared": (
+                "Coordinator",
+                "Grant",
+                "GroupSpend",
+                "LocalCoordinator",
+                "RayCoordinator",
+                "current_coordinator",
+                "set_coordinator",
+            ),
+            "paperbench.llm._tokens": (
+                "TokenCountKind",
+                "count_message_tokens",
+                "count_tokens",
+                "token_count_kind",
+            ),
+            "paperbench.llm._types": (
+                "LABELS",
+                "AssistantMessage",
+                "CallOutcome",
+                "Message",
+                "ModelConfig",
+                "ModelOutput",
+                "ModelRequest",
+                "OutputSchema",
+                "ReasoningEffort",
+                "StopReason",
+                "SystemMessage",
+                "ToolCall",
+                "ToolDef",
+                "ToolMessage",
+                "Usage",
+                "UserMessage",
+            ),
+        },
+    )

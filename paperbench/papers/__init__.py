@@ -19,22 +19,27 @@ content holds pointer files instead of the texts, the pdf and the assets:
 :meth:`Paper.require_usable` refuses them, and a rubric that does not load, before any work.
 """
 
-from paperbench.papers._bundle import (
-    DATA_DIR_ENV,
-    HOME_ENV,
-    LFS_POINTER_MESSAGE,
-    LFS_POINTER_PREFIX,
-    Layout,
-    Paper,
-    PaperConfig,
-    PaperSource,
-    find_repo_root,
-    is_lfs_pointer,
-    load_data_dir_paper,
-    load_repo_paper,
-    parse_blacklist,
-    read_paper_text,
-)
+from typing import TYPE_CHECKING
+
+from paperbench import _lazy
+
+if TYPE_CHECKING:
+    from paperbench.papers._bundle import (
+        DATA_DIR_ENV,
+        HOME_ENV,
+        LFS_POINTER_MESSAGE,
+        LFS_POINTER_PREFIX,
+        Layout,
+        Paper,
+        PaperConfig,
+        PaperSource,
+        find_repo_root,
+        is_lfs_pointer,
+        load_data_dir_paper,
+        load_repo_paper,
+        parse_blacklist,
+        read_paper_text,
+    )
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -52,3 +57,26 @@ __all__ = [
     "parse_blacklist",
     "read_paper_text",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.papers._bundle": (
+                "DATA_DIR_ENV",
+                "HOME_ENV",
+                "LFS_POINTER_MESSAGE",
+                "LFS_POINTER_PREFIX",
+                "Layout",
+                "Paper",
+                "PaperConfig",
+                "PaperSource",
+                "find_repo_root",
+                "is_lfs_pointer",
+                "load_data_dir_paper",
+                "load_repo_paper",
+                "parse_blacklist",
+                "read_paper_text",
+            ),
+        },
+    )

@@ -1,29 +1,34 @@
 """ResearchCodeBench task mode: fill-in snippets from a paper, graded by the paper's unit
 test, line-weighted. Point it at a clone of ResearchCodeBench (its ``pset/`` folder)."""
 
-from paperbench.rcb._html import write_rcb_report
-from paperbench.rcb._load import load_problem_set
-from paperbench.rcb._mask import extract_code, fill, mask, reference_code
-from paperbench.rcb._models import (
-    PAPERS_FILE,
-    TEST_ENTRY,
-    ErrorClass,
-    Mode,
-    PaperScore,
-    ProblemRecord,
-    ProblemSet,
-    Rate,
-    RcbPaper,
-    RcbSummary,
-    SampleResult,
-    Snippet,
-    TestOutcome,
-)
-from paperbench.rcb._published import PublishedRow, load_published
-from paperbench.rcb._runner import RcbRunOptions, ValidationRow, run_rcb, validate
-from paperbench.rcb._score import pass_at_k, score
-from paperbench.rcb._settings import RcbRunResult, RcbSettings
-from paperbench.rcb._test import RcbJob, run_test, run_tests
+from typing import TYPE_CHECKING
+
+from paperbench import _lazy
+
+if TYPE_CHECKING:
+    from paperbench.rcb._html import write_rcb_report
+    from paperbench.rcb._load import load_problem_set
+    from paperbench.rcb._mask import extract_code, fill, mask, reference_code
+    from paperbench.rcb._models import (
+        PAPERS_FILE,
+        TEST_ENTRY,
+        ErrorClass,
+        Mode,
+        PaperScore,
+        ProblemRecord,
+        ProblemSet,
+        Rate,
+        RcbPaper,
+        RcbSummary,
+        SampleResult,
+        Snippet,
+        TestOutcome,
+    )
+    from paperbench.rcb._published import PublishedRow, load_published
+    from paperbench.rcb._runner import RcbRunOptions, ValidationRow, run_rcb, validate
+    from paperbench.rcb._score import pass_at_k, score
+    from paperbench.rcb._settings import RcbRunResult, RcbSettings
+    from paperbench.rcb._test import RcbJob, run_test, run_tests
 
 __all__ = [
     "PAPERS_FILE",
@@ -59,3 +64,33 @@ __all__ = [
     "validate",
     "write_rcb_report",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.rcb._html": ("write_rcb_report",),
+            "paperbench.rcb._load": ("load_problem_set",),
+            "paperbench.rcb._mask": ("extract_code", "fill", "mask", "reference_code"),
+            "paperbench.rcb._models": (
+                "PAPERS_FILE",
+                "TEST_ENTRY",
+                "ErrorClass",
+                "Mode",
+                "PaperScore",
+                "ProblemRecord",
+                "ProblemSet",
+                "Rate",
+                "RcbPaper",
+                "RcbSummary",
+                "SampleResult",
+                "Snippet",
+                "TestOutcome",
+            ),
+            "paperbench.rcb._published": ("PublishedRow", "load_published"),
+            "paperbench.rcb._runner": ("RcbRunOptions", "ValidationRow", "run_rcb", "validate"),
+            "paperbench.rcb._score": ("pass_at_k", "score"),
+            "paperbench.rcb._settings": ("RcbRunResult", "RcbSettings"),
+            "paperbench.rcb._test": ("RcbJob", "run_test", "run_tests"),
+        },
+    )

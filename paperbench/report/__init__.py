@@ -1,24 +1,29 @@
 """Reports over a run group: metrics (``summary.json``), terminal tables and a static HTML
 report that works opened from disk."""
 
-from paperbench.report._files import GroupFiles, Problem, RunFiles, read_group_files, read_run
-from paperbench.report._metrics import (
-    AgentMetrics,
-    CostSummary,
-    Estimate,
-    JudgeInfo,
-    JudgeMismatch,
-    NotScored,
-    PaperScore,
-    RunMetrics,
-    SeedScore,
-    Summary,
-    agent_metrics,
-    mean_se,
-    run_metrics,
-    summarize_group,
-)
-from paperbench.report._write import html_dir, summary_path, write_report
+from typing import TYPE_CHECKING
+
+from paperbench import _lazy
+
+if TYPE_CHECKING:
+    from paperbench.report._files import GroupFiles, Problem, RunFiles, read_group_files, read_run
+    from paperbench.report._metrics import (
+        AgentMetrics,
+        CostSummary,
+        Estimate,
+        JudgeInfo,
+        JudgeMismatch,
+        NotScored,
+        PaperScore,
+        RunMetrics,
+        SeedScore,
+        Summary,
+        agent_metrics,
+        mean_se,
+        run_metrics,
+        summarize_group,
+    )
+    from paperbench.report._write import html_dir, summary_path, write_report
 
 __all__ = [
     "AgentMetrics",
@@ -44,3 +49,34 @@ __all__ = [
     "summary_path",
     "write_report",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.report._files": (
+                "GroupFiles",
+                "Problem",
+                "RunFiles",
+                "read_group_files",
+                "read_run",
+            ),
+            "paperbench.report._metrics": (
+                "AgentMetrics",
+                "CostSummary",
+                "Estimate",
+                "JudgeInfo",
+                "JudgeMismatch",
+                "NotScored",
+                "PaperScore",
+                "RunMetrics",
+                "SeedScore",
+                "Summary",
+                "agent_metrics",
+                "mean_se",
+                "run_metrics",
+                "summarize_group",
+            ),
+            "paperbench.report._write": ("html_dir", "summary_path", "write_report"),
+        },
+    )

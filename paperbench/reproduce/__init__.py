@@ -7,24 +7,29 @@ see :mod:`paperbench.reproduce._stage` for the details. ``paperbench reproduce``
 ``paperbench.run_reproduction()`` are the same on one :class:`ReproduceSettings`.
 """
 
-from paperbench.reproduce._files import default_out_dir
-from paperbench.reproduce._models import (
-    ARCHIVE_TOP,
-    CREATION_TIME_NAME,
-    CRLF_HINT,
-    DEFAULT_DISK_MB,
-    LOG_NAME,
-    REPRODUCER_IMAGE,
-    SCHEMA_VERSION,
-    SUBMISSION_PATH,
-    Attempt,
-    ChangedFiles,
-    ReproduceConfig,
-    ReproductionMetadata,
-    Status,
-)
-from paperbench.reproduce._settings import ReproduceSettings
-from paperbench.reproduce._stage import reproduce_submission, resolve_image
+from typing import TYPE_CHECKING
+
+from paperbench import _lazy
+
+if TYPE_CHECKING:
+    from paperbench.reproduce._files import default_out_dir
+    from paperbench.reproduce._models import (
+        ARCHIVE_TOP,
+        CREATION_TIME_NAME,
+        CRLF_HINT,
+        DEFAULT_DISK_MB,
+        LOG_NAME,
+        REPRODUCER_IMAGE,
+        SCHEMA_VERSION,
+        SUBMISSION_PATH,
+        Attempt,
+        ChangedFiles,
+        ReproduceConfig,
+        ReproductionMetadata,
+        Status,
+    )
+    from paperbench.reproduce._settings import ReproduceSettings
+    from paperbench.reproduce._stage import reproduce_submission, resolve_image
 
 __all__ = [
     "ARCHIVE_TOP",
@@ -45,3 +50,28 @@ __all__ = [
     "reproduce_submission",
     "resolve_image",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.reproduce._files": ("default_out_dir",),
+            "paperbench.reproduce._models": (
+                "ARCHIVE_TOP",
+                "CREATION_TIME_NAME",
+                "CRLF_HINT",
+                "DEFAULT_DISK_MB",
+                "LOG_NAME",
+                "REPRODUCER_IMAGE",
+                "SCHEMA_VERSION",
+                "SUBMISSION_PATH",
+                "Attempt",
+                "ChangedFiles",
+                "ReproduceConfig",
+                "ReproductionMetadata",
+                "Status",
+            ),
+            "paperbench.reproduce._settings": ("ReproduceSettings",),
+            "paperbench.reproduce._stage": ("reproduce_submission", "resolve_image"),
+        },
+    )

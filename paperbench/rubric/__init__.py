@@ -4,49 +4,54 @@ The public names are pinned by ``tests/rubric/test_schema.py``; everything else 
 ``_*`` modules is internal.
 """
 
-from paperbench.rubric._aggregate import (
-    TreeSummary,
-    aggregate,
-    coverage,
-    disqualify,
-    effective_weights,
-    score_from_children,
-    summarize,
-)
-from paperbench.rubric._load import dumps_tree, load_graded, load_rubric, load_tree, write_tree
-from paperbench.rubric._model import (
-    LEAF_CATEGORIES,
-    MAX_WEIGHT,
-    Check,
-    FinegrainedCategory,
-    GradedTaskNode,
-    NodePath,
-    TaskCategory,
-    TaskNode,
-    iter_leaves,
-    iter_nodes,
-    node_at,
-    path_to_json_path,
-    rebuild,
-    tree_depth,
-)
-from paperbench.rubric._schema import TreeKind, build_schema
-from paperbench.rubric._stats import RubricStats, rubric_stats, total_stats
-from paperbench.rubric._transforms import (
-    code_dev,
-    cut_at_depth,
-    outline,
-    prior_criteria,
-    resources_provided,
-)
-from paperbench.rubric._validate import (
-    MAX_DEPTH,
-    Issue,
-    expand_paths,
-    inspect_file,
-    validate_data,
-    validate_file,
-)
+from typing import TYPE_CHECKING
+
+from paperbench import _lazy
+
+if TYPE_CHECKING:
+    from paperbench.rubric._aggregate import (
+        TreeSummary,
+        aggregate,
+        coverage,
+        disqualify,
+        effective_weights,
+        score_from_children,
+        summarize,
+    )
+    from paperbench.rubric._load import dumps_tree, load_graded, load_rubric, load_tree, write_tree
+    from paperbench.rubric._model import (
+        LEAF_CATEGORIES,
+        MAX_WEIGHT,
+        Check,
+        FinegrainedCategory,
+        GradedTaskNode,
+        NodePath,
+        TaskCategory,
+        TaskNode,
+        iter_leaves,
+        iter_nodes,
+        node_at,
+        path_to_json_path,
+        rebuild,
+        tree_depth,
+    )
+    from paperbench.rubric._schema import TreeKind, build_schema
+    from paperbench.rubric._stats import RubricStats, rubric_stats, total_stats
+    from paperbench.rubric._transforms import (
+        code_dev,
+        cut_at_depth,
+        outline,
+        prior_criteria,
+        resources_provided,
+    )
+    from paperbench.rubric._validate import (
+        MAX_DEPTH,
+        Issue,
+        expand_paths,
+        inspect_file,
+        validate_data,
+        validate_file,
+    )
 
 __all__ = [
     "LEAF_CATEGORIES",
@@ -92,3 +97,59 @@ __all__ = [
     "validate_file",
     "write_tree",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.rubric._aggregate": (
+                "TreeSummary",
+                "aggregate",
+                "coverage",
+                "disqualify",
+                "effective_weights",
+                "score_from_children",
+                "summarize",
+            ),
+            "paperbench.rubric._load": (
+                "dumps_tree",
+                "load_graded",
+                "load_rubric",
+                "load_tree",
+                "write_tree",
+            ),
+            "paperbench.rubric._model": (
+                "LEAF_CATEGORIES",
+                "MAX_WEIGHT",
+                "Check",
+                "FinegrainedCategory",
+                "GradedTaskNode",
+                "NodePath",
+                "TaskCategory",
+                "TaskNode",
+                "iter_leaves",
+                "iter_nodes",
+                "node_at",
+                "path_to_json_path",
+                "rebuild",
+                "tree_depth",
+            ),
+            "paperbench.rubric._schema": ("TreeKind", "build_schema"),
+            "paperbench.rubric._stats": ("RubricStats", "rubric_stats", "total_stats"),
+            "paperbench.rubric._transforms": (
+                "code_dev",
+                "cut_at_depth",
+                "outline",
+                "prior_criteria",
+                "resources_provided",
+            ),
+            "paperbench.rubric._validate": (
+                "MAX_DEPTH",
+                "Issue",
+                "expand_paths",
+                "inspect_file",
+                "validate_data",
+                "validate_file",
+            ),
+        },
+    )

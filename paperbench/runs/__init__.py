@@ -1,27 +1,32 @@
 """Groups of runs: what an evaluation is asked (:class:`EvalConfig`), the run store on disk,
 the pipeline and its executors. ``paperbench.evaluate()`` is the entry point."""
 
-from paperbench.runs._config import (
-    AgentSettings,
-    EvalConfig,
-    ExecutorSettings,
-    JudgeSettings,
-    ReproductionSettings,
-    SandboxSettings,
-)
-from paperbench.runs._store import (
-    STAGES,
-    AgentEntry,
-    GroupConfig,
-    JudgeEntry,
-    RunFolder,
-    RunKey,
-    RunOutcome,
-    RunState,
-    StageRecord,
-    read_group,
-    run_keys,
-)
+from typing import TYPE_CHECKING
+
+from paperbench import _lazy
+
+if TYPE_CHECKING:
+    from paperbench.runs._config import (
+        AgentSettings,
+        EvalConfig,
+        ExecutorSettings,
+        JudgeSettings,
+        ReproductionSettings,
+        SandboxSettings,
+    )
+    from paperbench.runs._store import (
+        STAGES,
+        AgentEntry,
+        GroupConfig,
+        JudgeEntry,
+        RunFolder,
+        RunKey,
+        RunOutcome,
+        RunState,
+        StageRecord,
+        read_group,
+        run_keys,
+    )
 
 __all__ = [
     "STAGES",
@@ -42,3 +47,31 @@ __all__ = [
     "read_group",
     "run_keys",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.runs._config": (
+                "AgentSettings",
+                "EvalConfig",
+                "ExecutorSettings",
+                "JudgeSettings",
+                "ReproductionSettings",
+                "SandboxSettings",
+            ),
+            "paperbench.runs._store": (
+                "STAGES",
+                "AgentEntry",
+                "GroupConfig",
+                "JudgeEntry",
+                "RunFolder",
+                "RunKey",
+                "RunOutcome",
+                "RunState",
+                "StageRecord",
+                "read_group",
+                "run_keys",
+            ),
+        },
+    )

@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench._flags import Flag, parse_concurrency, parse_networks
-from paperbench.agents._rollout_files import DEFAULT_SNAPSHOT_EVERY_S
-from paperbench.judge._job import DEFAULT_LEAVES_AT_ONCE
+from paperbench.agents._snapshots import DEFAULT_SNAPSHOT_EVERY_S
+from paperbench.judge._config import DEFAULT_LEAVES_AT_ONCE
 from paperbench.llm._registry import ModelChecks
 from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS
 from paperbench.sandbox._internal_nets import IPNetwork

@@ -1,75 +1,67 @@
 """Sandboxes: where agents and reproductions run. One contract, several backends.
 
-Importing this package is light: the Docker backend (and its SDK) is imported only when used,
-through :func:`get_backend` or the lazy ``DockerBackend`` attribute.
+Importing this package is light: each name imports its module when first used, and the Docker
+backend (and its SDK) only through :func:`get_backend` or ``DockerBackend``.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-import importlib
-from typing import Any
+from paperbench import _lazy
 
-from paperbench.sandbox._base import (
-    DEFAULT_OUTPUT_LIMIT,
-    DiskCapKind,
-    DiskUsage,
-    ExecResult,
-    GpuRequest,
-    HostService,
-    IsolationKind,
-    NetworkPolicy,
-    Sandbox,
-    SandboxBackend,
-    SandboxLimits,
-    SandboxSpec,
-    SandboxUserKind,
-    cap_output,
-)
-from paperbench.sandbox._blacklist import Blacklist, BlacklistHit, read_blacklist
-from paperbench.sandbox._local import LocalBackend, LocalSandbox
-from paperbench.sandbox._select import (
-    LOCAL_IMAGE,
-    SandboxConfig,
-    docker_engine_answers,
-    get_backend,
-    stage_image,
-)
-from paperbench.sandbox._tree import (
-    Entry,
-    ExtractReport,
-    LeftOutFile,
-    SkippedMember,
-    TreeLimits,
-    folder_entries,
-    safe_extract,
-    tar_entries,
-)
-from paperbench.sandbox._tree_files import (
-    read_file_beneath,
-    remove_tree,
-    write_file_beneath,
-)
-from paperbench.sandbox._tree_tar import (
-    make_tar_gz,
-    repack,
-)
-
-_LAZY = {
-    "CA_BUNDLE_VARS": "paperbench.sandbox._egress",
-    "DockerBackend": "paperbench.sandbox._docker",
-    "DockerEgressGateway": "paperbench.sandbox._egress_gateway",
-    "EgressProxy": "paperbench.sandbox._egress",
-    "EgressSettings": "paperbench.sandbox._egress",
-    "NetworkLogEntry": "paperbench.sandbox._egress",
-    "read_network_log": "paperbench.sandbox._egress",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+if TYPE_CHECKING:
+    from paperbench.sandbox._base import (
+        DEFAULT_OUTPUT_LIMIT,
+        DiskCapKind,
+        DiskUsage,
+        ExecResult,
+        GpuRequest,
+        HostService,
+        IsolationKind,
+        NetworkPolicy,
+        Sandbox,
+        SandboxBackend,
+        SandboxLimits,
+        SandboxSpec,
+        SandboxUserKind,
+        cap_output,
+    )
+    from paperbench.sandbox._blacklist import Blacklist, BlacklistHit, read_blacklist
+    from paperbench.sandbox._docker import DockerBackend
+    from paperbench.sandbox._egress import (
+        CA_BUNDLE_VARS,
+        EgressProxy,
+        EgressSettings,
+        NetworkLogEntry,
+        read_network_log,
+    )
+    from paperbench.sandbox._egress_gateway import DockerEgressGateway
+    from paperbench.sandbox._local import LocalBackend, LocalSandbox
+    from paperbench.sandbox._select import (
+        LOCAL_IMAGE,
+        SandboxConfig,
+        docker_engine_answers,
+        get_backend,
+        stage_image,
+    )
+    from paperbench.sandbox._tree import (
+        Entry,
+        ExtractReport,
+        LeftOutFile,
+        SkippedMember,
+        TreeLimits,
+        folder_entries,
+        safe_extract,
+        tar_entries,
+    )
+    from paperbench.sandbox._tree_files import (
+        read_file_beneath,
+        remove_tree,
+        write_file_beneath,
+    )
+    from paperbench.sandbox._tree_tar import (
+        make_tar_gz,
+        repack,
+    )
 
 __all__ = [
     "CA_BUNDLE_VARS",
@@ -117,3 +109,60 @@ __all__ = [
     "tar_entries",
     "write_file_beneath",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.sandbox._base": (
+                "DEFAULT_OUTPUT_LIMIT",
+                "DiskCapKind",
+                "DiskUsage",
+                "ExecResult",
+                "GpuRequest",
+                "HostService",
+                "IsolationKind",
+                "NetworkPolicy",
+                "Sandbox",
+                "SandboxBackend",
+                "SandboxLimits",
+                "SandboxSpec",
+                "SandboxUserKind",
+                "cap_output",
+            ),
+            "paperbench.sandbox._docker": ("DockerBackend",),
+            "paperbench.sandbox._egress": (
+                "CA_BUNDLE_VARS",
+                "EgressProxy",
+                "EgressSettings",
+                "NetworkLogEntry",
+                "read_network_log",
+            ),
+            "paperbench.sandbox._egress_gateway": ("DockerEgressGateway",),
+            "paperbench.sandbox._blacklist": ("Blacklist", "BlacklistHit", "read_blacklist"),
+            "paperbench.sandbox._local": ("LocalBackend", "LocalSandbox"),
+            "paperbench.sandbox._select": (
+                "LOCAL_IMAGE",
+                "SandboxConfig",
+                "docker_engine_answers",
+                "get_backend",
+                "stage_image",
+            ),
+            "paperbench.sandbox._tree": (
+                "Entry",
+                "ExtractReport",
+                "LeftOutFile",
+                "SkippedMember",
+                "TreeLimits",
+                "folder_entries",
+                "safe_extract",
+                "tar_entries",
+            ),
+            "paperbench.sandbox._tree_files": (
+                "read_file_beneath",
+                "remove_tree",
+                "write_file_beneath",
+            ),
+            "paperbench.sandbox._tree_tar": ("make_tar_gz", "repack"),
+        },
+    )

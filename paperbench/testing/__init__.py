@@ -1,15 +1,20 @@
 """Test helpers that users and later stages can rely on: fake model servers."""
 
-from paperbench.testing.fake_llm import (
-    FakeLLMServer,
-    FakeReply,
-    FakeToolCall,
-    FakeUsage,
-    Fault,
-    RecordedRequest,
-    default_reply,
-    requested_schema,
-)
+from typing import TYPE_CHECKING
+
+from paperbench import _lazy
+
+if TYPE_CHECKING:
+    from paperbench.testing.fake_llm import (
+        FakeLLMServer,
+        FakeReply,
+        FakeToolCall,
+        FakeUsage,
+        Fault,
+        RecordedRequest,
+        default_reply,
+        requested_schema,
+    )
 
 __all__ = [
     "FakeLLMServer",
@@ -21,3 +26,20 @@ __all__ = [
     "default_reply",
     "requested_schema",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy.exports(
+        __name__,
+        {
+            "paperbench.testing.fake_llm": (
+                "FakeLLMServer",
+                "FakeReply",
+                "FakeToolCall",
+                "FakeUsage",
+                "Fault",
+                "RecordedRequest",
+                "default_reply",
+                "requested_schema",
+            ),
+        },
+    )
