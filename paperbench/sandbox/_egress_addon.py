@@ -187,7 +187,7 @@ class EgressAddon:
         self.block_private = block_private
         self.via_upstream_proxy = via_upstream_proxy
         self.unix_socket = unix_socket
-        self._unix_server: asyncio.Server | None = None
+        self._unix_server: Any = None  # a BridgeServer of the sibling module loaded by path
 
     # --- lifecycle --------------------------------------------------------------------------
 

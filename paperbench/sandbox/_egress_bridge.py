@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 _CHUNK = 65536
 
@@ -40,14 +42,71 @@ async def _splice(
 ) -> None:
     try:
         await asyncio.gather(_pipe(client[0], upstream[1]), _pipe(upstream[0], client[1]))
-    finally:
+    finally:  # both closed before the first wait, which a cancellation may cut short
         for writer in (client[1], upstream[1]):
             writer.close()
+        for writer in (client[1], upstream[1]):
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
 
 
-async def serve_unix_to_tcp(unix_path: Path, host: str, port: int) -> asyncio.Server:
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class BridgeServer:
+    """A listening side of the bridge, used as an ``asyncio.Server`` is (``sockets``,
+    ``serve_forever``, ``close``, ``wait_closed``, ``async with``). Closing it also ends the
+    connections it carries: Python 3.11's ``Server.close`` leaves their handlers running,
+    to be torn down half-way when their event loop ends."""
+
+    def __init__(self) -> None:
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def carrying(self, handler: Handler) -> Handler:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                self._tasks.add(task)
+            try:
+                await handler(reader, writer)
+            finally:
+                self._tasks.discard(task)
+
+        return handle
+
+    def listening(self, server: asyncio.Server) -> BridgeServer:
+        self._server = server
+        return self
+
+    @property
+    def sockets(self) -> tuple[Any, ...]:
+        return tuple(self._server.sockets) if self._server else ()
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+
+    async def wait_closed(self) -> None:
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> BridgeServer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+        await self.wait_closed()
+
+
+async def serve_unix_to_tcp(unix_path: Path, host: str, port: int) -> BridgeServer:
     """Accept on unix socket ``unix_path`` and connect each client to ``host:port``."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -59,12 +118,13 @@ async def serve_unix_to_tcp(unix_path: Path, host: str, port: int) -> asyncio.Se
         await _splice((reader, writer), upstream)
 
     unix_path.unlink(missing_ok=True)
-    server = await asyncio.start_unix_server(handle, path=str(unix_path))
+    bridge = BridgeServer()
+    server = await asyncio.start_unix_server(bridge.carrying(handle), path=str(unix_path))
     unix_path.chmod(0o666)  # an unprivileged sandbox user must be able to connect
-    return server
+    return bridge.listening(server)
 
 
-async def serve_tcp_to_unix(host: str, port: int, unix_path: Path) -> asyncio.Server:
+async def serve_tcp_to_unix(host: str, port: int, unix_path: Path) -> BridgeServer:
     """Accept on ``host:port`` and connect each client to unix socket ``unix_path``."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -75,7 +135,8 @@ async def serve_tcp_to_unix(host: str, port: int, unix_path: Path) -> asyncio.Se
             return
         await _splice((reader, writer), upstream)
 
-    return await asyncio.start_server(handle, host, port)
+    bridge = BridgeServer()
+    return bridge.listening(await asyncio.start_server(bridge.carrying(handle), host, port))
 
 
 async def _run_tcp_to_unix(listen: str, unix_path: Path) -> None:
