@@ -673,8 +673,14 @@ def test_a_container_killed_under_a_command_is_a_sandbox_error(
         sb.procs = None  # as with a remote engine
 
     async def killed_under() -> Any:
-        async def kill() -> None:
-            await asyncio.sleep(0.5)
+        async def kill() -> None:  # once the command runs: "under" it, whatever the load
+            def running() -> bool:
+                top = sb.api.top(sb.container_id).get("Processes") or []
+                return any("sleep 30" in " ".join(p) for p in top)
+
+            deadline = time.monotonic() + 30
+            while not await asyncio.to_thread(running) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
             await asyncio.to_thread(sb.api.kill, sb.container_id)
 
         killer = asyncio.ensure_future(kill())
