@@ -259,7 +259,7 @@ class EgressSettings(BaseModel):
     listen_port: int = 0
     upstream_ca_bundle: tuple[Path, ...] = ()
     host_ca_bundle: Path | None = DEFAULT_HOST_CA_BUNDLE
-    upstream_proxy: str | None = None
+    upstream_proxy: str | None = Field(default=None, repr=False)  # may carry user:password@
     resolve: dict[str, str] = Field(default_factory=dict)
     block_private: bool = True
     confdir: Path | None = None

@@ -128,6 +128,9 @@ def _with_key(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[object]]:
         proxy_env={"HTTPS_PROXY": f"http://user:{ENV_KEY}@proxy.local:3128"},
     )
     from paperbench.gateway import ModelGateway
+    from paperbench.sandbox import EgressSettings
+
+    egress = EgressSettings(upstream_proxy=f"http://user:{ENV_KEY}@proxy.local:3128")
 
     gateway = ModelGateway(openai=config, anthropic=from_env.config, log_dir="/nonexistent")
     return {
@@ -137,6 +140,7 @@ def _with_key(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[object]]:
         "Model": [model, from_env],
         "ModelAPI": [model.api, from_env.api],
         "SandboxSpec": [spec],
+        "EgressSettings": [egress],
     }
 
 
