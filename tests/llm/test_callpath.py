@@ -186,7 +186,8 @@ def test_set_up_errors_are_recorded_and_not_retried() -> None:
 def test_unreachable_endpoint_gives_up_with_every_attempt_recorded() -> None:
     from tests.llm.helpers import fast
 
-    model = Model(fast("openai/gpt-4o", "http://127.0.0.1:9/v1", max_retry_wait_s=0.2))
+    # 1 s of retries: room for several attempts also on a loaded machine
+    model = Model(fast("openai/gpt-4o", "http://127.0.0.1:9/v1", max_retry_wait_s=1.0))
     with pytest.raises(ModelUnavailableError):
         gen(model, "hi")
     *retried, last = model.ledger.records
