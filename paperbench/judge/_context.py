@@ -389,6 +389,116 @@ def _partial(
     return None
 
 
+def _script(
+    view: SubmissionView,
+    index: SubmissionIndex,
+    budget: int,
+    script_share: float,
+    code_dev: bool,
+) -> tuple[str | None, int, str | None]:
+    """The fenced ``reproduce.sh`` cut to its share of ``budget``, its tokens and its note."""
+    if code_dev:
+        return None, 0, "not shown: Code-Dev grades code only"
+    if view.reproduce_sh is None:
+        return None, 0, "the submission has no reproduce.sh (or it could not be read)"
+    fit = index.fit("script", int(budget * script_share))
+    return fit.text, fit.tokens, fit.note
+
+
+def _ranked(
+    view: SubmissionView,
+    category: ContextCategory,
+    index: SubmissionIndex,
+    file_scores: Sequence[float],
+    preferred: Mapping[str, Why] | None,
+) -> list[tuple[int, float, Why]]:
+    """The indexed files a leaf of ``category`` may see, in the order they are offered, each
+    with its relevance and why it is offered: for Result Analysis what the run wrote, then
+    the ``preferred`` files in their order, then the rest; by relevance, then path, within."""
+    rank = {path: n for n, path in enumerate(preferred or {})}
+    candidates: list[tuple[int, int, float, int]] = []
+    whys: dict[int, Why] = {}
+    for i, f in enumerate(index.files):
+        if not _eligible(view, category, f):
+            continue
+        file_score = file_scores[i]
+        # Result Analysis: what the run wrote comes first, whatever its words
+        if f.changed is not None and category == "Result Analysis":
+            priority, whys[i] = 0, "run wrote"
+        elif f.path in rank:
+            priority, whys[i] = 1, (preferred or {})[f.path]
+        else:
+            priority, whys[i] = 2, "lexical"
+        candidates.append((priority, rank.get(f.path, len(rank)), -file_score, i))
+    candidates.sort(key=lambda t: (t[0], t[1], t[2], index.files[t[3]].path))
+    return [(i, -neg_score, whys[i]) for _, _, neg_score, i in candidates]
+
+
+def _fill(
+    index: SubmissionIndex,
+    ranked: list[tuple[int, float, Why]],
+    score_list: Sequence[float],
+    room: int,
+    max_files: int | None,
+) -> tuple[list[ContextFile], list[LeftOut], int]:
+    """The ``ranked`` files shown within ``room`` (whole, or their best chunks), those left
+    out, and the tokens used."""
+    files: list[ContextFile] = []
+    left_out: list[LeftOut] = []
+    used = 0
+    for i, score, why in ranked:
+        f = index.files[i]
+        if max_files is not None and len(files) >= max_files:
+            left_out.append(LeftOut(path=f.path, reason="max_files"))
+            continue
+        text, tokens = index.whole(i)
+        head = f.text is None  # a file too big to read whole: its head only
+        cut, lines = head, [(1, _line_count(index.lines[i]))] if head else []
+        if used + tokens > room:
+            part = _partial(index, i, score_list, room - used)
+            if part is None:
+                left_out.append(LeftOut(path=f.path, reason="budget"))
+                continue
+            text, tokens, lines = part
+            cut = True
+        files.append(
+            ContextFile(
+                path=f.path, kind=f.kind, changed=f.changed, score=score,
+                text=text, tokens=tokens, cut=cut, lines=lines, why=why,
+            )
+        )  # fmt: skip
+        used += tokens
+    return files, left_out, used
+
+
+def _unread(view: SubmissionView, category: ContextCategory) -> list[LeftOut]:
+    """The files a leaf of ``category`` would see but nothing of which could be indexed."""
+    left_out: list[LeftOut] = []
+    for f in view.files:
+        if f.unread is not None and f.path not in SEPARATE_FILES and _eligible(view, category, f):
+            if _readable(f) is not None:
+                continue  # its head is in the index, ranked with the rest
+            reason = f.unread if f.unread in ("binary", "oversized", "symlink") else "unreadable"
+            left_out.append(LeftOut(path=f.path, reason=reason))  # type: ignore[arg-type]
+    return left_out
+
+
+def _log_excerpt(
+    index: SubmissionIndex, with_log: bool, show_log: bool, room: int, requirements: str
+) -> tuple[LogExcerpt | None, str | None]:
+    """The log excerpt that fits in ``room`` (around the lines that speak of the
+    ``requirements``) and its note."""
+    if with_log and index.view.log is None:
+        return None, "no reproduce.log"
+    if not show_log:
+        return None, None
+    fit = index.fit("log", room, log_terms(requirements))
+    if fit.text is None:
+        return None, fit.note
+    log = LogExcerpt(text=fit.text, tokens=fit.tokens, lines_cut=fit.lines_cut, shown=fit.shown)
+    return log, fit.note
+
+
 def select_context(
     view: SubmissionView,
     category: ContextCategory,
@@ -435,18 +545,7 @@ def select_context(
     notes: list[str] = []
     if category in ("Result Analysis", "Subtree") and not view.changes_known and not code_dev:
         notes.append("no reproduction metadata: the changed files are unknown; data files shown")
-
-    # the script, cut to its share
-    script_text: str | None = None
-    script_tokens = 0
-    script_note: str | None = None
-    if code_dev:
-        script_note = "not shown: Code-Dev grades code only"
-    elif view.reproduce_sh is None:
-        script_note = "the submission has no reproduce.sh (or it could not be read)"
-    else:
-        fit = index.fit("script", int(budget * script_share))
-        script_text, script_tokens, script_note = fit.text, fit.tokens, fit.note
+    script_text, script_tokens, script_note = _script(view, index, budget, script_share, code_dev)
 
     # the log's reserve
     with_log = category in _WITH_LOG and not code_dev
@@ -458,67 +557,14 @@ def select_context(
     # files, ranked by the leaf's requirements
     room = budget - script_tokens - log_reserve
     score_list = index.chunk_scores(requirements)
-    file_scores = index.file_scores(requirements)
-    rank = {path: n for n, path in enumerate(preferred or {})}
-    candidates: list[tuple[int, int, float, int]] = []
-    whys: dict[int, Why] = {}
-    for i, f in enumerate(index.files):
-        if not _eligible(view, category, f):
-            continue
-        file_score = file_scores[i]
-        # Result Analysis: what the run wrote comes first, whatever its words
-        if f.changed is not None and category == "Result Analysis":
-            priority, whys[i] = 0, "run wrote"
-        elif f.path in rank:
-            priority, whys[i] = 1, (preferred or {})[f.path]
-        else:
-            priority, whys[i] = 2, "lexical"
-        candidates.append((priority, rank.get(f.path, len(rank)), -file_score, i))
-    candidates.sort(key=lambda t: (t[0], t[1], t[2], index.files[t[3]].path))
-    files: list[ContextFile] = []
-    left_out: list[LeftOut] = []
-    used = 0
-    for _, _, neg_score, i in candidates:
-        f = index.files[i]
-        if max_files is not None and len(files) >= max_files:
-            left_out.append(LeftOut(path=f.path, reason="max_files"))
-            continue
-        text, tokens = index.whole(i)
-        head = f.text is None  # a file too big to read whole: its head only
-        cut, lines = head, [(1, _line_count(index.lines[i]))] if head else []
-        if used + tokens > room:
-            part = _partial(index, i, score_list, room - used)
-            if part is None:
-                left_out.append(LeftOut(path=f.path, reason="budget"))
-                continue
-            text, tokens, lines = part
-            cut = True
-        files.append(
-            ContextFile(
-                path=f.path, kind=f.kind, changed=f.changed, score=-neg_score,
-                text=text, tokens=tokens, cut=cut, lines=lines, why=whys[i],
-            )
-        )  # fmt: skip
-        used += tokens
-    for f in view.files:
-        if f.unread is not None and f.path not in SEPARATE_FILES and _eligible(view, category, f):
-            if _readable(f) is not None:
-                continue  # its head is in the index, ranked with the rest
-            reason = f.unread if f.unread in ("binary", "oversized", "symlink") else "unreadable"
-            left_out.append(LeftOut(path=f.path, reason=reason))  # type: ignore[arg-type]
+    ranked = _ranked(view, category, index, index.file_scores(requirements), preferred)
+    files, left_out, used = _fill(index, ranked, score_list, room, max_files)
+    left_out += _unread(view, category)
 
     # the log gets its reserve and whatever the files left
-    log: LogExcerpt | None = None
-    log_note: str | None = None
-    if with_log and view.log is None:
-        log_note = "no reproduce.log"
-    elif show_log:
-        fit = index.fit("log", budget - script_tokens - used, log_terms(requirements))
-        log_note = fit.note
-        if fit.text is not None:
-            log = LogExcerpt(
-                text=fit.text, tokens=fit.tokens, lines_cut=fit.lines_cut, shown=fit.shown
-            )
+    log, log_note = _log_excerpt(
+        index, with_log, show_log, budget - script_tokens - used, requirements
+    )
     total = script_tokens + used + (log.tokens if log is not None else 0)
     return LeafContext(
         category=category,

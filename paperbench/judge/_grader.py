@@ -405,6 +405,94 @@ def addressed_findings(grades: dict[NodePath, LeafGrade]) -> list[AddressedFindi
     ]
 
 
+def _rubrics(base: TaskNode, options: GradeOptions) -> tuple[TaskNode, TaskNode | None]:
+    """The rubric graded (``base`` as the options ask) and, with a depth limit, the same
+    rubric uncut."""
+    rubric = transform_rubric(base, options)
+    uncut = None
+    if options.max_depth is not None:
+        uncut = transform_rubric(base, options.model_copy(update={"max_depth": None}))
+    return rubric, uncut
+
+
+def _open_folder(
+    out_dir: Path, paper: Paper, judge: LoadedJudge, options: GradeOptions, rubric: TaskNode
+) -> Path:
+    """``out_dir/grading``, its ``run.json`` written or matched against this grading, and
+    its completion marker removed.
+
+    Raises:
+        InputError: the folder holds a grading of another paper, judge, options or rubric.
+    """
+    folder = out_dir / "grading"
+    folder.mkdir(parents=True, exist_ok=True)
+    identity = judge.identity.model_dump(mode="json")
+    digest = hashlib.sha256(json.dumps(rubric.to_dict(), sort_keys=True).encode()).hexdigest()
+    record = RunRecord(paper_id=paper.id, judge=identity, options=options, rubric_sha256=digest)
+    _check_run(folder, record)
+    (folder / COMPLETE_FILE).unlink(missing_ok=True)
+    return folder
+
+
+def _resume(
+    folder: Path, rubric: TaskNode
+) -> tuple[LeafStore, dict[NodePath, LeafGrade], list[Leaf]]:
+    """The leaf store, the valid grades it already holds, and the leaves still to grade."""
+    store = LeafStore(folder / LEAVES_FILE)
+    stored = store.read()
+    leaves = list(_leaves(rubric))
+    kept = {p: g for p, g in stored.items() if g.valid}
+    todo = [leaf for leaf in leaves if leaf.path not in kept]
+    return store, kept, todo
+
+
+async def _grade_units(
+    job: Job,
+    units: list[list[Leaf]],
+    grades: dict[NodePath, LeafGrade],
+    store: LeafStore,
+    on_leaf: Callable[[LeafGrade], None] | None,
+) -> None:
+    """Grade ``units`` concurrently; each grade goes into ``grades`` and ``store`` and to
+    ``on_leaf`` as its unit completes."""
+    view = job.view
+    # batched: every unit at once, so that all the leaves at one step share one batch
+    semaphore = asyncio.Semaphore(max(len(units), 1) if job.batching else job.settings.concurrency)
+
+    async def run(unit: list[Leaf]) -> None:
+        async with semaphore:
+            results = await _grade_unit(job, unit)
+        for grade in results:
+            if view.cuts and grade.source != "check":
+                # a check runs on the executed submission itself, not on the view
+                grade = grade.model_copy(update={"notes": list(view.cuts)})
+            grades[tuple(grade.path)] = grade
+            store.append(grade)
+            if on_leaf is not None:
+                on_leaf(grade)
+
+    async with asyncio.TaskGroup() as group:
+        for unit in units:
+            group.create_task(run(unit))
+
+
+def _write_result(
+    folder: Path, result: GradeResult, view: SubmissionView, grades: dict[NodePath, LeafGrade]
+) -> GradeResult:
+    """``result`` with the view's cuts and the selection notes, written to ``grade.json``,
+    then the completion marker."""
+    notes = Counter(note for grade in grades.values() for note in grade.selection_notes)
+    result = result.model_copy(
+        update={"view_cuts": list(view.cuts), "selection_notes": dict(notes)}
+    )
+    atomic_write_json(folder / GRADE_FILE, result.model_dump(mode="json"))
+    atomic_write_json(
+        folder / COMPLETE_FILE,
+        {"finished_at": datetime.now(UTC).isoformat(), "leaves": len(grades)},
+    )
+    return result
+
+
 async def grade_submission(
     view: SubmissionView,
     paper: Paper,
@@ -441,25 +529,11 @@ async def grade_submission(
         from paperbench.judge._faithful import check_windows
 
         check_windows(judge, settings)
-    base = rubric if rubric is not None else paper.rubric()
-    rubric = transform_rubric(base, options)
-    uncut = None
-    if options.max_depth is not None:
-        uncut = transform_rubric(base, options.model_copy(update={"max_depth": None}))
-    folder = out_dir / "grading"
-    folder.mkdir(parents=True, exist_ok=True)
-    identity = judge.identity.model_dump(mode="json")
-    digest = hashlib.sha256(json.dumps(rubric.to_dict(), sort_keys=True).encode()).hexdigest()
-    record = RunRecord(paper_id=paper.id, judge=identity, options=options, rubric_sha256=digest)
-    _check_run(folder, record)
-    (folder / COMPLETE_FILE).unlink(missing_ok=True)
+    rubric, uncut = _rubrics(rubric if rubric is not None else paper.rubric(), options)
+    folder = _open_folder(out_dir, paper, judge, options, rubric)
     caps = BudgetCaps(run_usd=getattr(getattr(judge.config, "budgets", None), "max_usd", None))
     ledger = CostJournal.open(folder / COSTS_JOURNAL, caps=caps)
-    store = LeafStore(folder / LEAVES_FILE)
-    stored = store.read()
-    leaves = list(_leaves(rubric))
-    kept = {p: g for p, g in stored.items() if g.valid}
-    todo = [leaf for leaf in leaves if leaf.path not in kept]
+    store, kept, todo = _resume(folder, rubric)
     job = Job(
         view=view,
         rubric=rubric,
@@ -481,26 +555,9 @@ async def grade_submission(
     if on_start is not None:
         on_start(len(todo))
     units = _units(job, todo)
-    # batched: every unit at once, so that all the leaves at one step share one batch
-    semaphore = asyncio.Semaphore(max(len(units), 1) if job.batching else settings.concurrency)
-
-    async def run(unit: list[Leaf]) -> None:
-        async with semaphore:
-            results = await _grade_unit(job, unit)
-        for grade in results:
-            if view.cuts and grade.source != "check":
-                # a check runs on the executed submission itself, not on the view
-                grade = grade.model_copy(update={"notes": list(view.cuts)})
-            grades[tuple(grade.path)] = grade
-            store.append(grade)
-            if on_leaf is not None:
-                on_leaf(grade)
-
     try:
         with batching(batches) if batches is not None else contextlib.nullcontext():
-            async with asyncio.TaskGroup() as group:
-                for unit in units:
-                    group.create_task(run(unit))
+            await _grade_units(job, units, grades, store, on_leaf)
     finally:
         if batches is not None:
             await batches.aclose()
@@ -510,16 +567,7 @@ async def grade_submission(
         await job.aclose()
     tree = build_tree(rubric, grades)
     result = _result(paper, judge, options, tree, grades, ledger, len(todo), len(kept), started)
-    notes = Counter(note for grade in grades.values() for note in grade.selection_notes)
-    result = result.model_copy(
-        update={"view_cuts": list(view.cuts), "selection_notes": dict(notes)}
-    )
-    atomic_write_json(folder / GRADE_FILE, result.model_dump(mode="json"))
-    atomic_write_json(
-        folder / COMPLETE_FILE,
-        {"finished_at": datetime.now(UTC).isoformat(), "leaves": len(grades)},
-    )
-    return result
+    return _write_result(folder, result, view, grades)
 
 
 def _unscored_reason(

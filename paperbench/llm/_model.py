@@ -186,10 +186,35 @@ class Model:
         started = time.perf_counter()
         stage = stage if stage is not None else self.stage
         schema = output_schema(output)
+        request = self._request(
+            messages, tools, schema, max_tokens, temperature, reasoning_effort, prompt_cache_key
+        )
+        use_cache = self.config.cache if cache is None else cache
+        key = self._cache_key(request, label, stage) if use_cache else None
+        if key is not None:
+            hit = await self._cache_hit(key, output, label, stage, started)
+            if hit is not None:
+                return hit
+        result = await self._attempts(request, output, schema, label, stage, started)
+        if key is not None and result.complete:
+            await self.cache.aput(key, result)
+        return result
+
+    def _request(
+        self,
+        messages: Sequence[Message] | str,
+        tools: Sequence[ToolDef],
+        schema: OutputSchema | None,
+        max_tokens: int | None,
+        temperature: float | None,
+        reasoning_effort: ReasoningEffort | None,
+        prompt_cache_key: str | None,
+    ) -> ModelRequest:
+        """The request :meth:`generate` sends: its arguments, the config's where not given."""
         if isinstance(messages, str):
             messages = [UserMessage(content=messages)]
         config = self.config
-        request = ModelRequest(
+        return ModelRequest(
             messages=tuple(messages),
             tools=tuple(tools),
             output=schema,
@@ -198,22 +223,32 @@ class Model:
             reasoning_effort=reasoning_effort or config.reasoning_effort,
             prompt_cache_key=prompt_cache_key,
         )
-        use_cache = config.cache if cache is None else cache
-        key = None
-        if use_cache:
-            target = self._provider(label, stage).target
-            key = cache_key(
-                model=config.model,
-                provider=target.provider,
-                base_url=target.base_url,
-                options=config.options,
-                version=config.cache_version,
-                request=request,
-            )
-            hit = await self._cache_hit(key, output, label, stage, started)
-            if hit is not None:
-                return hit
 
+    def _cache_key(self, request: ModelRequest, label: str, stage: str | None) -> str:
+        """The response cache's key for ``request`` to this model at this endpoint."""
+        config = self.config
+        target = self._provider(label, stage).target
+        return cache_key(
+            model=config.model,
+            provider=target.provider,
+            base_url=target.base_url,
+            options=config.options,
+            version=config.cache_version,
+            request=request,
+        )
+
+    async def _attempts(
+        self,
+        request: ModelRequest,
+        output: OutputSpec,
+        schema: OutputSchema | None,
+        label: str,
+        stage: str | None,
+        started: float,
+    ) -> ModelOutput:
+        """The answer to ``request``, re-asked (within ``config.structured_retries``) while
+        it does not match ``output``, with the usage, cost and count of all its attempts."""
+        config = self.config
         usage = Usage()
         cost: float | None = 0.0
         conversation = request
@@ -254,7 +289,7 @@ class Model:
             conversation = conversation.model_copy(
                 update={"messages": (*conversation.messages, *_reask(answer, error))}
             )
-        result = answer.model_copy(
+        return answer.model_copy(
             update={
                 "parsed": parsed,
                 "usage": usage,
@@ -263,9 +298,6 @@ class Model:
                 "latency_s": time.perf_counter() - started,
             }
         )
-        if key is not None and result.complete:
-            await self.cache.aput(key, result)
-        return result
 
     def _provider(self, label: str, stage: str | None, *, send: bool = False) -> ModelAPI:
         """:attr:`api`; a set-up error is recorded (nothing was sent) and raised."""

@@ -30,7 +30,9 @@ from pydantic import BaseModel, ConfigDict
 
 from paperbench._console import plural
 from paperbench.agents import (
+    Agent,
     AgentLimits,
+    AgentOutcome,
     EndEvent,
     LimitTracker,
     LoadedAgent,
@@ -200,6 +202,90 @@ def instructions(
     return text
 
 
+def _agent_files(paper: RcbPaper, snippet: Snippet) -> dict[str, str]:
+    """The annotated files as the agent gets them (relative path → text): untagged, and the
+    problem's file with the snippet's place masked."""
+    original = (paper.folder / snippet.file).read_text(encoding="utf-8")
+    files = {
+        name: untagged((paper.folder / name).read_text(encoding="utf-8"))
+        for name in paper.annotated_files
+        if name != snippet.file
+    }
+    files[snippet.file] = agent_masked(original, snippet)
+    return files
+
+
+def _fresh_transcript(folder: Path) -> Path:
+    """``folder/transcript.jsonl``, an earlier attempt's moved aside to
+    ``transcript.<n>.jsonl``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    transcript_path = folder / "transcript.jsonl"
+    if transcript_path.exists():
+        earlier = len(list(folder.glob("transcript.*.jsonl"))) + 1
+        transcript_path.rename(folder / f"transcript.{earlier}.jsonl")
+    return transcript_path
+
+
+async def _sandbox_spec(backend: SandboxBackend, image: str | None, repo: str) -> SandboxSpec:
+    """The agent's sandbox: the tests' image, caps and user, no network, at ``repo``."""
+    return SandboxSpec(
+        image=await resolve_image(backend, image),
+        limits=RCB_LIMITS,
+        network=NetworkPolicy.NONE,
+        user=RCB_USER,
+        workdir=repo,
+        writable_dirs=(RCB_ROOT,),
+        labels=AGENT_STAGE_LABEL,
+    )
+
+
+async def _run_to_end(agent: Agent, ctx: RunContext, file: str) -> tuple[AgentOutcome, str]:
+    """Run ``agent`` in ``ctx`` and read back its ``file``; how the run ended goes to the
+    transcript (a provider down past the retry budget: ``paused``, and raised)."""
+    writer, tracker = ctx.transcript, ctx.limits
+    tracker.started = time.monotonic()
+    try:
+        outcome = await agent.run(ctx)
+    except ModelUnavailableError as exc:
+        writer.append(EndEvent(status="paused", error=str(exc), step=tracker.steps))
+        raise
+    final = (await ctx.sandbox.read_file(file, max_bytes=4 * 1024 * 1024)).decode(
+        "utf-8", errors="replace"
+    )
+    writer.append(
+        EndEvent(
+            status=outcome.status, limit=outcome.limit, error=outcome.error, step=tracker.steps
+        )
+    )
+    return outcome, final
+
+
+def _answer(
+    final: str,
+    snippet: Snippet,
+    outcome: AgentOutcome,
+    steps: int,
+    own: CostLedger,
+    started: float,
+) -> AgentAnswer:
+    """The sample's answer: the code the agent left between the markers of its ``final``
+    file, how its run ended, and what it took."""
+    code, why = take_answer(final, snippet)
+    total = own.report().total
+    return AgentAnswer(
+        code=code,
+        why_none=why,
+        status=outcome.status,
+        limit=outcome.limit,
+        error=outcome.error,
+        steps=steps,
+        seconds=time.monotonic() - started,
+        cost_usd=None if total.unpriced_calls else total.cost_usd,
+        input_tokens=total.usage.input_tokens,
+        output_tokens=total.usage.output_tokens,
+    )
+
+
 async def run_agent(
     problem_set: ProblemSet,
     snippet: Snippet,
@@ -224,32 +310,14 @@ async def run_agent(
     """
     loaded = loaded or load_agent(AGENT_CONFIG)
     paper = problem_set.paper(snippet.paper)
-    original = (paper.folder / snippet.file).read_text(encoding="utf-8")
-    files = {
-        name: untagged((paper.folder / name).read_text(encoding="utf-8"))
-        for name in paper.annotated_files
-        if name != snippet.file
-    }
-    files[snippet.file] = agent_masked(original, snippet)
+    files = _agent_files(paper, snippet)
     hide = hidden(paper, with_paper=with_paper)
-    folder.mkdir(parents=True, exist_ok=True)
-    transcript_path = folder / "transcript.jsonl"
-    if transcript_path.exists():
-        earlier = len(list(folder.glob("transcript.*.jsonl"))) + 1
-        transcript_path.rename(folder / f"transcript.{earlier}.jsonl")
+    transcript_path = _fresh_transcript(folder)
     own = _ProblemLedger(ledger)
     model = Model(model_config, ledger=own, stage="rcb-agent")
     agent = loaded.build(model)
     repo = f"{RCB_ROOT}/{paper.folder.name}"
-    spec = SandboxSpec(
-        image=await resolve_image(backend, image),
-        limits=RCB_LIMITS,
-        network=NetworkPolicy.NONE,
-        user=RCB_USER,
-        workdir=repo,
-        writable_dirs=(RCB_ROOT,),
-        labels=AGENT_STAGE_LABEL,
-    )
+    spec = await _sandbox_spec(backend, image, repo)
     writer = TranscriptWriter(transcript_path)
     tracker = LimitTracker(limits=limits, ledger=own)
     started = time.monotonic()
@@ -280,20 +348,7 @@ async def run_agent(
             seed=seed,
             run_dir=folder,
         )
-        tracker.started = time.monotonic()
-        try:
-            outcome = await agent.run(ctx)
-        except ModelUnavailableError as exc:
-            writer.append(EndEvent(status="paused", error=str(exc), step=tracker.steps))
-            raise
-        final = (await sb.read_file(f"{repo}/{snippet.file}", max_bytes=4 * 1024 * 1024)).decode(
-            "utf-8", errors="replace"
-        )
-        writer.append(
-            EndEvent(
-                status=outcome.status, limit=outcome.limit, error=outcome.error, step=tracker.steps
-            )
-        )
+        outcome, final = await _run_to_end(agent, ctx, f"{repo}/{snippet.file}")
     except SandboxError as exc:
         writer.append(NoteEvent(kind="sandbox_lost", text=str(exc), step=tracker.steps))
         writer.append(EndEvent(status="paused", error=str(exc), step=tracker.steps))
@@ -304,20 +359,7 @@ async def run_agent(
         if sb is not None:
             with contextlib.suppress(SandboxError):
                 await asyncio.shield(sb.stop())
-    code, why = take_answer(final, snippet)
-    total = own.report().total
-    return AgentAnswer(
-        code=code,
-        why_none=why,
-        status=outcome.status,
-        limit=outcome.limit,
-        error=outcome.error,
-        steps=tracker.steps,
-        seconds=time.monotonic() - started,
-        cost_usd=None if total.unpriced_calls else total.cost_usd,
-        input_tokens=total.usage.input_tokens,
-        output_tokens=total.usage.output_tokens,
-    )
+    return _answer(final, snippet, outcome, tracker.steps, own, started)
 
 
 def agent_limits(

@@ -487,6 +487,79 @@ async def _check_model(config: ModelConfig) -> None:
     await probe_servers([(flag, config)])
 
 
+async def _usable(
+    run: _Run, snippets: Sequence[Snippet], references: dict[str, TestOutcome]
+) -> tuple[list[str], list[Snippet]]:
+    """The empty fills of the problems that can run here, tested: the problems whose test
+    passes so (broken, by id) and those whose test fails so, as it should (usable)."""
+    testable = [s for s in snippets if references[s.paper].passed]
+    empties = await _empty_tests(run, testable)
+    broken = [s.id for s in testable if empties[s.id].passed]
+    usable = [s for s in testable if empties[s.id].error_class not in ("sandbox_error", None)]
+    return broken, usable
+
+
+async def _graded(run: _Run, pending: Sequence[_Pending]) -> list[SampleResult]:
+    """The answers with code tested in one batch (one whose sandbox failed is left for a
+    resume), then those without failed as ``no_code``; each written as it is graded."""
+    coded = [p for p in pending if p.code is not None]
+    outcomes = await _tests(
+        run,
+        [_job(run.problem_set, p.snippet, p.code or "") for p in coded],
+        "tests of the answers",
+        [_label(p.snippet, p.sample, run.opts.samples) for p in coded],
+    )
+    results: list[SampleResult] = []
+    for p, outcome in zip(coded, outcomes, strict=True):
+        if outcome.error_class != "sandbox_error":  # else not run: a resume tests it again
+            results.append(_result(run, p, outcome))
+    for p in pending:
+        if p.code is None:
+            results.append(
+                _result(run, p, TestOutcome(passed=False, error_class="no_code", detail=p.why))
+            )
+    return results
+
+
+def _model_failures(failures: Sequence[ModelError], results: Sequence[SampleResult]) -> None:
+    """The samples the model could not answer: the first one's error raised when no sample
+    has a result, else a warning saying how to run them again."""
+    if failures and not results:
+        raise failures[0]  # nothing was answered: the model's own reason, one line
+    if failures:
+        budget = any(isinstance(f, BudgetExhaustedError) for f in failures)
+        warning(
+            f"{plural(len(failures), 'answer')} could not be had from the model (first: "
+            f"{failures[0]}); those problems are listed as not run: --resume runs them again"
+            + (" (with a higher --budget-dollars)" if budget else "")
+        )
+
+
+def _summary(
+    out: Path,
+    opts: RcbRunOptions,
+    results: list[SampleResult],
+    snippets: list[Snippet],
+    broken: list[str],
+    unrunnable: dict[str, str],
+    hint: str,
+) -> RcbSummary:
+    """The run's scores, written to ``summary.json``."""
+    summary = score(
+        results,
+        snippets,
+        model=opts.model,
+        mode=opts.mode,
+        with_paper=opts.with_paper,
+        samples=opts.samples,
+        broken=broken,
+        not_runnable=unrunnable,
+        environment_advice=hint,
+    )
+    atomic_write_text(out / "summary.json", summary.model_dump_json(indent=2) + "\n")
+    return summary
+
+
 async def run_rcb(
     rcb_dir: Path,
     out: Path,
@@ -544,10 +617,7 @@ async def run_rcb(
         write_problem_record(problem_set, snippet, _folder(out, snippet))
     # 1. the empty fills of the problems that can run here, in one batch: a problem whose
     # test passes so is broken
-    testable = [s for s in snippets if references[s.paper].passed]
-    empties = await _empty_tests(run, testable)
-    broken = [s.id for s in testable if empties[s.id].passed]
-    usable = [s for s in testable if empties[s.id].error_class not in ("sandbox_error", None)]
+    broken, usable = await _usable(run, snippets, references)
 
     # 2. the answers (model calls or agents), each kept as it comes
     try:
@@ -555,45 +625,10 @@ async def run_rcb(
     finally:
         await run.model.aclose()
         journal.close()
-    pending = [p for p in answered if p is not None]
     # 3. the answers with code, tested in one batch; those without fail as no_code
-    coded = [p for p in pending if p.code is not None]
-    outcomes = await _tests(
-        run,
-        [_job(problem_set, p.snippet, p.code or "") for p in coded],
-        "tests of the answers",
-        [_label(p.snippet, p.sample, opts.samples) for p in coded],
-    )
-    for p, outcome in zip(coded, outcomes, strict=True):
-        if outcome.error_class != "sandbox_error":  # else not run: a resume tests it again
-            results.append(_result(run, p, outcome))
-    for p in pending:
-        if p.code is None:
-            results.append(
-                _result(run, p, TestOutcome(passed=False, error_class="no_code", detail=p.why))
-            )
-    if failures and not results:
-        raise failures[0]  # nothing was answered: the model's own reason, one line
-    if failures:
-        budget = any(isinstance(f, BudgetExhaustedError) for f in failures)
-        warning(
-            f"{plural(len(failures), 'answer')} could not be had from the model (first: "
-            f"{failures[0]}); those problems are listed as not run: --resume runs them again"
-            + (" (with a higher --budget-dollars)" if budget else "")
-        )
-    summary = score(
-        results,
-        snippets,
-        model=opts.model,
-        mode=opts.mode,
-        with_paper=opts.with_paper,
-        samples=opts.samples,
-        broken=broken,
-        not_runnable=unrunnable,
-        environment_advice=hint,
-    )
-    atomic_write_text(out / "summary.json", summary.model_dump_json(indent=2) + "\n")
-    return summary
+    results += await _graded(run, [p for p in answered if p is not None])
+    _model_failures(failures, results)
+    return _summary(out, opts, results, snippets, broken, unrunnable, hint)
 
 
 class ValidationRow(BaseModel):

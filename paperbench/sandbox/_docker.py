@@ -233,6 +233,18 @@ def _default_gateway(api: Any) -> EgressGateway:
     return gateway
 
 
+def _container_env(sb: DockerSandbox) -> dict[str, str]:
+    """The container's environment: the spec's (:func:`sandbox_env`) and the egress proxy's."""
+    env = sandbox_env(sb.spec)
+    if sb.egress is not None:
+        egress_env = getattr(sb.egress, "env", None)
+        if egress_env is None:
+            names = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+            egress_env = dict.fromkeys(names, sb.egress.proxy_url)
+        env.update(egress_env)
+    return env
+
+
 class DockerBackend(SandboxBackend):
     """Sandboxes as Docker containers.
 
@@ -282,42 +294,54 @@ class DockerBackend(SandboxBackend):
 
     async def _create(self, sb: DockerSandbox) -> None:
         spec = sb.spec
-        api = sb.api
         base_labels = {**spec.labels, L.SANDBOX: sb.id}
         network_mode = "none"
         if spec.network is not NetworkPolicy.NONE:
-            # A bridge of its own, closed to the host (HostFirewall): on Docker's default
-            # bridge a container reaches every service of the host's. Filtered: internal, its
-            # only way out the egress proxy on the gateway.
-            filtered = spec.network is NetworkPolicy.FILTERED
-            network_mode = f"{sb.id}-net"
-            net = await asyncio.to_thread(
-                api.create_network,
-                network_mode,
-                driver="bridge",
-                internal=filtered,
-                labels=L.labels("network", base_labels),
-            )
-            sb.networks.append(net["Id"])
-            port: int | None = None
-            if filtered:
-                if self.egress is None:
-                    self.egress = _default_gateway(api)
-                sb.egress = await self.egress.attach(network_mode, spec)
-                port = urlparse(sb.egress.proxy_url).port
-                if port is None:
-                    raise SandboxError(f"egress proxy URL without a port: {sb.egress.proxy_url}")
-            sb.firewall = HostFirewall(network_mode, net["Id"], port, spec.allow_networks)
-            await sb.firewall.ainstall()
+            network_mode = await self._network(sb, base_labels)
+        env = _container_env(sb)
+        cid = await self._container(sb, network_mode, env, base_labels)
+        await self._start_init(sb, cid)
+        install = getattr(sb.egress, "install", None)
+        if install is not None:
+            await install(sb)
 
-        env = sandbox_env(spec)
-        if sb.egress is not None:
-            egress_env = getattr(sb.egress, "env", None)
-            if egress_env is None:
-                names = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
-                egress_env = dict.fromkeys(names, sb.egress.proxy_url)
-            env.update(egress_env)
+    async def _network(self, sb: DockerSandbox, base_labels: dict[str, str]) -> str:
+        """The sandbox's own network, its host firewall rules installed (and for
+        ``filtered`` the egress proxy attached to it); its name."""
+        spec = sb.spec
+        api = sb.api
+        # A bridge of its own, closed to the host (HostFirewall): on Docker's default
+        # bridge a container reaches every service of the host's. Filtered: internal, its
+        # only way out the egress proxy on the gateway.
+        filtered = spec.network is NetworkPolicy.FILTERED
+        network_mode = f"{sb.id}-net"
+        net = await asyncio.to_thread(
+            api.create_network,
+            network_mode,
+            driver="bridge",
+            internal=filtered,
+            labels=L.labels("network", base_labels),
+        )
+        sb.networks.append(net["Id"])
+        port: int | None = None
+        if filtered:
+            if self.egress is None:
+                self.egress = _default_gateway(api)
+            sb.egress = await self.egress.attach(network_mode, spec)
+            port = urlparse(sb.egress.proxy_url).port
+            if port is None:
+                raise SandboxError(f"egress proxy URL without a port: {sb.egress.proxy_url}")
+        sb.firewall = HostFirewall(network_mode, net["Id"], port, spec.allow_networks)
+        await sb.firewall.ainstall()
+        return network_mode
 
+    async def _container(
+        self, sb: DockerSandbox, network_mode: str, env: dict[str, str], base_labels: dict[str, str]
+    ) -> str:
+        """Create the sandbox's container (not started), its disk capped by ``storage_opt``
+        or, where the engine refuses it, by a loop-mounted image (``_disk_volumes``); its id."""
+        spec = sb.spec
+        api = sb.api
         mounts: list[Any] = []
         tmpfs: dict[str, str] = {}
         storage_mb: int | None = None
@@ -356,7 +380,7 @@ class DockerBackend(SandboxBackend):
             return str(created["Id"])
 
         try:
-            sb.container_id = await asyncio.to_thread(create, storage_mb, mounts, tmpfs)
+            sb.container_id = cid = await asyncio.to_thread(create, storage_mb, mounts, tmpfs)
             if storage_mb is not None:
                 self._storage_opt_ok = True
                 sb.disk_cap = "storage_opt"
@@ -366,10 +390,16 @@ class DockerBackend(SandboxBackend):
             self._storage_opt_ok = False
             mounts, tmpfs = await self._disk_volumes(sb, disk or 0, base_labels)
             try:
-                sb.container_id = await asyncio.to_thread(create, None, mounts, tmpfs)
+                sb.container_id = cid = await asyncio.to_thread(create, None, mounts, tmpfs)
             except Exception as exc2:
                 raise self._create_error(exc2, spec) from exc2
-        cid = sb.container_id
+        return cid
+
+    async def _start_init(self, sb: DockerSandbox, cid: str) -> None:
+        """Attach the owner's lifeline to the container's init, install the CA bundle, start
+        it and find its init's process (refused when the init stopped as it started)."""
+        spec = sb.spec
+        api = sb.api
         try:
             sb.lifeline = await asyncio.to_thread(Lifeline.attach, api, cid)
         except Exception as exc:
@@ -393,9 +423,6 @@ class DockerBackend(SandboxBackend):
             sb.init_pid = init_pid
             sb.procs = cgroup_procs_path(init_pid, cid)
             sb.init_ticks = L.start_ticks(init_pid) if sb.procs is not None else None
-        install = getattr(sb.egress, "install", None)
-        if install is not None:
-            await install(sb)
 
     async def _disk_volumes(
         self, sb: DockerSandbox, disk_mb: int, base_labels: dict[str, str]
