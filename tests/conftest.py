@@ -10,7 +10,8 @@ place that says so:
   other. A ``sandbox gc`` reaps every orphan on the machine, so a test that kills an owner
   and then checks what gc removed would lose its orphan to another test's gc; the network
   escape tests give a host interface fixed addresses; Ray clusters started side by side
-  compete for the same node ports and the two cores.
+  compete for the same node ports and the two cores. Tests that share a costly module
+  fixture are grouped too, so that one worker builds it once instead of every worker.
 - ``SERIAL``: tests that need the machine to themselves. They measure the free space of the
   temporary folder's disk, which any other test writing there changes.
 
@@ -39,6 +40,16 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "tests/sandbox/test_docker.py::test_crashed_owner_leaves_an_orphan_that_gc_reaps",
         "tests/sandbox/test_docker.py::test_gc_leaves_live_sandboxes_alone",
         "tests/agents/test_external.py::test_a_killed_run_resumes_in_the_agents_own_session_to_the_end",
+    ),
+    # the module fixture runs every bundled example's reproduce.sh (about a minute)
+    "checks-executed": (
+        "tests/judge/test_checks.py::test_bundled_checks_agree_with_the_gold_grades_locally",
+        "tests/judge/test_checks.py::test_executed_archive_and_plain_folder_are_accepted",
+        "tests/judge/test_checks.py::test_bundled_checks_agree_with_the_gold_grades_in_docker",
+    ),
+    # the module fixture is a whole uninterrupted run to compare with
+    "pipeline-killed": (
+        "tests/runs/test_pipeline.py::test_kill_9_during_a_stage_then_resume_ends_as_an_uninterrupted_run",
     ),
     "ray": (
         "tests/runs/test_ray_cluster.py",
