@@ -90,6 +90,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"tests/conftest.py: no test matches {', '.join(stale)}")
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: the suite also runs without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadgroup`` with ``GROUPS`` as its groups: each test is its own unit of work,
     except that a group's tests are one unit, run by one worker in order. (xdist's own
