@@ -54,23 +54,5 @@ __all__ = [
     "run_reproduction",
 ]
 
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy.exports(
-        __name__,
-        {
-            "paperbench._entry": ("grade", "judge_eval", "rcb_run", "rollout", "run_reproduction"),
-            "paperbench._evaluate": (
-                "Evaluation",
-                "evaluate",
-                "evaluate_async",
-                "resume",
-                "resume_async",
-            ),
-            "paperbench._version": ("__version__",),
-            "paperbench.agents._rollout_settings": ("RolloutSettings",),
-            "paperbench.judge._settings": ("GradeSettings", "JudgeEvalSettings"),
-            "paperbench.rcb._settings": ("RcbSettings",),
-            "paperbench.reproduce._settings": ("ReproduceSettings",),
-            "paperbench.runs._config": ("EvalConfig",),
-        },
-    )
+if not TYPE_CHECKING:  # the names imported above, on first use
+    __getattr__, __dir__ = _lazy.exports(__name__)

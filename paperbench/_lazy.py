@@ -2,31 +2,48 @@
 
 Importing a package loads none of its modules: the first ``paperbench.x.Name`` (or ``from
 paperbench.x import Name``) imports the one module that defines ``Name``. Each ``__init__``
-says the same thing three times, checked to agree by ``tests/test_layering.py``::
+says where its names live once, as the imports mypy and editors read, and lists them in
+``__all__`` (``tests/test_layering.py`` checks that the two agree)::
 
-    if TYPE_CHECKING:  # what mypy and editors read
+    if TYPE_CHECKING:
         from paperbench.x._mod import Name
 
     __all__ = ["Name"]
 
     if not TYPE_CHECKING:  # hidden from mypy, so that a misspelt name stays an error
-        __getattr__, __dir__ = _lazy.exports(__name__, {"paperbench.x._mod": ("Name",)})
+        __getattr__, __dir__ = _lazy.exports(__name__)
+
+:func:`exports` reads those imports from the ``__init__``'s own source.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
-def exports(
-    package: str, origins: Mapping[str, tuple[str, ...]]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The module ``__getattr__`` and ``__dir__`` of ``package``, whose names are defined in
-    the modules ``origins`` maps to them. A name, once imported, is kept on the package."""
-    where = {name: module for module, names in origins.items() for name in names}
+def origins(source: str) -> dict[str, str]:
+    """Each name the ``if TYPE_CHECKING:`` blocks of ``source`` import → its module."""
+    where: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imp in node.body:
+                if not isinstance(imp, ast.ImportFrom) or not imp.module or imp.level:
+                    raise TypeError(f"expected 'from paperbench.x import': {ast.unparse(imp)}")
+                where |= {alias.asname or alias.name: imp.module for alias in imp.names}
+    return where
+
+
+def exports(package: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The module ``__getattr__`` and ``__dir__`` of ``package``: a name its ``if
+    TYPE_CHECKING:`` block imports is imported from there on first use, then kept on it."""
+    init = sys.modules[package].__file__
+    assert init is not None
+    where = origins(Path(init).read_text(encoding="utf-8"))
 
     def __getattr__(name: str) -> Any:
         module = where.get(name)

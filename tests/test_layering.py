@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import paperbench
+from paperbench import _lazy
 
 PACKAGE = Path(paperbench.__file__).parent
 
@@ -92,38 +93,31 @@ def test_a_config_loads_only_what_it_needs() -> None:
     assert len(ours) <= CONFIG_MODULES, ours
 
 
-def _lazy_init(path: Path) -> tuple[dict[str, str], dict[str, str], list[str], list[str]]:
-    """What an ``__init__`` imports for the type checker and what it hands to
-    ``_lazy.exports`` (each as name → module), its ``__all__``, and any other import."""
-    typed: dict[str, str] = {}
-    lazy: dict[str, str] = {}
+def _lazy_init(path: Path) -> tuple[dict[str, str], list[str], list[str], list[str]]:
+    """What an ``__init__`` imports for the type checker (name → module, as ``_lazy`` reads
+    it), its ``__all__``, the calls of its ``if not TYPE_CHECKING:`` block, and any other
+    import."""
     exported: list[str] = []
+    calls: list[str] = []
     eager: list[str] = []
     for node in ast.parse(path.read_text(), str(path)).body:
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            for imp in node.body:
-                assert isinstance(imp, ast.ImportFrom) and imp.module
-                typed |= {alias.name: imp.module for alias in imp.names}
-        elif isinstance(node, ast.If) and ast.unparse(node.test) == "not TYPE_CHECKING":
-            (assign,) = node.body
-            assert isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Call)
-            assert ast.unparse(assign.value.func) == "_lazy.exports"
-            origins = ast.literal_eval(assign.value.args[1])
-            lazy |= {name: module for module, names in origins.items() for name in names}
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "not TYPE_CHECKING":
+            calls += [ast.unparse(n) for n in node.body]
         elif isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__":
             exported = ast.literal_eval(node.value)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             eager += [name for _, name in _imported(node)]
-    return typed, lazy, exported, eager
+    return _lazy.origins(path.read_text()), exported, calls, eager
 
 
 def test_every_package_imports_its_names_on_first_use() -> None:
     """Each package's ``__init__`` imports none of its modules: the names the type checker
     reads, the names imported on first use and ``__all__`` are the same, from the same modules."""
     for path in sorted(PACKAGE.rglob("__init__.py")):
-        typed, lazy, exported, eager = _lazy_init(path)
+        typed, exported, calls, eager = _lazy_init(path)
         where = path.relative_to(PACKAGE.parent)
-        assert typed == lazy, where
+        assert calls == ["__getattr__, __dir__ = _lazy.exports(__name__)"], where
         assert sorted(typed) == sorted(exported), where
+        assert all(m.startswith(f"{_module_of(path)}.") for m in typed.values()), where
         allowed = {"typing", "typing.TYPE_CHECKING", "paperbench", "paperbench._lazy"}
         assert set(eager) <= allowed, where

@@ -23,11 +23,5 @@ if TYPE_CHECKING:
 
 __all__ = ["GatewayCall", "ModelGateway"]
 
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy.exports(
-        __name__,
-        {
-            "paperbench.gateway._call": ("GatewayCall",),
-            "paperbench.gateway._gateway": ("ModelGateway",),
-        },
-    )
+if not TYPE_CHECKING:  # the names imported above, on first use
+    __getattr__, __dir__ = _lazy.exports(__name__)

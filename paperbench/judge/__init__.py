@@ -98,36 +98,5 @@ __all__ = [
     "read_result",
 ]
 
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy.exports(
-        __name__,
-        {
-            "paperbench.judge._agreement": ("PASS_THRESHOLD",),
-            "paperbench.judge._config": (
-                "DummyConfig",
-                "FaithfulConfig",
-                "JudgeConfig",
-                "JudgeIdentity",
-                "LoadedJudge",
-                "RandomConfig",
-                "SimpleConfig",
-                "catalog_names",
-                "load_judge_config",
-            ),
-            "paperbench.judge._ensemble": ("EnsembleReport", "grade_ensemble"),
-            "paperbench.judge._eval": (
-                "GoldSubmission",
-                "GradeFn",
-                "JudgeEvalReport",
-                "judge_eval",
-                "load_gold_set",
-            ),
-            "paperbench.judge._gold": ("grade_gold",),
-            "paperbench.judge._grader": ("GradeResult", "grade_submission", "read_result"),
-            "paperbench.judge._job": ("GradeOptions", "ModelSettings", "missing_keys"),
-            "paperbench.judge._papercoder": ("RepoScore", "grade_papercoder"),
-            "paperbench.judge._settings": ("GradeSettings", "Grading", "JudgeEvalSettings"),
-            "paperbench.judge._types": ("ADDRESSED_KEY", "AddressedFinding", "LeafGrade"),
-            "paperbench.judge._view": ("SubmissionView", "ViewLimits", "build_view"),
-        },
-    )
+if not TYPE_CHECKING:  # the names imported above, on first use
+    __getattr__, __dir__ = _lazy.exports(__name__)

@@ -58,25 +58,5 @@ __all__ = [
     "read_paper_text",
 ]
 
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy.exports(
-        __name__,
-        {
-            "paperbench.papers._bundle": (
-                "DATA_DIR_ENV",
-                "HOME_ENV",
-                "LFS_POINTER_MESSAGE",
-                "LFS_POINTER_PREFIX",
-                "Layout",
-                "Paper",
-                "PaperConfig",
-                "PaperSource",
-                "find_repo_root",
-                "is_lfs_pointer",
-                "load_data_dir_paper",
-                "load_repo_paper",
-                "parse_blacklist",
-                "read_paper_text",
-            ),
-        },
-    )
+if not TYPE_CHECKING:  # the names imported above, on first use
+    __getattr__, __dir__ = _lazy.exports(__name__)

@@ -65,32 +65,5 @@ __all__ = [
     "write_rcb_report",
 ]
 
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy.exports(
-        __name__,
-        {
-            "paperbench.rcb._html": ("write_rcb_report",),
-            "paperbench.rcb._load": ("load_problem_set",),
-            "paperbench.rcb._mask": ("extract_code", "fill", "mask", "reference_code"),
-            "paperbench.rcb._models": (
-                "PAPERS_FILE",
-                "TEST_ENTRY",
-                "ErrorClass",
-                "Mode",
-                "PaperScore",
-                "ProblemRecord",
-                "ProblemSet",
-                "Rate",
-                "RcbPaper",
-                "RcbSummary",
-                "SampleResult",
-                "Snippet",
-                "TestOutcome",
-            ),
-            "paperbench.rcb._published": ("PublishedRow", "load_published"),
-            "paperbench.rcb._runner": ("RcbRunOptions", "ValidationRow", "run_rcb", "validate"),
-            "paperbench.rcb._score": ("pass_at_k", "score"),
-            "paperbench.rcb._settings": ("RcbRunResult", "RcbSettings"),
-            "paperbench.rcb._test": ("RcbJob", "run_test", "run_tests"),
-        },
-    )
+if not TYPE_CHECKING:  # the names imported above, on first use
+    __getattr__, __dir__ = _lazy.exports(__name__)

@@ -50,33 +50,5 @@ __all__ = [
     "write_report",
 ]
 
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy.exports(
-        __name__,
-        {
-            "paperbench.report._files": (
-                "GroupFiles",
-                "Problem",
-                "RunFiles",
-                "read_group_files",
-                "read_run",
-            ),
-            "paperbench.report._metrics": (
-                "AgentMetrics",
-                "CostSummary",
-                "Estimate",
-                "JudgeInfo",
-                "JudgeMismatch",
-                "NotScored",
-                "PaperScore",
-                "RunMetrics",
-                "SeedScore",
-                "Summary",
-                "agent_metrics",
-                "mean_se",
-                "run_metrics",
-                "summarize_group",
-            ),
-            "paperbench.report._write": ("html_dir", "summary_path", "write_report"),
-        },
-    )
+if not TYPE_CHECKING:  # the names imported above, on first use
+    __getattr__, __dir__ = _lazy.exports(__name__)

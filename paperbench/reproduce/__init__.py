@@ -51,27 +51,5 @@ __all__ = [
     "resolve_image",
 ]
 
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy.exports(
-        __name__,
-        {
-            "paperbench.reproduce._files": ("default_out_dir",),
-            "paperbench.reproduce._models": (
-                "ARCHIVE_TOP",
-                "CREATION_TIME_NAME",
-                "CRLF_HINT",
-                "DEFAULT_DISK_MB",
-                "LOG_NAME",
-                "REPRODUCER_IMAGE",
-                "SCHEMA_VERSION",
-                "SUBMISSION_PATH",
-                "Attempt",
-                "ChangedFiles",
-                "ReproduceConfig",
-                "ReproductionMetadata",
-                "Status",
-            ),
-            "paperbench.reproduce._settings": ("ReproduceSettings",),
-            "paperbench.reproduce._stage": ("reproduce_submission", "resolve_image"),
-        },
-    )
+if not TYPE_CHECKING:  # the names imported above, on first use
+    __getattr__, __dir__ = _lazy.exports(__name__)

@@ -48,30 +48,5 @@ __all__ = [
     "run_keys",
 ]
 
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy.exports(
-        __name__,
-        {
-            "paperbench.runs._config": (
-                "AgentSettings",
-                "EvalConfig",
-                "ExecutorSettings",
-                "JudgeSettings",
-                "ReproductionSettings",
-                "SandboxSettings",
-            ),
-            "paperbench.runs._store": (
-                "STAGES",
-                "AgentEntry",
-                "GroupConfig",
-                "JudgeEntry",
-                "RunFolder",
-                "RunKey",
-                "RunOutcome",
-                "RunState",
-                "StageRecord",
-                "read_group",
-                "run_keys",
-            ),
-        },
-    )
+if not TYPE_CHECKING:  # the names imported above, on first use
+    __getattr__, __dir__ = _lazy.exports(__name__)

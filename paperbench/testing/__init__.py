@@ -27,19 +27,5 @@ __all__ = [
     "requested_schema",
 ]
 
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy.exports(
-        __name__,
-        {
-            "paperbench.testing.fake_llm": (
-                "FakeLLMServer",
-                "FakeReply",
-                "FakeToolCall",
-                "FakeUsage",
-                "Fault",
-                "RecordedRequest",
-                "default_reply",
-                "requested_schema",
-            ),
-        },
-    )
+if not TYPE_CHECKING:  # the names imported above, on first use
+    __getattr__, __dir__ = _lazy.exports(__name__)
