@@ -50,6 +50,7 @@ import os
 import posixpath
 import secrets
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -105,6 +106,19 @@ _IMAGE_HINT = "build it with `paperbench images build`"
 def engine_hint(base_url: str | None) -> str:
     where = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     return f"no Docker engine answers at {where}: run scripts/ensure-docker.sh or start dockerd"
+
+
+async def _making(call: Callable[[], object]) -> None:
+    """Run ``call``, an engine call that makes something the sandbox must later remove and
+    records it on the sandbox, in a thread. A cancellation waits for the call to end before
+    it is raised, so that the clean-up that follows finds what it made: left to run on
+    alone, the call would make a container (or network, or attach) after the clean-up."""
+    task = asyncio.ensure_future(asyncio.to_thread(call))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        raise
 
 
 def connect(base_url: str | None = None, timeout: float = 120.0) -> Any:
@@ -315,14 +329,17 @@ class DockerBackend(SandboxBackend):
         # only way out the egress proxy on the gateway.
         filtered = spec.network is NetworkPolicy.FILTERED
         network_mode = f"{sb.id}-net"
-        net = await asyncio.to_thread(
-            api.create_network,
-            network_mode,
-            driver="bridge",
-            internal=filtered,
-            labels=L.labels("network", base_labels),
-        )
-        sb.networks.append(net["Id"])
+
+        def create() -> None:
+            net = api.create_network(
+                network_mode,
+                driver="bridge",
+                internal=filtered,
+                labels=L.labels("network", base_labels),
+            )
+            sb.networks.append(net["Id"])
+
+        await _making(create)
         port: int | None = None
         if filtered:
             if self.egress is None:
@@ -331,7 +348,7 @@ class DockerBackend(SandboxBackend):
             port = urlparse(sb.egress.proxy_url).port
             if port is None:
                 raise SandboxError(f"egress proxy URL without a port: {sb.egress.proxy_url}")
-        sb.firewall = HostFirewall(network_mode, net["Id"], port, spec.allow_networks)
+        sb.firewall = HostFirewall(network_mode, sb.networks[-1], port, spec.allow_networks)
         await sb.firewall.ainstall()
         return network_mode
 
@@ -352,7 +369,7 @@ class DockerBackend(SandboxBackend):
             else:
                 mounts, tmpfs = await self._disk_volumes(sb, disk, base_labels)
 
-        def create(storage: int | None, mnts: list[Any], tmp: dict[str, str]) -> str:
+        def create(storage: int | None, mnts: list[Any], tmp: dict[str, str]) -> None:
             hc = api.create_host_config(
                 **host_config_args(
                     spec,
@@ -377,10 +394,10 @@ class DockerBackend(SandboxBackend):
             )
             config["StdinOnce"] = True  # the owner's attach ends → PID 1's stdin ends
             created = api.create_container_from_config(config, name=sb.id)
-            return str(created["Id"])
+            sb.container_id = str(created["Id"])
 
         try:
-            sb.container_id = cid = await asyncio.to_thread(create, storage_mb, mounts, tmpfs)
+            await _making(lambda: create(storage_mb, mounts, tmpfs))
             if storage_mb is not None:
                 self._storage_opt_ok = True
                 sb.disk_cap = "storage_opt"
@@ -390,18 +407,23 @@ class DockerBackend(SandboxBackend):
             self._storage_opt_ok = False
             mounts, tmpfs = await self._disk_volumes(sb, disk or 0, base_labels)
             try:
-                sb.container_id = cid = await asyncio.to_thread(create, None, mounts, tmpfs)
+                await _making(lambda: create(None, mounts, tmpfs))
             except Exception as exc2:
                 raise self._create_error(exc2, spec) from exc2
-        return cid
+        assert sb.container_id is not None
+        return sb.container_id
 
     async def _start_init(self, sb: DockerSandbox, cid: str) -> None:
         """Attach the owner's lifeline to the container's init, install the CA bundle, start
         it and find its init's process (refused when the init stopped as it started)."""
         spec = sb.spec
         api = sb.api
+
+        def attach() -> None:
+            sb.lifeline = Lifeline.attach(api, cid)
+
         try:
-            sb.lifeline = await asyncio.to_thread(Lifeline.attach, api, cid)
+            await _making(attach)
         except Exception as exc:
             raise docker_error(exc, f"cannot attach to sandbox {sb.id}'s init") from exc
         if spec.ca_bundle is not None:

@@ -793,3 +793,48 @@ def test_timeout_kill_inside_the_container_when_the_host_cannot(
     assert r.timed_out and "process tree killed" in r.stderr
     ps = run(sb.exec("ps -eo args", timeout=10))
     assert "sleep 110" not in ps.stdout, ps.stdout
+
+
+# --------------------------------------------------------------------------- cancelled starts
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("network", ["none", "full"])
+def test_a_start_cancelled_at_any_point_leaves_nothing_behind(
+    network: str, backend: Any, reproducer_image: str, docker_client: Any, loop: Any
+) -> None:
+    """A start cancelled while an engine call runs in its thread (the network, the
+    container, the attach of its lifeline): nothing it made outlives the cancellation."""
+    import gc
+    import secrets
+
+    from paperbench.sandbox._docker_firewall import firewall_problem
+
+    if network == "full" and firewall_problem() is not None:
+        pytest.skip(str(firewall_problem()))
+    case = secrets.token_hex(4)
+    spec = SandboxSpec(
+        image=reproducer_image,
+        network=NetworkPolicy(network),
+        labels={**TEST_LABELS, "paperbench.test-case": case},
+    )
+    flt = {"label": f"paperbench.test-case={case}"}
+
+    async def cancelled_after(delay: float) -> None:
+        task = asyncio.ensure_future(backend.start(spec))
+        await asyncio.sleep(delay)
+        task.cancel()
+        try:
+            started = await task
+        except asyncio.CancelledError:
+            return
+        await started.stop()  # it was up before the cancellation came
+
+    try:
+        for delay in (0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.25, 0.4):
+            loop.run_until_complete(cancelled_after(delay))
+            gc.collect()  # an attach socket nobody holds would be said here, as an error
+            assert docker_client.api.containers(all=True, filters=flt) == [], delay
+            assert docker_client.api.networks(filters=flt) == [], delay
+    finally:
+        sweep(docker_client)  # what a failure left
