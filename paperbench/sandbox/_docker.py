@@ -349,7 +349,7 @@ class DockerBackend(SandboxBackend):
             if port is None:
                 raise SandboxError(f"egress proxy URL without a port: {sb.egress.proxy_url}")
         sb.firewall = HostFirewall(network_mode, sb.networks[-1], port, spec.allow_networks)
-        await sb.firewall.ainstall()
+        await _making(sb.firewall.install)
         return network_mode
 
     async def _container(
@@ -459,10 +459,17 @@ class DockerBackend(SandboxBackend):
         root = self.disk_root or Path(tempfile.gettempdir())
         folder = root / f"{WORKSPACE_PREFIX}{sb.id}-disk"
         try:
-            await asyncio.to_thread(folder.mkdir)
-            await asyncio.to_thread(write_owner, folder)
-            sb.disk_folder = folder
-            sb.disk = await asyncio.to_thread(DiskCap.create, folder, disk_mb)
+
+            def make_folder() -> None:
+                folder.mkdir()
+                write_owner(folder)
+                sb.disk_folder = folder
+
+            def make_disk() -> None:
+                sb.disk = DiskCap.create(folder, disk_mb)
+
+            await _making(make_folder)
+            await _making(make_disk)
         except (DiskCapUnavailableError, OSError) as exc:
             if not sb.spec.limits.allow_uncapped_disk:
                 if isinstance(exc, OSError):
@@ -473,11 +480,13 @@ class DockerBackend(SandboxBackend):
             log.warning("the sandbox's disk is NOT capped (allowed): %s", exc)
             sb.disk_cap = "none"
             return [], {}
+        disk = sb.disk
+        assert disk is not None  # made above
         sb.read_only_root = True
         layers, why = await self._image_layers(sb)
         if layers is not None:
             try:
-                top = await asyncio.to_thread(sb.disk.overlay, layers)
+                top = await asyncio.to_thread(disk.overlay, layers)
                 dirs = await asyncio.to_thread(
                     _overlay_dirs, top, _writable(self.work_dirs, sb.spec.writable_dirs)
                 )
@@ -490,7 +499,7 @@ class DockerBackend(SandboxBackend):
         sb.disk_cap = "loop-ext4"
         sb.disk_cap_note = read_only_note(why)
         log.warning("%s", sb.disk_cap_note)
-        return await self._work_volumes(sb, sb.disk, base_labels), dict(RUN_TMPFS)
+        return await self._work_volumes(sb, disk, base_labels), dict(RUN_TMPFS)
 
     async def _image_layers(self, sb: DockerSandbox) -> tuple[list[str] | None, str]:
         """The host folders of the image's layers, topmost first (None, and why, when the
