@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 from paperbench.errors import UsageError
@@ -145,3 +145,39 @@ def parse_networks(values: list[str] | None) -> tuple[IPNetwork, ...]:
         if network not in found:
             found.append(network)
     return tuple(found)
+
+
+# The options several stages take in the same words, as field types (``cpus: Cpus = None``):
+# written once here. A stage that words one differently (``run``'s are about each of its
+# sandboxes) declares its own field.
+SandboxBackendOption = Annotated[
+    Literal["auto", "docker", "local"],
+    Flag("--sandbox", shared=True),
+    Field(description="The sandbox backend."),
+]
+AllowUnsandboxed = Annotated[
+    bool,
+    Flag("--allow-unsandboxed", shared=True),
+    Field(description="Allow plain host subprocesses without bubblewrap."),
+]
+AllowNetworks = Annotated[
+    tuple[IPNetwork, ...],
+    Flag("--allow-network", shared=True, convert=parse_networks),
+    Field(description="Internal ranges the sandbox may reach."),
+]
+Gpus = Annotated[
+    int | None, Flag("--gpus", shared=True), Field(ge=0, description="GPUs of the sandbox.")
+]
+Cpus = Annotated[
+    float | None, Flag("--cpus", shared=True), Field(gt=0, description="CPUs of the sandbox.")
+]
+MemoryMb = Annotated[
+    int | None,
+    Flag("--memory", shared=True),
+    Field(ge=64, description="Memory of the sandbox in MB."),
+]
+DiskMb = Annotated[
+    int | None,
+    Flag("--disk", shared=True),
+    Field(ge=16, description="Writable space of the sandbox in MB."),
+]

@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import ConfigDict, Field, ValidationError
 
 from paperbench._console import warning
-from paperbench._flags import Flag, parse_networks
+from paperbench._flags import (
+    AllowNetworks,
+    AllowUnsandboxed,
+    Cpus,
+    DiskMb,
+    Flag,
+    Gpus,
+    MemoryMb,
+    SandboxBackendOption,
+)
 from paperbench.agents._base import AgentLimits
 from paperbench.agents._resources import resources_from_flags
 from paperbench.agents._rollout_files import DEFAULT_MAX_RESTARTS, DEFAULT_SNAPSHOT_EVERY_S
@@ -29,7 +38,7 @@ from paperbench.llm._registry import ModelChecks
 from paperbench.llm._types import DEFAULT_MAX_CONNECTIONS
 from paperbench.papers import Paper, PaperSource
 from paperbench.sandbox import NetworkPolicy, SandboxConfig, SandboxLimits
-from paperbench.sandbox._internal_nets import IPNetwork, describe
+from paperbench.sandbox._internal_nets import describe
 
 if TYPE_CHECKING:
     from paperbench.agents._config import LoadedAgent
@@ -86,21 +95,15 @@ class RolloutSettings(ModelChecks):
     seed: Annotated[int, Flag("--seed")] = Field(
         default=0, ge=0, description="The seed, recorded with the run."
     )
-    sandbox: Annotated[Literal["auto", "docker", "local"], Flag("--sandbox", shared=True)] = Field(
-        default="auto", description="The sandbox backend."
-    )
-    allow_unsandboxed: Annotated[bool, Flag("--allow-unsandboxed", shared=True)] = Field(
-        default=False, description="Allow plain host subprocesses without bubblewrap."
-    )
+    sandbox: SandboxBackendOption = "auto"
+    allow_unsandboxed: AllowUnsandboxed = False
     allow_uncapped_disk: Annotated[bool, Flag("--allow-uncapped-disk", shared=True)] = Field(
         default=False, description="Allow a sandbox without a disk cap."
     )
     network: Annotated[
         Literal["none", "full", "filtered"] | None, Flag("--network", shared=True)
     ] = Field(default=None, description="The sandbox's network (default: filtered).")
-    allow_networks: Annotated[
-        tuple[IPNetwork, ...], Flag("--allow-network", shared=True, convert=parse_networks)
-    ] = Field(default=(), description="Internal ranges the sandbox may reach.")
+    allow_networks: AllowNetworks = ()
     code_dev: Annotated[bool, Flag("--code-dev", shared=True)] = Field(
         default=False, description="Code-Dev: the agent is told nothing is reproduced."
     )
@@ -128,21 +131,13 @@ class RolloutSettings(ModelChecks):
     max_tokens: Annotated[int | None, Flag("--max-tokens", shared=True)] = Field(
         default=None, ge=1, description="Tokens (default: the agent config's)."
     )
-    gpus: Annotated[int | None, Flag("--gpus", shared=True)] = Field(
-        default=None, ge=0, description="GPUs of the sandbox."
-    )
+    gpus: Gpus = None
     gpu_type: Annotated[str | None, Flag("--gpu-type", shared=True)] = Field(
         default=None, description="What the GPUs are, told to the agent."
     )
-    cpus: Annotated[float | None, Flag("--cpus", shared=True)] = Field(
-        default=None, gt=0, description="CPUs of the sandbox."
-    )
-    memory_mb: Annotated[int | None, Flag("--memory", shared=True)] = Field(
-        default=None, ge=64, description="Memory of the sandbox in MB."
-    )
-    disk_mb: Annotated[int | None, Flag("--disk", shared=True)] = Field(
-        default=None, ge=16, description="Writable space of the sandbox in MB."
-    )
+    cpus: Cpus = None
+    memory_mb: MemoryMb = None
+    disk_mb: DiskMb = None
     image: Annotated[str | None, Flag("--image", shared=True)] = Field(
         default=None, description="The sandbox's image."
     )

@@ -12,11 +12,17 @@ import os
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, field_validator
 
-from paperbench._flags import Flag, model_flags, parse_concurrency
+from paperbench._flags import (
+    AllowUnsandboxed,
+    Flag,
+    SandboxBackendOption,
+    model_flags,
+    parse_concurrency,
+)
 from paperbench.errors import UsageError
 from paperbench.llm._registry import ModelChecks
 from paperbench.rcb._models import Mode, RcbSummary
@@ -119,12 +125,8 @@ class RcbSettings(ModelChecks):
     resume: Annotated[Path | None, Flag("--resume", shared=True)] = Field(
         default=None, description="The folder of a run to continue (instead of out)."
     )
-    sandbox: Annotated[Literal["auto", "docker", "local"], Flag("--sandbox", shared=True)] = Field(
-        default="auto", description="The sandbox backend."
-    )
-    allow_unsandboxed: Annotated[bool, Flag("--allow-unsandboxed", shared=True)] = Field(
-        default=False, description="Allow plain host subprocesses without bubblewrap."
-    )
+    sandbox: SandboxBackendOption = "auto"
+    allow_unsandboxed: AllowUnsandboxed = False
     image: Annotated[str | None, Flag("--image", shared=True)] = Field(
         default=None, description="The sandbox's image."
     )

@@ -13,12 +13,21 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from paperbench._console import warning
-from paperbench._flags import Flag, parse_networks
+from paperbench._flags import (
+    AllowNetworks,
+    AllowUnsandboxed,
+    Cpus,
+    DiskMb,
+    Flag,
+    Gpus,
+    MemoryMb,
+    SandboxBackendOption,
+)
 from paperbench.errors import UsageError
 from paperbench.reproduce._files import default_out_dir
 from paperbench.reproduce._models import DEFAULT_DISK_MB, ReproduceConfig
 from paperbench.sandbox import GpuRequest, NetworkPolicy, SandboxConfig, SandboxUserKind
-from paperbench.sandbox._internal_nets import IPNetwork, describe
+from paperbench.sandbox._internal_nets import describe
 
 _DEFAULTS = ReproduceConfig()
 
@@ -41,12 +50,8 @@ class ReproduceSettings(BaseModel):
     force: Annotated[bool, Flag("--force")] = Field(
         default=False, description="Write into an --out folder that is not empty."
     )
-    sandbox: Annotated[Literal["auto", "docker", "local"], Flag("--sandbox", shared=True)] = Field(
-        default="auto", description="The sandbox backend."
-    )
-    allow_unsandboxed: Annotated[bool, Flag("--allow-unsandboxed", shared=True)] = Field(
-        default=False, description="Allow plain host subprocesses without bubblewrap."
-    )
+    sandbox: SandboxBackendOption = "auto"
+    allow_unsandboxed: AllowUnsandboxed = False
     timeout_s: Annotated[float | None, Flag("--reproduce-timeout", shared=True)] = Field(
         default=None, gt=0, description="Time of reproduce.sh in seconds (default: 12 hours)."
     )
@@ -59,27 +64,17 @@ class ReproduceSettings(BaseModel):
         description=f"Salvage retries, each in a new sandbox, after a run that fails within "
         f"{_DEFAULTS.salvage_window_s:.0f} s.",
     )
-    cpus: Annotated[float | None, Flag("--cpus", shared=True)] = Field(
-        default=None, gt=0, description="CPUs of the sandbox."
-    )
-    memory_mb: Annotated[int | None, Flag("--memory", shared=True)] = Field(
-        default=None, ge=64, description="Memory of the sandbox in MB."
-    )
-    disk_mb: Annotated[int | None, Flag("--disk", shared=True)] = Field(
-        default=None, ge=16, description="Writable space of the sandbox in MB."
-    )
+    cpus: Cpus = None
+    memory_mb: MemoryMb = None
+    disk_mb: DiskMb = None
     allow_uncapped_disk: Annotated[bool, Flag("--allow-uncapped-disk", shared=True)] = Field(
         default=False, description="Run without a disk cap where one cannot be enforced."
     )
-    gpus: Annotated[int | None, Flag("--gpus", shared=True)] = Field(
-        default=None, ge=0, description="GPUs of the sandbox."
-    )
+    gpus: Gpus = None
     network: Annotated[
         Literal["none", "full", "filtered"] | None, Flag("--network", shared=True)
     ] = Field(default=None, description="The sandbox's network (default: full).")
-    allow_networks: Annotated[
-        tuple[IPNetwork, ...], Flag("--allow-network", shared=True, convert=parse_networks)
-    ] = Field(default=(), description="Internal ranges the sandbox may reach.")
+    allow_networks: AllowNetworks = ()
     sandbox_user: Annotated[SandboxUserKind, Flag("--sandbox-user")] = Field(
         default=_DEFAULTS.user,
         description="Who runs reproduce.sh: root (the sandbox's own superuser, as PaperBench "

@@ -13,7 +13,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from paperbench._flags import Flag, parse_concurrency, parse_networks
+from paperbench._flags import (
+    AllowUnsandboxed,
+    Flag,
+    SandboxBackendOption,
+    parse_concurrency,
+    parse_networks,
+)
 from paperbench.agents._snapshots import DEFAULT_SNAPSHOT_EVERY_S
 from paperbench.judge._config import DEFAULT_LEAVES_AT_ONCE
 from paperbench.llm._registry import ModelChecks
@@ -119,12 +125,8 @@ class AgentSettings(_ModelSection):
 class SandboxSettings(_Section):
     """Where untrusted code runs."""
 
-    backend: Annotated[Literal["auto", "docker", "local"], Flag("--sandbox", shared=True)] = Field(
-        default="auto", description="The sandbox backend."
-    )
-    allow_unsandboxed: Annotated[bool, Flag("--allow-unsandboxed", shared=True)] = Field(
-        default=False, description="Allow plain host subprocesses without bubblewrap."
-    )
+    backend: SandboxBackendOption = "auto"
+    allow_unsandboxed: AllowUnsandboxed = False
     allow_uncapped_disk: Annotated[bool, Flag("--allow-uncapped-disk", shared=True)] = Field(
         default=False, description="Allow sandboxes without a disk cap."
     )
