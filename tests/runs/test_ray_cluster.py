@@ -51,11 +51,8 @@ def _free_port() -> int:
         return port
 
 
-def _session_pids(sid: int) -> list[int]:
-    """Every process of session ``sid`` (a node started with ``ray start --block`` in its
-    own session: its raylet, agents and workers; the workers have their own process
-    groups, so a process-group kill would miss them)."""
-    pids = []
+def _procs() -> Iterator[tuple[int, list[str]]]:
+    """Each process of this machine and the fields of its /proc stat after its name."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -63,24 +60,22 @@ def _session_pids(sid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if int(fields[3]) == sid:  # state, ppid, pgrp, session
-            pids.append(int(entry.name))
-    return pids
+        yield int(entry.name), stat[stat.rfind(")") + 2 :].split()
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Every process of session ``sid`` (a node started with ``ray start --block`` in its
+    own session: its raylet, agents and workers; the workers have their own process
+    groups, so a process-group kill would miss them)."""
+    return [pid for pid, fields in _procs() if int(fields[3]) == sid]  # state ppid pgrp session
 
 
 def _sleeping_under(roots: list[int]) -> bool:
     """Whether a process below ``roots`` runs ``sleep`` (reproduce.sh sleeping in its
     sandbox: the sandbox's processes are descendants of the task that runs it)."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        children.setdefault(int(stat[stat.rfind(")") + 2 :].split()[1]), []).append(int(entry.name))
+    for pid, fields in _procs():
+        children.setdefault(int(fields[1]), []).append(pid)
     stack = list(roots)
     while stack:
         for child in children.get(stack.pop(), []):
