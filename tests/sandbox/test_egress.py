@@ -324,11 +324,14 @@ async def test_whole_host_rule_refuses_connect(proxy: EgressProxy, servers: Serv
 
 
 def _host_addresses() -> list[str]:
-    """The IPv4 addresses of this machine's interfaces other than loopback (``ip -j addr``)."""
+    """The IPv4 addresses of this machine's lasting interfaces other than loopback (``ip -j
+    addr``): not the bridges of sandbox networks (``br-*``) or the test namespaces' links
+    (``pbn*``), which other tests running meanwhile make and remove."""
     out = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True)
     found = [
         info["local"]
         for link in json.loads(out.stdout or "[]")
+        if not link.get("ifname", "").startswith(("br-", "pbn"))
         for info in link.get("addr_info", [])
         if not info["local"].startswith("127.")
     ]
